@@ -1,0 +1,35 @@
+"""The console adapter: talk to the bot in a terminal, one message per line, as any identity."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from bot.core.bot import Pinbot
+from bot.core.conversation import ChatKind, Conversation
+
+PLATFORM = "console"
+
+
+def console_conversation(user: str, group: str | None, topic: str | None) -> Conversation:
+    """The conversation a console user speaks in: a DM, or a group (and topic) when given."""
+    if group is None:
+        return Conversation(PLATFORM, ChatKind.DIRECT, chat_id=user, sender_id=user)
+    return Conversation(PLATFORM, ChatKind.GROUP, chat_id=group, sender_id=user, topic_id=topic)
+
+
+async def run_console(
+    bot: Pinbot, conversation: Conversation, source: TextIO = sys.stdin,
+    sink: TextIO = sys.stdout,
+) -> None:
+    """Answer each input line until end of input; every non-command line goes to the model."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, source.readline)
+        if not line:
+            return
+        reply = await bot.handle(conversation, line.rstrip("\r\n"))
+        if reply is not None:
+            sink.write(reply + "\n")
+            sink.flush()

@@ -1,0 +1,140 @@
+"""The YAML configuration, validated by pydantic; secrets come from environment variables only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+
+class ConfigError(Exception):
+    """A configuration problem a person must fix; the message names the key and the file."""
+
+
+def _ids_as_strings(value: Any) -> Any:
+    """Allowlist ids may be YAML integers or strings; both mean the same id."""
+    if isinstance(value, list):
+        return [str(item) if isinstance(item, int) and not isinstance(item, bool) else item
+                for item in value]
+    return value
+
+
+IdList = Annotated[list[str], BeforeValidator(_ids_as_strings)]
+NonNegative = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StorageConfig(_Section):
+    """Where the SQLite database lives."""
+
+    path: str = "./pinbot.sqlite3"
+
+
+class LlmConfig(_Section):
+    """The downstream model: the offline default or an OpenAI-compatible server."""
+
+    backend: Literal["offline", "openai"] = "offline"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    system_prompt: str = "You are a helpful assistant in a chat."
+    timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    max_retries: NonNegative = 1
+
+
+class PinsConfig(_Section):
+    """Limits, lifecycle and group permissions of pinned blocks (SPEC section 7)."""
+
+    max_blocks_per_session: Positive = 20
+    max_label_length: Positive = 20
+    max_content_length: Positive = 500
+    idle_retention_days: NonNegative = 7
+    idle_retention_calls: NonNegative = 10
+    idle_hard_retention_days: NonNegative = 30
+    token_warning_threshold: NonNegative = 1000
+    max_total_chars: NonNegative = 0
+    enable_in_group: bool = False
+    group_whitelist: IdList = []
+    group_shared_admin_ids: IdList = []
+    group_strong_user_ids: IdList = []
+    allow_prompt_injection: bool = True
+
+
+class ChatConfig(_Section):
+    """How much conversation history goes to the model."""
+
+    history_max_chars: NonNegative = 8000
+    history_max_turns: NonNegative = 20
+
+
+class LoggingConfig(_Section):
+    """Log level and format."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    json_: bool = Field(default=False, alias="json")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Config(_Section):
+    """The whole configuration; every key has a default, so an empty file is valid."""
+
+    storage: StorageConfig = StorageConfig()
+    llm: LlmConfig = LlmConfig()
+    pins: PinsConfig = PinsConfig()
+    chat: ChatConfig = ChatConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check its spelling against config.example.yaml)"
+        lines.append(f"  {key}: {message}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    """Validate already-loaded YAML data; raise ConfigError naming each bad key and the source."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_describe(error, source)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Load the config file, or the embedded defaults when no path is given."""
+    if path is None:
+        return Config()
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {file}: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {file} is not valid YAML: {error}") from None
+    return parse_config(data, str(file))
+
+
+def secret_from_env(variable: str, what: str) -> str:
+    """Read a secret from the environment, or raise ConfigError naming the variable."""
+    value = os.environ.get(variable, "")
+    if not value:
+        raise ConfigError(f"{what} is missing: set the environment variable {variable}")
+    return value

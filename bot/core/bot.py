@@ -1,0 +1,74 @@
+"""The core's front door: one incoming message in, at most one English reply out."""
+
+from __future__ import annotations
+
+import re
+
+from bot.config import Config
+from bot.core.chat import ChatService
+from bot.core.commands import ParseError, parse_pin
+from bot.core.conversation import Conversation
+from bot.core.help import GENERAL_HELP
+from bot.core.pins import Clock, PinService, utc_now
+from bot.llm.base import ChatModel
+from storage.sqlite import Store
+
+
+_COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
+
+
+def split_command(text: str) -> tuple[str, str | None, str]:
+    """`/name@bot rest` → (name, bot or None, rest); name is case-folded."""
+    match = _COMMAND.match(text)
+    if match is None:
+        return "", None, text
+    name, _, bot = match.group(1).partition("@")
+    return name.casefold(), bot or None, match.group(2)
+
+
+class Pinbot:
+    """Routes a message to `/pin`, the general commands, or a chat turn with the model."""
+
+    def __init__(
+        self, config: Config, store: Store, model: ChatModel, *, clock: Clock = utc_now,
+        bot_username: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.pins = PinService(store, config.pins, clock)
+        self.chat = ChatService(store, self.pins, config, model, clock)
+        self.bot_username = bot_username
+
+    def is_command(self, text: str) -> bool:
+        """Whether text is a command (for this bot, when it names one)."""
+        return text.startswith("/")
+
+    def addressed_to_other_bot(self, text: str) -> bool:
+        """Whether text is a command that names a different bot (`/pin@other_bot`)."""
+        _, bot, _ = split_command(text)
+        return (bot is not None and self.bot_username is not None
+                and bot.casefold() != self.bot_username.casefold())
+
+    async def handle(self, conversation: Conversation, text: str) -> str | None:
+        """Answer one message; None means the message is not for this bot."""
+        text = text.strip()
+        if not text:
+            return None
+        if not self.is_command(text):
+            return await self.chat.turn(conversation, text)
+        if self.addressed_to_other_bot(text):
+            return None
+        return await self.command(conversation, text)
+
+    async def command(self, conversation: Conversation, text: str) -> str:
+        """Run a slash command and return its reply."""
+        name, _, rest = split_command(text)
+        if name == "pin":
+            parsed = parse_pin(rest)
+            if isinstance(parsed, ParseError):
+                return parsed.message
+            return await self.pins.execute(conversation, parsed)
+        if name in ("start", "help"):
+            return GENERAL_HELP
+        shown = name if len(name) <= 32 else name[:32] + "…"
+        return f"Unknown command /{shown}. Send /pin help to manage pinned blocks."

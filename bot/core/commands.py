@@ -1,0 +1,183 @@
+"""The `/pin` language: text after `/pin` becomes a typed command or a parse error saying the fix."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from storage.models import Level
+
+
+class Verb(StrEnum):
+    """What a `/pin` command does."""
+
+    ADD = "add"
+    LEVEL = "level"
+    LIST = "list"
+    EDIT = "edit"
+    REMOVE = "remove"
+    IDLE = "idle"
+    ACTIVATE = "activate"
+    PIN = "pin"
+    UNPIN = "unpin"
+    CLEAR = "clear"
+    HELP = "help"
+
+
+@dataclass(frozen=True)
+class PinCommand:
+    """A parsed `/pin` command.
+
+    For ADD, `level` is the level asked for, or None for the chat's default. For LEVEL it is the
+    target level. `shared` says the command is about the group's shared blocks.
+    """
+
+    verb: Verb
+    shared: bool = False
+    label: str | None = None
+    content: str | None = None
+    level: Level | None = None
+    pinned: bool = False
+    confirm: bool = False
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """A command that could not be understood, with the English text telling how to fix it."""
+
+    message: str
+
+
+USAGE: dict[str, str] = {
+    "add": "/pin add <label> <content> [--pinned]",
+    "add-strong": "/pin add-strong <label> <content> [--pinned]",
+    "add-context": "/pin add-context <label> <content> [--pinned]",
+    "level": "/pin level <label> strong|context",
+    "list": "/pin list",
+    "edit": "/pin edit <label> <new content>",
+    "remove": "/pin remove <label>",
+    "idle": "/pin idle <label>",
+    "activate": "/pin activate <label>",
+    "pin": "/pin pin <label>",
+    "unpin": "/pin unpin <label>",
+    "clear": "/pin clear  (then /pin clear confirm)",
+    "help": "/pin help",
+}
+
+_ADD_LEVELS: dict[str, Level | None] = {
+    "add": None,
+    "add-strong": Level.STRONG,
+    "add-context": Level.CONTEXT,
+}
+_LABEL_ONLY = {
+    "remove": Verb.REMOVE,
+    "idle": Verb.IDLE,
+    "activate": Verb.ACTIVATE,
+    "pin": Verb.PIN,
+    "unpin": Verb.UNPIN,
+}
+_WHITESPACE = re.compile(r"\s+")
+PINNED_FLAG = "--pinned"
+LITERAL_MARK = "--"
+
+
+def _split_first(text: str) -> tuple[str, str]:
+    """The first whitespace-separated word and everything after the whitespace that follows it."""
+    text = text.lstrip()
+    match = _WHITESPACE.search(text)
+    if match is None:
+        return text, ""
+    return text[: match.start()], text[match.end() :]
+
+
+def _prefix(shared: bool, usage: str) -> str:
+    return usage.replace("/pin ", "/pin shared ", 1) if shared else usage
+
+
+def _usage_error(name: str, shared: bool, problem: str) -> ParseError:
+    return ParseError(f"{problem}\nUsage: {_prefix(shared, USAGE[name])}")
+
+
+def _parse_content(rest: str, allow_pinned: bool) -> tuple[str, bool]:
+    """Split content from a trailing --pinned, honouring a leading `--` literal marker."""
+    first, after = _split_first(rest)
+    if first == LITERAL_MARK:
+        return after.strip(), False
+    content = rest.strip()
+    if allow_pinned:
+        words = _WHITESPACE.split(content)
+        if words and words[-1] == PINNED_FLAG:
+            return content[: len(content) - len(PINNED_FLAG)].rstrip(), True
+    return content, False
+
+
+def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    if not label:
+        return _usage_error(name, shared, "The block needs a label and content.")
+    content, pinned = _parse_content(after, allow_pinned=True)
+    if not content:
+        return _usage_error(name, shared, f"The block '{label}' needs content after its label.")
+    return PinCommand(Verb.ADD, shared=shared, label=label, content=content,
+                      level=_ADD_LEVELS[name], pinned=pinned)
+
+
+def _parse_sub(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    if name in _ADD_LEVELS:
+        return _parse_add(name, rest, shared)
+    if name == "help":
+        return PinCommand(Verb.HELP, shared=shared)
+    if name == "list":
+        if rest.strip():
+            return _usage_error(name, shared, "list takes no arguments.")
+        return PinCommand(Verb.LIST, shared=shared)
+    if name == "clear":
+        extra = rest.strip()
+        if not extra:
+            return PinCommand(Verb.CLEAR, shared=shared)
+        if extra.casefold() == "confirm":
+            return PinCommand(Verb.CLEAR, shared=shared, confirm=True)
+        return _usage_error(name, shared, "clear takes only the word 'confirm'.")
+    label, after = _split_first(rest)
+    if name in _LABEL_ONLY:
+        if not label:
+            return _usage_error(name, shared, "Which block? Give its label.")
+        if after.strip():
+            return _usage_error(name, shared, f"{name} takes only a label.")
+        return PinCommand(_LABEL_ONLY[name], shared=shared, label=label)
+    if name == "edit":
+        content, _ = _parse_content(after, allow_pinned=False)
+        if not label or not content:
+            return _usage_error(name, shared, "edit needs a label and the new content.")
+        return PinCommand(Verb.EDIT, shared=shared, label=label, content=content)
+    if name == "level":
+        target, extra = _split_first(after)
+        if not label or target.casefold() not in ("strong", "context") or extra.strip():
+            return _usage_error(name, shared, "level needs a label and 'strong' or 'context'.")
+        return PinCommand(Verb.LEVEL, shared=shared, label=label, level=Level(target.casefold()))
+    return _unknown(name, shared)
+
+
+def _unknown(name: str, shared: bool) -> ParseError:
+    known = [*USAGE, *([] if shared else ["shared"])]
+    guess = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean '{guess[0]}'?" if guess else ""
+    where = "/pin shared help" if shared else "/pin help"
+    return ParseError(f"Unknown subcommand '{name}'.{hint} Send {where} for the list.")
+
+
+def parse_pin(arguments: str) -> PinCommand | ParseError:
+    """Parse the text that follows `/pin`; never raises."""
+    name, rest = _split_first(arguments)
+    if not name:
+        return PinCommand(Verb.HELP)
+    shared = name.casefold() == "shared"
+    if shared:
+        name, rest = _split_first(rest)
+        if not name:
+            return PinCommand(Verb.HELP, shared=True)
+        if name.casefold() == "shared":
+            return ParseError("'shared' appears twice. Usage: /pin shared <subcommand>")
+    return _parse_sub(name.casefold(), rest, shared)

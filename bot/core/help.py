@@ -1,0 +1,57 @@
+"""The English help texts of pinbot's commands."""
+
+from __future__ import annotations
+
+_PERSONAL = """\
+Pinned blocks are short rules (strong) or reference notes (context) sent to the model with every \
+message, in this chat only.
+
+/pin add <label> <content>           Add a block ({default} here)
+/pin add-strong <label> <content>    Add a strong block (rules for the model){strong_note}
+/pin add-context <label> <content>   Add a context block (reference material)
+/pin add <label> <content> --pinned  Add a block kept until you remove it
+/pin add <label> -- <content>        Everything after -- is content, even a final --pinned
+/pin level <label> strong|context    Change a block's level
+/pin list                            Show your blocks
+/pin edit <label> <new content>      Replace a block's content
+/pin remove <label>                  Delete a block
+/pin idle|activate|pin|unpin <label> Pause, resume, keep or release a block
+/pin clear                           Count the blocks a clear would delete
+/pin clear confirm                   Delete all your blocks here
+{shared_line}/pin help                            This text
+
+Labels: up to {label_limit} characters, no spaces, matched ignoring case. Idle blocks are not sent \
+and are deleted after a while; pinned blocks stay until you remove them."""
+
+_SHARED = """\
+Shared blocks apply whenever anyone speaks in this group. Everyone may view them; only shared \
+admins may change them.
+
+/pin shared list                            Show the group's shared blocks
+/pin shared add <label> <content>           Add a shared context block
+/pin shared add-strong <label> <content>    Add a shared strong block
+/pin shared add-context <label> <content>   Add a shared context block
+/pin shared level <label> strong|context    Change a shared block's level
+/pin shared edit <label> <new content>      Replace a shared block's content
+/pin shared remove <label>                  Delete a shared block
+/pin shared idle|activate|pin|unpin <label> Change a shared block's state
+/pin shared clear  /  /pin shared clear confirm
+/pin shared help                            This text"""
+
+GENERAL_HELP = """\
+Talk to me and I pass your message to the model, together with your pinned blocks.
+/pin help   How to pin rules and reference notes the model always sees
+/start and /help show this text."""
+
+
+def pin_help(*, shared: bool, group: bool, label_limit: int = 20) -> str:
+    """Help for `/pin` (personal) or `/pin shared`, worded for a group or a private chat."""
+    if shared:
+        return _SHARED
+    return _PERSONAL.format(
+        default="context" if group else "strong",
+        strong_note="; needs permission in groups" if group else "",
+        shared_line="/pin shared help                     Shared blocks of this group\n"
+        if group else "",
+        label_limit=label_limit,
+    )

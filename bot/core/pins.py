@@ -1,0 +1,264 @@
+"""Executes `/pin` commands against the store, after the permission check, and keeps the lifecycle
+(idle bookkeeping, call counting, cleanup) of the scopes a model request uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from bot.config import PinsConfig
+from bot.core.commands import PinCommand, Verb
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.help import pin_help
+from bot.core.permissions import Action, Role, may, refusal_for, resolve_access
+from bot.core.render import estimate_tokens, injected
+from bot.core.validation import content_problem, label_problem
+from storage.models import Block, Level, NewBlock, State
+from storage.sqlite import Store, label_key
+
+Clock = Callable[[], datetime]
+# Guarded writes fail only when another writer changed the scope in between; re-reading settles it.
+_ATTEMPTS = 5
+_RETRY_LATER = "The blocks changed while saving; nothing was saved. Please try again."
+_STATE_VERBS = {
+    Verb.IDLE: State.IDLE,
+    Verb.ACTIVATE: State.ACTIVE,
+    Verb.UNPIN: State.ACTIVE,
+    Verb.PIN: State.PINNED,
+}
+
+
+def utc_now() -> datetime:
+    """The real clock."""
+    return datetime.now(UTC)
+
+
+def find_block(blocks: Sequence[Block], label: str) -> Block | None:
+    """The block with this label (matched case-insensitively), if any."""
+    key = label_key(label)
+    return next((block for block in blocks if label_key(block.label) == key), None)
+
+
+@dataclass(frozen=True)
+class _Target:
+    scope: str
+    shared: bool
+    role: Role
+    group: bool
+
+    def noun(self) -> str:
+        if self.shared:
+            return "this group's shared blocks"
+        return "your personal blocks in this group" if self.group else "your blocks"
+
+
+class PinService:
+    """The `/pin` commands and the pin lifecycle over one store."""
+
+    def __init__(self, store: Store, pins: PinsConfig, clock: Clock = utc_now) -> None:
+        self._store = store
+        self._pins = pins
+        self._clock = clock
+
+    # --- commands -------------------------------------------------------------------------------
+
+    async def execute(self, conversation: Conversation, command: PinCommand) -> str:
+        """Run a parsed command for this sender in this chat; returns the English reply.
+
+        A reply that reports a change is given only after the change is committed.
+        """
+        access = resolve_access(conversation, self._pins)
+        if access.role is None:
+            return access.refusal or "Pins are not available here."
+        role = access.role
+        if command.shared and role is Role.DM_USER:
+            return refusal_for(role, Action.SHARED_READ)
+        if command.verb is Verb.HELP:
+            return pin_help(shared=command.shared, group=role is not Role.DM_USER,
+                            label_limit=self._pins.max_label_length)
+        scope = conversation.shared_scope if command.shared else conversation.personal_scope
+        if scope is None:  # resolve_access guarantees both scopes for the roles it grants
+            return "Pins are not available here."
+        target = _Target(scope, command.shared, role, conversation.kind is ChatKind.GROUP)
+        if command.shared and command.verb is not Verb.LIST and not may(role, Action.SHARED_WRITE):
+            return refusal_for(role, Action.SHARED_WRITE)
+        if command.verb is Verb.LIST:
+            return await self._list(target)
+        if command.verb is Verb.CLEAR:
+            return await self._clear(target, command.confirm)
+        if command.verb is Verb.ADD:
+            return await self._add(target, command)
+        return await self._change(target, command)
+
+    def _strong_refusal(self, target: _Target) -> str | None:
+        if target.shared or may(target.role, Action.PERSONAL_STRONG):
+            return None
+        return refusal_for(target.role, Action.PERSONAL_STRONG)
+
+    async def _add(self, target: _Target, command: PinCommand) -> str:
+        label, content = command.label or "", command.content or ""
+        problem = label_problem(label, self._pins) or content_problem(content, self._pins)
+        if problem:
+            return problem
+        level = command.level or (Level.STRONG if target.role is Role.DM_USER
+                                  and not target.shared else Level.CONTEXT)
+        if level is Level.STRONG and (refusal := self._strong_refusal(target)):
+            return refusal
+        state = State.PINNED if command.pinned else State.ACTIVE
+        new = NewBlock(scope=target.scope, label=label, content=content, level=level, state=state)
+        for _ in range(_ATTEMPTS):
+            blocks = await self._store.blocks([target.scope])
+            if (existing := find_block(blocks, label)) is not None:
+                return (f"A block labelled '{existing.label}' already exists in {target.noun()}. "
+                        f"Use {self._cmd(target, 'edit')} {existing.label} <new content> "
+                        "to change it.")
+            if len(blocks) >= self._pins.max_blocks_per_session:
+                return (f"{target.noun().capitalize()} already hold "
+                        f"{self._pins.max_blocks_per_session} blocks, the limit. Remove one with "
+                        f"{self._cmd(target, 'remove')} <label> first.")
+            if problem := self._budget_problem(blocks, None, content):
+                return problem
+            if await self._store.insert_block(
+                new, now=self._clock(), max_blocks=self._pins.max_blocks_per_session,
+                max_total_chars=self._pins.max_total_chars,
+            ):
+                kept = ", pinned (kept until you remove it)" if command.pinned else ""
+                return f"Saved {level.value} block '{label}'{kept}."
+        return _RETRY_LATER
+
+    async def _change(self, target: _Target, command: PinCommand) -> str:
+        label = command.label or ""
+        verb = command.verb
+        if verb is Verb.EDIT and (problem := content_problem(command.content or "", self._pins)):
+            return problem
+        for _ in range(_ATTEMPTS):
+            blocks = await self._store.blocks([target.scope])
+            block = find_block(blocks, label)
+            if block is None:
+                return (f"There is no block labelled '{label}' in {target.noun()}. "
+                        f"Send {self._cmd(target, 'list')} to see them.")
+            if verb is Verb.REMOVE:
+                if await self._store.delete_block(block):
+                    return f"Removed block '{block.label}'."
+                continue
+            touches_strong = block.level is Level.STRONG or command.level is Level.STRONG
+            if touches_strong and (refusal := self._strong_refusal(target)):
+                return refusal
+            reply = await self._apply(target, blocks, block, command)
+            if reply is not None:
+                return reply
+        return _RETRY_LATER
+
+    async def _apply(
+        self, target: _Target, blocks: list[Block], block: Block, command: PinCommand
+    ) -> str | None:
+        """Write one change to block; None when the block changed meanwhile."""
+        now, budget = self._clock(), self._pins.max_total_chars
+        if command.verb is Verb.EDIT:
+            content = command.content or ""
+            if problem := self._budget_problem(blocks, block, content):
+                return problem
+            done = await self._store.update_block(block, now=now, max_total_chars=budget,
+                                                  content=content)
+            return f"Saved the new content of '{block.label}'." if done else None
+        if command.verb is Verb.LEVEL:
+            level = command.level or block.level
+            if level is block.level:
+                return f"Block '{block.label}' is already {level.value}."
+            done = await self._store.update_block(block, now=now, max_total_chars=budget,
+                                                  level=level)
+            return f"Block '{block.label}' is now {level.value}." if done else None
+        state = _STATE_VERBS[command.verb]
+        if state is block.state:
+            return f"Block '{block.label}' is already {state.value}."
+        done = await self._store.update_block(block, now=now, max_total_chars=budget, state=state)
+        return self._state_reply(block.label, state) if done else None
+
+    def _state_reply(self, label: str, state: State) -> str:
+        if state is State.IDLE:
+            pins = self._pins
+            return (f"Block '{label}' is now idle: it is no longer sent to the model, and it is "
+                    f"deleted after {pins.idle_retention_days} idle days and "
+                    f"{pins.idle_retention_calls} further model calls, or after "
+                    f"{pins.idle_hard_retention_days} idle days. /pin activate {label} undoes "
+                    "this.")
+        if state is State.PINNED:
+            return f"Block '{label}' is now pinned: sent to the model and kept until you remove it."
+        return f"Block '{label}' is now active."
+
+    def _budget_problem(self, blocks: list[Block], replaced: Block | None, content: str) -> str | None:
+        budget = self._pins.max_total_chars
+        if budget == 0:
+            return None
+        total = sum(len(b.content) for b in blocks if b is not replaced) + len(content)
+        if total <= budget:
+            return None
+        return (f"That would bring these blocks to {total} characters, over the budget of "
+                f"{budget} (pins.max_total_chars). Shorten or remove a block first.")
+
+    async def _clear(self, target: _Target, confirm: bool) -> str:
+        cmd = self._cmd(target, "clear")
+        if not confirm:
+            blocks = await self._store.blocks([target.scope])
+            if not blocks:
+                return f"There are no blocks to clear in {target.noun()}."
+            pinned = sum(1 for b in blocks if b.state is State.PINNED)
+            return (f"This would delete {len(blocks)} block(s) of {target.noun()}, {pinned} of "
+                    f"them pinned. Send {cmd} confirm to delete them all.")
+        count = await self._store.clear_scope(target.scope)
+        return f"Deleted {count} block(s) of {target.noun()}."
+
+    async def _list(self, target: _Target) -> str:
+        blocks = await self._store.blocks([target.scope])
+        if not blocks:
+            return (f"There are no blocks in {target.noun()}. Add one with "
+                    f"{self._cmd(target, 'add')} <label> <content>.")
+        limit = self._pins.max_blocks_per_session
+        lines = [f"{target.noun().capitalize()} ({len(blocks)} of {limit}):"]
+        live = injected(blocks)
+        in_order = live + [b for b in blocks if b.state is State.IDLE]
+        for number, block in enumerate(in_order, start=1):
+            details = [block.level.value, block.state.value]
+            if block.priority:
+                details.append(f"priority {block.priority}")
+            lines.append(f"{number}. {block.label} ({', '.join(details)})")
+            lines.append(block.content)
+        threshold = self._pins.token_warning_threshold
+        if threshold:
+            tokens = estimate_tokens(blocks, "shared" if target.shared else "personal")
+            lines.append(f"These blocks add about {tokens} tokens to every request.")
+            if tokens > threshold:
+                lines.append(f"Warning: that is over the warning threshold of {threshold} tokens; "
+                             "consider shortening, idling or removing blocks.")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _cmd(target: _Target, verb: str) -> str:
+        return f"/pin shared {verb}" if target.shared else f"/pin {verb}"
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
+        """Count one model call for each scope, delete its expired idle blocks, and return the
+        blocks left (idle ones included; rendering leaves those out)."""
+        before = await self._store.count_model_call(scopes)
+        blocks = await self._store.blocks(scopes)
+        now = self._clock()
+        expired = [b.id for b in blocks if self._expired(b, now, before.get(b.scope, 0))]
+        if expired:
+            await self._store.delete_blocks(expired)
+            gone = set(expired)
+            blocks = [b for b in blocks if b.id not in gone]
+        return blocks
+
+    def _expired(self, block: Block, now: datetime, calls_before: int) -> bool:
+        if block.state is not State.IDLE or block.idle_since is None:
+            return False
+        idle_for = now - block.idle_since
+        pins = self._pins
+        if idle_for >= timedelta(days=pins.idle_hard_retention_days):
+            return True
+        further_calls = calls_before - (block.idle_calls or 0)
+        return (idle_for >= timedelta(days=pins.idle_retention_days)
+                and further_calls >= pins.idle_retention_calls)

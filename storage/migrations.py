@@ -1,0 +1,93 @@
+"""Numbered schema steps, applied in order on open; the database records the last one applied."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import aiosqlite
+
+MIGRATIONS: dict[int, list[str]] = {}
+
+
+def migration(number: int) -> Callable[[Callable[[], list[str]]], Callable[[], list[str]]]:
+    """Register a schema step; numbers must be consecutive from 1."""
+
+    def register(step: Callable[[], list[str]]) -> Callable[[], list[str]]:
+        if number in MIGRATIONS:
+            raise ValueError(f"migration {number} registered twice")
+        MIGRATIONS[number] = step()
+        return step
+
+    return register
+
+
+@migration(1)
+def _blocks() -> list[str]:
+    return [
+        """CREATE TABLE blocks (
+            id INTEGER PRIMARY KEY,
+            scope TEXT NOT NULL,
+            label TEXT NOT NULL,
+            label_key TEXT NOT NULL,
+            content TEXT NOT NULL,
+            level TEXT NOT NULL CHECK (level IN ('strong', 'context')),
+            state TEXT NOT NULL CHECK (state IN ('active', 'idle', 'pinned')),
+            priority INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            idle_since REAL,
+            idle_calls INTEGER,
+            rev INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (scope, label_key)
+        )""",
+        """CREATE TABLE scope_calls (
+            scope TEXT PRIMARY KEY,
+            calls INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ]
+
+
+@migration(2)
+def _history() -> list[str]:
+    return [
+        """CREATE TABLE history (
+            id INTEGER PRIMARY KEY,
+            session TEXT NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'summary')),
+            content TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        "CREATE INDEX history_by_session ON history (session, id)",
+    ]
+
+
+LATEST = max(MIGRATIONS)
+
+
+async def schema_version(db: aiosqlite.Connection) -> int:
+    """The number of the last step applied to this database (0 for an empty file)."""
+    rows = await db.execute_fetchall("PRAGMA user_version")
+    return int(next(iter(rows))[0])
+
+
+async def migrate(db: aiosqlite.Connection, target: int = LATEST) -> int:
+    """Apply every step after the database's version up to target, each in its own transaction."""
+    current = await schema_version(db)
+    if current > LATEST:
+        raise RuntimeError(
+            f"database schema version {current} is newer than this pinbot ({LATEST}); upgrade pinbot"
+        )
+    for number in range(current + 1, target + 1):
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            if await schema_version(db) >= number:  # another process got there first
+                await db.execute("ROLLBACK")
+                continue
+            for statement in MIGRATIONS[number]:
+                await db.execute(statement)
+            await db.execute(f"PRAGMA user_version = {number}")
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+    return await schema_version(db)

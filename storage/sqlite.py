@@ -1,0 +1,236 @@
+"""The store over aiosqlite: every statement and transaction of pinbot lives here.
+
+The connection runs in autocommit mode, and every write is a single guarded statement, so a write is
+durable when its call returns and limits hold under any concurrency: a guard that no longer holds
+makes the statement change nothing, and the caller re-reads and decides again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from storage.migrations import migrate
+from storage.models import Block, HistoryEntry, Level, NewBlock, State
+
+_BLOCK_COLUMNS = (
+    "id, scope, label, content, level, state, priority, created_at, updated_at, "
+    "idle_since, idle_calls, rev"
+)
+
+
+def _ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _dt(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def label_key(label: str) -> str:
+    """The form a label is matched by within its scope (case-insensitive)."""
+    return label.casefold()
+
+
+def _block(row: Sequence[Any]) -> Block:
+    return Block(
+        id=row[0], scope=row[1], label=row[2], content=row[3], level=Level(row[4]),
+        state=State(row[5]), priority=row[6], created_at=_dt(row[7]), updated_at=_dt(row[8]),
+        idle_since=_dt(row[9]), idle_calls=row[10], rev=row[11],
+    )
+
+
+def _placeholders(count: int) -> str:
+    return ",".join("?" * count)
+
+
+class Store:
+    """pinbot's SQLite database: blocks per scope, per-scope model-call counts, history."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    @classmethod
+    async def open(cls, path: str | Path) -> Store:
+        """Open (creating if needed) the database at path, in WAL mode, migrated to the latest."""
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(path, isolation_level=None)
+        try:
+            await db.execute("PRAGMA busy_timeout = 5000")
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA synchronous = NORMAL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            await migrate(db)
+        except BaseException:
+            await db.close()
+            raise
+        return cls(db)
+
+    async def close(self) -> None:
+        """Close the connection; committed data is on disk."""
+        await self._db.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- blocks -------------------------------------------------------------------------------
+
+    async def blocks(self, scopes: Sequence[str]) -> list[Block]:
+        """Every block of the given scopes, in any state, oldest creation first."""
+        if not scopes:
+            return []
+        rows = await self._db.execute_fetchall(
+            f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE scope IN ({_placeholders(len(scopes))}) "
+            "ORDER BY created_at, id",
+            tuple(scopes),
+        )
+        return [_block(row) for row in rows]
+
+    async def insert_block(
+        self, new: NewBlock, *, now: datetime, max_blocks: int, max_total_chars: int
+    ) -> bool:
+        """Insert unless the label exists or the scope's block or character limit would break.
+
+        Returns whether the block was inserted (and committed).
+        """
+        stamp = _ts(now)
+        try:
+            cursor = await self._db.execute(
+                "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
+                "created_at, updated_at, idle_since, idle_calls) "
+                "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL "
+                "WHERE (SELECT COUNT(*) FROM blocks WHERE scope = ?) < ? "
+                "AND (? = 0 OR (SELECT TOTAL(length(content)) FROM blocks WHERE scope = ?) "
+                "+ length(?) <= ?)",
+                (
+                    new.scope, new.label, label_key(new.label), new.content, new.level.value,
+                    new.state.value, new.priority, stamp, stamp,
+                    new.scope, max_blocks,
+                    max_total_chars, new.scope, new.content, max_total_chars,
+                ),
+            )
+        except sqlite3.IntegrityError:
+            return False
+        return cursor.rowcount == 1
+
+    async def update_block(
+        self,
+        block: Block,
+        *,
+        now: datetime,
+        max_total_chars: int,
+        content: str | None = None,
+        level: Level | None = None,
+        state: State | None = None,
+    ) -> bool:
+        """Change a block if it is still at the revision read and the scope stays within budget.
+
+        Making a block idle records the time and the scope's model-call count at that moment;
+        leaving idle clears both. Returns whether the change was committed.
+        """
+        new_content = block.content if content is None else content
+        new_level = block.level if level is None else level
+        new_state = block.state if state is None else state
+        if new_state is State.IDLE and block.state is not State.IDLE:
+            idle_sql = "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) " \
+                       "FROM scope_calls WHERE scope = blocks.scope)"
+            idle_args: tuple[Any, ...] = (_ts(now),)
+        elif new_state is State.IDLE:
+            idle_sql, idle_args = "idle_since = idle_since", ()
+        else:
+            idle_sql, idle_args = "idle_since = NULL, idle_calls = NULL", ()
+        cursor = await self._db.execute(
+            f"UPDATE blocks SET content = ?, level = ?, state = ?, updated_at = ?, {idle_sql}, "
+            "rev = rev + 1 WHERE id = ? AND rev = ? "
+            "AND (? = 0 OR (SELECT TOTAL(length(b.content)) FROM blocks b "
+            "WHERE b.scope = blocks.scope) - length(content) + length(?) <= ?)",
+            (
+                new_content, new_level.value, new_state.value, _ts(now), *idle_args,
+                block.id, block.rev,
+                max_total_chars, new_content, max_total_chars,
+            ),
+        )
+        return cursor.rowcount == 1
+
+    async def delete_block(self, block: Block) -> bool:
+        """Delete a block if it still exists; returns whether a row went."""
+        cursor = await self._db.execute("DELETE FROM blocks WHERE id = ?", (block.id,))
+        return cursor.rowcount == 1
+
+    async def delete_blocks(self, ids: Iterable[int]) -> int:
+        """Delete the blocks with these ids; returns how many went."""
+        id_list = list(ids)
+        if not id_list:
+            return 0
+        cursor = await self._db.execute(
+            f"DELETE FROM blocks WHERE id IN ({_placeholders(len(id_list))})", tuple(id_list)
+        )
+        return cursor.rowcount
+
+    async def clear_scope(self, scope: str) -> int:
+        """Delete every block of a scope, pinned included; returns how many went."""
+        cursor = await self._db.execute("DELETE FROM blocks WHERE scope = ?", (scope,))
+        return cursor.rowcount
+
+    # --- model-call counters ------------------------------------------------------------------
+
+    async def count_model_call(self, scopes: Sequence[str]) -> dict[str, int]:
+        """Add one model call to each scope; returns each scope's count before this call."""
+        if not scopes:
+            return {}
+        values = ",".join("(?, 1)" for _ in scopes)
+        rows = await self._db.execute_fetchall(
+            f"INSERT INTO scope_calls (scope, calls) VALUES {values} "
+            "ON CONFLICT (scope) DO UPDATE SET calls = calls + 1 RETURNING scope, calls",
+            tuple(scopes),
+        )
+        return {str(row[0]): int(row[1]) - 1 for row in rows}
+
+    async def model_calls(self, scope: str) -> int:
+        """How many model calls have been made with this scope."""
+        rows = await self._db.execute_fetchall(
+            "SELECT calls FROM scope_calls WHERE scope = ?", (scope,)
+        )
+        return next((int(row[0]) for row in rows), 0)
+
+    # --- history --------------------------------------------------------------------------------
+
+    async def history(self, session: str) -> list[HistoryEntry]:
+        """The conversation's stored history, oldest first."""
+        rows = await self._db.execute_fetchall(
+            "SELECT id, role, content FROM history WHERE session = ? ORDER BY id", (session,)
+        )
+        return [HistoryEntry(id=row[0], role=row[1], content=row[2]) for row in rows]
+
+    async def append_turn(
+        self, session: str, user_text: str, reply: str, *, now: datetime, drop_ids: Sequence[int]
+    ) -> None:
+        """Record one completed turn (both messages or neither), then forget drop_ids."""
+        stamp = _ts(now)
+        # One statement writes both messages, so a crash never leaves half a turn; dropping the
+        # compacted entries afterwards is idempotent and harmless if it never happens.
+        await self._db.execute(
+            "INSERT INTO history (session, role, content, created_at) VALUES (?, ?, ?, ?), "
+            "(?, ?, ?, ?)",
+            (session, "user", user_text, stamp, session, "assistant", reply, stamp),
+        )
+        if drop_ids:
+            await self._db.execute(
+                f"DELETE FROM history WHERE session = ? AND id IN "
+                f"({_placeholders(len(drop_ids))})",
+                (session, *drop_ids),
+            )
+
+    async def integrity_ok(self) -> bool:
+        """Whether SQLite's integrity check passes."""
+        rows = await self._db.execute_fetchall("PRAGMA integrity_check")
+        return [tuple(row) for row in rows] == [("ok",)]

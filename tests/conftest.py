@@ -1,0 +1,60 @@
+"""Shared fixtures: a fresh database per test, a fake clock, a bot wired to the offline model."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Config, parse_config
+from bot.core.bot import Pinbot
+from bot.core.conversation import ChatKind, Conversation
+from bot.llm.offline import OfflineChatModel
+from storage.sqlite import Store
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with await Store.open(tmp_path / "pins.sqlite3") as opened:
+        yield opened
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    server = await FakeOpenAI().start()
+    yield server
+    await server.stop()
+
+
+def make_config(**sections: Any) -> Config:
+    """A Config from keyword sections, e.g. make_config(pins={"enable_in_group": True})."""
+    return parse_config(sections, "<test>")
+
+
+BotFactory = Callable[..., Pinbot]
+
+
+@pytest.fixture
+def make_bot(store: Store, clock: FakeClock) -> BotFactory:
+    def build(model: Any = None, **sections: Any) -> Pinbot:
+        return Pinbot(make_config(**sections), store, model or OfflineChatModel(), clock=clock)
+
+    return build
+
+
+def dm(user: str = "42", platform: str = "console") -> Conversation:
+    return Conversation(platform, ChatKind.DIRECT, chat_id=user, sender_id=user)
+
+
+def group(user: str | None = "42", chat: str | None = "-100123", topic: str | None = None,
+          platform: str = "console") -> Conversation:
+    return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)

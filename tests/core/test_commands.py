@@ -1,0 +1,109 @@
+"""The /pin parser: every form of SPEC section 3, and no input that raises."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.core.commands import ParseError, PinCommand, Verb, parse_pin
+from storage.models import Level
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", PinCommand(Verb.HELP)),
+    ("help", PinCommand(Verb.HELP)),
+    ("add rules Be brief", PinCommand(Verb.ADD, label="rules", content="Be brief")),
+    ("ADD rules Be brief", PinCommand(Verb.ADD, label="rules", content="Be brief")),
+    ("add-strong r x", PinCommand(Verb.ADD, label="r", content="x", level=Level.STRONG)),
+    ("add-context r x", PinCommand(Verb.ADD, label="r", content="x", level=Level.CONTEXT)),
+    ("add r keep this --pinned", PinCommand(Verb.ADD, label="r", content="keep this",
+                                            pinned=True)),
+    ("add r -- keep this --pinned", PinCommand(Verb.ADD, label="r",
+                                               content="keep this --pinned")),
+    ("add r --  --", PinCommand(Verb.ADD, label="r", content="--")),
+    ("add r line one\nline two\n", PinCommand(Verb.ADD, label="r",
+                                              content="line one\nline two")),
+    ("add 规则 用中文回答", PinCommand(Verb.ADD, label="规则", content="用中文回答")),
+    ("add r a--pinned", PinCommand(Verb.ADD, label="r", content="a--pinned")),
+    ("level r strong", PinCommand(Verb.LEVEL, label="r", level=Level.STRONG)),
+    ("level r Context", PinCommand(Verb.LEVEL, label="r", level=Level.CONTEXT)),
+    ("list", PinCommand(Verb.LIST)),
+    ("edit r new text", PinCommand(Verb.EDIT, label="r", content="new text")),
+    ("edit r -- -- starts with dashes", PinCommand(Verb.EDIT, label="r",
+                                                   content="-- starts with dashes")),
+    ("remove r", PinCommand(Verb.REMOVE, label="r")),
+    ("idle r", PinCommand(Verb.IDLE, label="r")),
+    ("activate r", PinCommand(Verb.ACTIVATE, label="r")),
+    ("pin r", PinCommand(Verb.PIN, label="r")),
+    ("unpin r", PinCommand(Verb.UNPIN, label="r")),
+    ("clear", PinCommand(Verb.CLEAR)),
+    ("clear confirm", PinCommand(Verb.CLEAR, confirm=True)),
+    ("shared", PinCommand(Verb.HELP, shared=True)),
+    ("shared help", PinCommand(Verb.HELP, shared=True)),
+    ("shared list", PinCommand(Verb.LIST, shared=True)),
+    ("shared add r x", PinCommand(Verb.ADD, shared=True, label="r", content="x")),
+    ("shared add-strong r x --pinned", PinCommand(Verb.ADD, shared=True, label="r",
+                                                  content="x", level=Level.STRONG,
+                                                  pinned=True)),
+    ("shared clear confirm", PinCommand(Verb.CLEAR, shared=True, confirm=True)),
+    ("shared remove r", PinCommand(Verb.REMOVE, shared=True, label="r")),
+])
+def test_parses(text: str, expected: PinCommand) -> None:
+    assert parse_pin(text) == expected
+
+
+@pytest.mark.parametrize(("text", "usage"), [
+    ("add", "/pin add <label> <content>"),
+    ("add r", "/pin add <label> <content>"),
+    ("add r --pinned", "/pin add <label> <content>"),
+    ("add r --", "/pin add <label> <content>"),
+    ("add-strong r", "/pin add-strong <label>"),
+    ("shared add r", "/pin shared add <label>"),
+    ("level r", "/pin level <label> strong|context"),
+    ("level r loud", "/pin level <label> strong|context"),
+    ("level r strong extra", "/pin level"),
+    ("list extra", "/pin list"),
+    ("edit r", "/pin edit <label> <new content>"),
+    ("remove", "/pin remove <label>"),
+    ("remove a b", "/pin remove <label>"),
+    ("idle", "/pin idle <label>"),
+    ("clear now", "/pin clear"),
+])
+def test_parse_errors_show_the_correct_form(text: str, usage: str) -> None:
+    result = parse_pin(text)
+    assert isinstance(result, ParseError)
+    assert usage in result.message
+
+
+def test_unknown_subcommand_suggests_the_closest() -> None:
+    result = parse_pin("lsit")
+    assert isinstance(result, ParseError)
+    assert "'list'" in result.message and "/pin help" in result.message
+
+
+def test_double_shared_is_an_error() -> None:
+    assert isinstance(parse_pin("shared shared list"), ParseError)
+
+
+words = st.sampled_from(["add", "add-strong", "add-context", "level", "list", "edit", "remove",
+                         "idle", "activate", "pin", "unpin", "clear", "confirm", "shared",
+                         "help", "--", "--pinned", "strong", "context", " ", "\n", "\t"])
+
+
+@settings(max_examples=400)
+@given(st.lists(st.one_of(words, st.text()), max_size=8).map(" ".join))
+def test_no_input_raises_and_each_yields_a_command_or_an_error(text: str) -> None:
+    result = parse_pin(text)
+    assert isinstance(result, PinCommand | ParseError)
+    if isinstance(result, ParseError):
+        assert result.message.strip()
+    elif result.verb is Verb.ADD:
+        assert result.label and result.content
+        assert result.content == result.content.strip()
+
+
+@settings(max_examples=200)
+@given(st.text(min_size=1000, max_size=5000))
+def test_long_arbitrary_input_never_raises(text: str) -> None:
+    assert isinstance(parse_pin(text), PinCommand | ParseError)
