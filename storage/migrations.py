@@ -75,7 +75,8 @@ async def migrate(db: aiosqlite.Connection, target: int = LATEST) -> int:
     current = await schema_version(db)
     if current > LATEST:
         raise RuntimeError(
-            f"database schema version {current} is newer than this pinbot ({LATEST}); upgrade pinbot"
+            f"database schema version {current} is newer than this pinbot ({LATEST}); "
+            "upgrade pinbot"
         )
     for number in range(current + 1, target + 1):
         await db.execute("BEGIN IMMEDIATE")

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Level(StrEnum):
-    """Where a block is injected: the system prompt (strong) or beside the user message (context)."""
+    """Where a block goes: the system prompt (strong) or beside the user message (context)."""
 
     STRONG = "strong"
     CONTEXT = "context"

@@ -28,8 +28,12 @@ def _ts(moment: datetime) -> float:
     return moment.timestamp()
 
 
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
+def _dt(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _dt_or_none(value: float | None) -> datetime | None:
+    return None if value is None else _dt(value)
 
 
 def label_key(label: str) -> str:
@@ -41,7 +45,7 @@ def _block(row: Sequence[Any]) -> Block:
     return Block(
         id=row[0], scope=row[1], label=row[2], content=row[3], level=Level(row[4]),
         state=State(row[5]), priority=row[6], created_at=_dt(row[7]), updated_at=_dt(row[8]),
-        idle_since=_dt(row[9]), idle_calls=row[10], rev=row[11],
+        idle_since=_dt_or_none(row[9]), idle_calls=row[10], rev=row[11],
     )
 
 

@@ -13,7 +13,6 @@ from bot.core.pins import Clock, PinService, utc_now
 from bot.llm.base import ChatModel
 from storage.sqlite import Store
 
-
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 
 

@@ -1,4 +1,4 @@
-"""The `/pin` language: text after `/pin` becomes a typed command or a parse error saying the fix."""
+"""The `/pin` language: text after `/pin` becomes a typed command or a parse error."""
 
 from __future__ import annotations
 

@@ -187,7 +187,9 @@ class PinService:
             return f"Block '{label}' is now pinned: sent to the model and kept until you remove it."
         return f"Block '{label}' is now active."
 
-    def _budget_problem(self, blocks: list[Block], replaced: Block | None, content: str) -> str | None:
+    def _budget_problem(
+        self, blocks: list[Block], replaced: Block | None, content: str
+    ) -> str | None:
         budget = self._pins.max_total_chars
         if budget == 0:
             return None
