@@ -44,11 +44,16 @@ BotFactory = Callable[..., Pinbot]
 
 
 @pytest.fixture
-def make_bot(store: Store, clock: FakeClock) -> BotFactory:
-    def build(model: Any = None, **sections: Any) -> Pinbot:
-        return Pinbot(make_config(**sections), store, model or OfflineChatModel(), clock=clock)
+async def make_bot(store: Store, clock: FakeClock) -> AsyncIterator[BotFactory]:
+    models: list[Any] = []
 
-    return build
+    def build(model: Any = None, **sections: Any) -> Pinbot:
+        models.append(model or OfflineChatModel())
+        return Pinbot(make_config(**sections), store, models[-1], clock=clock)
+
+    yield build
+    for model in models:
+        await model.close()
 
 
 def dm(user: str = "42", platform: str = "console") -> Conversation:

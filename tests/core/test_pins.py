@@ -1,0 +1,233 @@
+"""/pin commands end to end through Pinbot.handle: replies, limits, bad input, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from storage.models import Level, State
+from storage.sqlite import Store
+from tests.conftest import BotFactory, dm, group
+from tests.fakes.clock import FakeClock
+
+DM_SCOPE = "console:direct:42"
+
+
+async def blocks(store: Store, scope: str = DM_SCOPE) -> list[tuple[Any, ...]]:
+    return [(b.label, b.content, b.level, b.state, b.priority) for b in await store.blocks([scope])]
+
+
+async def test_dm_add_defaults_strong_and_group_add_defaults_context(
+        make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    assert "Saved strong block 'r'" in (await bot.handle(dm(), "/pin add r Be brief") or "")
+    assert "Saved context block 'g'" in (await bot.handle(group(), "/pin add g Note") or "")
+    assert "Saved context block 's'" in (await bot.handle(group("7"), "/pin shared add s x")
+                                         or "")
+    assert await blocks(store) == [("r", "Be brief", Level.STRONG, State.ACTIVE, 0)]
+    assert await blocks(store, "console:group:-100123::u:42") == [
+        ("g", "Note", Level.CONTEXT, State.ACTIVE, 0)]
+
+
+async def test_full_command_cycle_in_a_dm(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot()
+    await bot.handle(dm(), "/pin add-context proj 项目 is pinbot\nsecond line --pinned")
+    assert await blocks(store) == [("proj", "项目 is pinbot\nsecond line", Level.CONTEXT,
+                                    State.PINNED, 0)]
+    await bot.handle(dm(), "/pin level PROJ strong")
+    await bot.handle(dm(), "/pin edit proj -- new --pinned")
+    await bot.handle(dm(), "/pin unpin proj")
+    assert await blocks(store) == [("proj", "new --pinned", Level.STRONG, State.ACTIVE, 0)]
+    await bot.handle(dm(), "/pin idle proj")
+    assert (await store.blocks([DM_SCOPE]))[0].state is State.IDLE
+    await bot.handle(dm(), "/pin activate proj")
+    await bot.handle(dm(), "/pin pin proj")
+    assert (await store.blocks([DM_SCOPE]))[0].state is State.PINNED
+    reply = await bot.handle(dm(), "/pin clear")
+    assert reply and "1 block(s)" in reply and "1 of them pinned" in reply
+    assert len(await store.blocks([DM_SCOPE])) == 1
+    reply = await bot.handle(dm(), "/pin clear confirm")
+    assert reply and "Deleted 1 block(s)" in reply
+    assert await store.blocks([DM_SCOPE]) == []
+
+
+async def test_edit_keeps_creation_order(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot()
+    await bot.handle(dm(), "/pin add old first")
+    await bot.handle(dm(), "/pin add new second")
+    await bot.handle(dm(), "/pin edit old first, edited")
+    listing = await bot.handle(dm(), "/pin list") or ""
+    assert listing.index("1. new") < listing.index("2. old")
+
+
+@pytest.mark.parametrize(("command", "fragment"), [
+    ("/pin add " + "x" * 21 + " c", "limit is 20"),
+    ("/pin add lbl " + "y" * 501, "limit is 500"),
+    ("/pin add lbl bad\x07bell", "control character (U+0007)"),
+    ("/pin add bad\x00lbl c", "control character (U+0000)"),
+    ("/pin add --weird c", "cannot start with '--'"),
+    ("/pin add r", "needs content"),
+    ("/pin edit nope text", "no block labelled 'nope'"),
+    ("/pin remove nope", "no block labelled 'nope'"),
+    ("/pin level nope strong", "no block labelled 'nope'"),
+    ("/pin frobnicate", "Unknown subcommand"),
+    ("/pin edit keep " + "z" * 501, "limit is 500"),
+    ("/pin add KEEP dup", "already exists"),
+])
+async def test_bad_input_gets_a_clear_reply_and_changes_nothing(
+        make_bot: BotFactory, store: Store, command: str, fragment: str) -> None:
+    bot = make_bot()
+    await bot.handle(dm(), "/pin add keep original")
+    before = await blocks(store)
+    reply = await bot.handle(dm(), command)
+    assert reply is not None and fragment in reply
+    assert await blocks(store) == before
+
+
+async def test_limit_of_blocks_per_scope(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot(pins={"max_blocks_per_session": 2})
+    await bot.handle(dm(), "/pin add a 1")
+    await bot.handle(dm(), "/pin add b 2")
+    reply = await bot.handle(dm(), "/pin add c 3")
+    assert reply and "limit" in reply and "/pin remove" in reply
+    assert [b[0] for b in await blocks(store)] == ["a", "b"]
+
+
+async def test_fifty_concurrent_pin_adds_leave_twenty(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot()
+    replies = await asyncio.gather(*(bot.handle(dm(), f"/pin add b{i} text {i}")
+                                     for i in range(50)))
+    assert sum(1 for r in replies if r and r.startswith("Saved")) == 20
+    assert len(await store.blocks([DM_SCOPE])) == 20
+
+
+async def test_character_budget_on_add_and_edit(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot(pins={"max_total_chars": 10})
+    assert (await bot.handle(dm(), "/pin add a 123456") or "").startswith("Saved")
+    reply = await bot.handle(dm(), "/pin add b 12345")
+    assert reply and "over the budget of 10" in reply
+    reply = await bot.handle(dm(), "/pin edit a 12345678901")
+    assert reply and "pins.max_total_chars" in reply
+    assert (await bot.handle(dm(), "/pin edit a 1234567890") or "").startswith("Saved")
+    assert [b[1] for b in await blocks(store)] == ["1234567890"]
+
+
+async def test_list_shows_everything_and_the_token_estimate(make_bot: BotFactory,
+                                                            store: Store) -> None:
+    bot = make_bot(pins={"token_warning_threshold": 10})
+    await bot.handle(dm(), "/pin add rules Antworte auf Deutsch.\nZweite Zeile")
+    await bot.handle(dm(), "/pin add-context note " + "n" * 60)
+    listing = await bot.handle(dm(), "/pin list") or ""
+    assert "1. note (context, active)" in listing
+    assert "2. rules (strong, active)\nAntworte auf Deutsch.\nZweite Zeile" in listing
+    assert "tokens to every request" in listing
+    assert "Warning" in listing and "10 tokens" in listing
+    quiet = make_bot(pins={"token_warning_threshold": 0})
+    assert "tokens" not in (await quiet.handle(dm(), "/pin list") or "")
+
+
+async def test_help_and_bare_pin(make_bot: BotFactory) -> None:
+    bot = make_bot()
+    for text in ("/pin", "/pin help", "/PIN help"):
+        reply = await bot.handle(dm(), text) or ""
+        assert "/pin add <label> <content>" in reply and "strong here" in reply
+
+
+async def test_command_for_another_bot_is_ignored(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot()
+    bot.bot_username = "pin_bot"
+    assert await bot.handle(dm(), "/pin@other_bot add a b") is None
+    assert (await bot.handle(dm(), "/pin@Pin_Bot add a b") or "").startswith("Saved")
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+
+async def idle_block(make_bot: BotFactory, **pins: Any) -> Any:
+    bot = make_bot(pins=pins)
+    await bot.handle(dm(), "/pin add keep active one")
+    await bot.handle(dm(), "/pin add gone idle one")
+    await bot.handle(dm(), "/pin add safe pinned one --pinned")
+    await bot.handle(dm(), "/pin idle gone")
+    return bot
+
+
+async def labels(store: Store) -> list[str]:
+    return sorted(b.label for b in await store.blocks([DM_SCOPE]))
+
+
+async def test_idle_block_goes_after_days_and_calls(make_bot: BotFactory, store: Store,
+                                                    clock: FakeClock) -> None:
+    bot = await idle_block(make_bot)
+    for _ in range(10):
+        reply = await bot.handle(dm(), "hi")
+        assert reply and "gone" not in reply
+    clock.advance(days=6, hours=23)
+    await bot.handle(dm(), "hi")
+    assert await labels(store) == ["gone", "keep", "safe"]
+    clock.advance(hours=1)
+    await bot.handle(dm(), "hi")  # 11 calls after idling: 7 days and 10 further calls have passed
+    assert await labels(store) == ["keep", "safe"]
+
+
+async def test_idle_block_stays_with_days_but_too_few_calls(make_bot: BotFactory, store: Store,
+                                                            clock: FakeClock) -> None:
+    bot = await idle_block(make_bot)
+    clock.advance(days=8)
+    for _ in range(10):
+        await bot.handle(dm(), "hi")
+    assert await labels(store) == ["gone", "keep", "safe"]
+    await bot.handle(dm(), "hi")
+    assert await labels(store) == ["keep", "safe"]
+
+
+async def test_idle_block_goes_after_hard_retention(make_bot: BotFactory, store: Store,
+                                                    clock: FakeClock) -> None:
+    bot = await idle_block(make_bot)
+    clock.advance(days=29)
+    await bot.handle(dm(), "hi")
+    assert await labels(store) == ["gone", "keep", "safe"]
+    clock.advance(days=1)
+    await bot.handle(dm(), "hi")
+    assert await labels(store) == ["keep", "safe"]
+    clock.advance(days=400)
+    for _ in range(20):
+        await bot.handle(dm(), "hi")
+    assert await labels(store) == ["keep", "safe"]  # active and pinned never go by themselves
+
+
+async def test_cleanup_happens_only_at_a_model_request(make_bot: BotFactory, store: Store,
+                                                       clock: FakeClock) -> None:
+    bot = await idle_block(make_bot)
+    clock.advance(days=31)
+    await bot.handle(dm(), "/pin list")
+    assert await labels(store) == ["gone", "keep", "safe"]
+    await bot.handle(dm(), "hi")
+    assert await labels(store) == ["keep", "safe"]
+
+
+async def test_reactivated_block_is_safe_and_reidling_restarts_the_clock(
+        make_bot: BotFactory, store: Store, clock: FakeClock) -> None:
+    bot = await idle_block(make_bot)
+    clock.advance(days=20)
+    await bot.handle(dm(), "/pin activate gone")
+    await bot.handle(dm(), "/pin idle gone")
+    clock.advance(days=20)
+    await bot.handle(dm(), "hi")
+    assert await labels(store) == ["gone", "keep", "safe"]
+
+
+async def test_shared_scope_counts_every_members_calls(make_bot: BotFactory, store: Store,
+                                                       clock: FakeClock) -> None:
+    pins = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
+    bot = make_bot(pins=pins)
+    await bot.handle(group("7"), "/pin shared add old stale")
+    await bot.handle(group("7"), "/pin shared idle old")
+    clock.advance(days=8)
+    for member in range(11):
+        await bot.handle(group(str(100 + member)), "hi")
+    assert await store.blocks(["console:group:-100123"]) == []
+    assert await store.model_calls("console:group:-100123") == 11
+    assert await store.model_calls("console:group:-100123::u:100") == 1

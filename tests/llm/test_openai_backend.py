@@ -1,0 +1,202 @@
+"""The downstream call through the openai SDK against a fake OpenAI-compatible server: the exact
+messages array the model receives, history, and every kind of failure."""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Any
+
+import pytest
+
+from bot.config import ConfigError
+from bot.core.render import CONTEXT_RULES, STRONG_RULES
+from bot.llm import build_model
+from bot.llm.openai_backend import OpenAIChatModel
+from storage.sqlite import Store
+from tests.conftest import BotFactory, dm, group, make_config
+from tests.fakes.openai_server import FakeOpenAI
+
+SYSTEM = "You are a test assistant."
+
+
+def llm(server: FakeOpenAI, **extra: Any) -> dict[str, Any]:
+    return {"backend": "openai", "base_url": server.base_url, "model": "fake-model",
+            "api_key_env": "PINBOT_TEST_KEY", "system_prompt": SYSTEM, "timeout_s": 5,
+            "max_retries": 0, **extra}
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
+
+
+def openai_bot(make_bot: BotFactory, server: FakeOpenAI, pins: dict[str, Any] | None = None,
+               **extra: Any) -> Any:
+    config = make_config(llm=llm(server, **extra))
+    return make_bot(OpenAIChatModel.from_config(config.llm), llm=llm(server, **extra),
+                    pins=pins or {})
+
+
+def marker_of(messages: list[dict[str, Any]]) -> str:
+    found = re.search(r"\[(pin-[0-9a-f]{16}) ", messages[0]["content"] + messages[-1]["content"])
+    assert found
+    return found.group(1)
+
+
+def strong_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
+    body = "\n".join(f"[{m} block strong {scope} label={label}]\n{content}\n[{m} end block]"
+                     for scope, label, content in blocks)
+    return (f"[{m} pinned rules]\n{STRONG_RULES}\nEach block starts with a line "
+            f"\"[{m} block <level> <scope> label=<label>]\" and ends with \"[{m} end block]\"; "
+            f"this section ends with \"[{m} end pinned rules]\". Only lines with exactly this "
+            f"marker are boundaries: everything else is block content.\n{body}\n"
+            f"[{m} end pinned rules]")
+
+
+def context_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
+    body = "\n".join(f"[{m} block context {scope} label={label}]\n{content}\n[{m} end block]"
+                     for scope, label, content in blocks)
+    return (f"[{m} pinned reference material]\n{CONTEXT_RULES}\nEach block starts with a line "
+            f"\"[{m} block <level> <scope> label=<label>]\" and ends with \"[{m} end block]\"; "
+            f"this section ends with \"[{m} end pinned reference material]\". Only lines with "
+            f"exactly this marker are boundaries: everything else is block content.\n{body}\n"
+            f"[{m} end pinned reference material]")
+
+
+async def test_no_blocks_means_the_plain_request(make_bot: BotFactory,
+                                                 fake_openai: FakeOpenAI) -> None:
+    bot = openai_bot(make_bot, fake_openai)
+    assert await bot.handle(dm(), "hello") == "reply 1"
+    assert fake_openai.requests[0]["model"] == "fake-model"
+    assert fake_openai.messages() == [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": "hello"}]
+    assert fake_openai.headers[0]["Authorization"] == "Bearer sk-test-secret"
+
+
+async def test_dm_blocks_arrive_exactly(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
+    bot = openai_bot(make_bot, fake_openai)
+    await bot.handle(dm(), "/pin add tone Antworte knapp.")
+    await bot.handle(dm(), "/pin add-context proj Project:\npinbot --pinned")
+    await bot.handle(dm(), "/pin add-context old stale")
+    await bot.handle(dm(), "/pin idle old")
+    await bot.handle(dm(), "Wie geht's?")
+    messages = fake_openai.messages()
+    m = marker_of(messages)
+    assert messages == [
+        {"role": "system",
+         "content": f"{SYSTEM}\n\n" + strong_section(m, [("personal", "tone", "Antworte knapp.")])},
+        {"role": "user",
+         "content": context_section(m, [("personal", "proj", "Project:\npinbot")])
+         + "\n\nWie geht's?"},
+    ]
+
+
+async def test_group_request_has_shared_then_own_blocks_only(make_bot: BotFactory,
+                                                             fake_openai: FakeOpenAI) -> None:
+    pins = {"enable_in_group": True, "group_shared_admin_ids": ["console:group:-100123::u:7"],
+            "group_strong_user_ids": ["5"]}
+    bot = openai_bot(make_bot, fake_openai, pins)
+    await bot.handle(group("7"), "/pin shared add-strong house No profanity.")
+    await bot.handle(group("7"), "/pin shared add faq FAQ text")
+    await bot.handle(group("5"), "/pin add-strong mine Call me Ana.")
+    await bot.handle(group("5"), "/pin add note Ana's note")
+    await bot.handle(group("42"), "/pin add other Not for Ana")
+    await bot.handle(group("5", topic="3"), "hi")
+    messages = fake_openai.messages()
+    m = marker_of(messages)
+    assert messages == [
+        {"role": "system", "content": f"{SYSTEM}\n\n" + strong_section(
+            m, [("shared", "house", "No profanity."), ("personal", "mine", "Call me Ana.")])},
+        {"role": "user", "content": context_section(
+            m, [("shared", "faq", "FAQ text"), ("personal", "note", "Ana's note")]) + "\n\nhi"},
+    ]
+
+
+async def test_injection_disabled_sends_the_plain_request(make_bot: BotFactory,
+                                                          fake_openai: FakeOpenAI) -> None:
+    bot = openai_bot(make_bot, fake_openai, {"allow_prompt_injection": False})
+    await bot.handle(dm(), "/pin add tone Be brief")
+    await bot.handle(dm(), "hello")
+    assert fake_openai.messages() == [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": "hello"}]
+
+
+async def test_history_holds_own_words_and_replies_not_wrappers(
+        make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
+    bot = openai_bot(make_bot, fake_openai)
+    await bot.handle(dm(), "/pin add-context ref Some reference")
+    await bot.handle(dm(), "first")
+    await bot.handle(dm(), "/pin list")
+    await bot.handle(dm(), "second")
+    messages = fake_openai.messages()
+    assert messages[1:3] == [{"role": "user", "content": "first"},
+                             {"role": "assistant", "content": "reply 1"}]
+    assert messages[3]["content"].endswith("\n\nsecond")
+    assert len(messages) == 4
+
+
+async def test_history_budget_drops_oldest_turns(make_bot: BotFactory, fake_openai: FakeOpenAI,
+                                                 store: Store) -> None:
+    config = make_config(llm=llm(fake_openai))
+    bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=llm(fake_openai),
+                   chat={"history_max_turns": 2})
+    for word in ("one", "two", "three", "four"):
+        await bot.handle(dm(), word)
+    assert [m["content"] for m in fake_openai.messages()] == [
+        SYSTEM, "two", "reply 2", "three", "reply 3", "four"]
+    assert len(await store.history("console:direct:42")) == 6  # 2 turns kept + the newest
+
+
+@pytest.mark.parametrize(("status", "fragment"), [
+    (500, "failed to answer"), (503, "failed to answer"), (429, "rate limited"),
+    (401, "credentials"),
+])
+async def test_failing_backend_gives_one_clear_message_and_no_history(
+        make_bot: BotFactory, fake_openai: FakeOpenAI, store: Store, status: int,
+        fragment: str) -> None:
+    bot = openai_bot(make_bot, fake_openai)
+    fake_openai.status = status
+    reply = await bot.handle(dm(), "hello")
+    assert reply is not None and fragment in reply and "sk-test" not in reply
+    assert await store.history("console:direct:42") == []
+    fake_openai.status = 200
+    assert await bot.handle(dm(), "again") == f"reply {len(fake_openai.requests)}"
+    assert fake_openai.messages()[1:] == [{"role": "user", "content": "again"}]
+
+
+async def test_retries_are_bounded_by_config(make_bot: BotFactory,
+                                             fake_openai: FakeOpenAI) -> None:
+    bot = openai_bot(make_bot, fake_openai, max_retries=1)
+    fake_openai.status = 500
+    await bot.handle(dm(), "hello")
+    assert len(fake_openai.requests) == 2
+
+
+async def test_timeout(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
+    import asyncio
+
+    fake_openai.release = asyncio.Event()  # never set: the server never answers
+    bot = openai_bot(make_bot, fake_openai, timeout_s=0.05)
+    reply = await bot.handle(dm(), "hello")
+    assert reply is not None and "in time" in reply
+    fake_openai.release.set()
+
+
+async def test_refused_connection(make_bot: BotFactory, store: Store) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1",
+                "api_key_env": "PINBOT_TEST_KEY", "max_retries": 0}
+    config = make_config(llm=settings)
+    bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=settings)
+    reply = await bot.handle(dm(), "hello")
+    assert reply is not None and "could not be reached" in reply
+
+
+def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PINBOT_TEST_KEY")
+    config = make_config(llm={"backend": "openai", "api_key_env": "PINBOT_TEST_KEY"})
+    with pytest.raises(ConfigError, match="PINBOT_TEST_KEY"):
+        build_model(config.llm)
