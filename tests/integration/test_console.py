@@ -1,0 +1,124 @@
+"""`pinbot console` as a user meets it: a subprocess fed lines on stdin, judged by its stdout, the
+blocks in the database and the requests a fake OpenAI-compatible server receives."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from storage.sqlite import Store
+from tests.fakes.openai_server import FakeOpenAI
+
+PINBOT = str(Path(sys.executable).parent / "pinbot")
+
+
+async def console(config: Path, lines: list[str], *args: str,
+                  env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        PINBOT, "console", "--config", str(config), *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})},
+    )
+    out, err = await process.communicate("".join(f"{line}\n" for line in lines).encode())
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def write_config(tmp_path: Path, **sections: Any) -> Path:
+    sections.setdefault("storage", {"path": str(tmp_path / "pins.sqlite3")})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(sections), encoding="utf-8")
+    return path
+
+
+async def stored(tmp_path: Path, scope: str) -> list[tuple[str, str, str, str]]:
+    async with await Store.open(tmp_path / "pins.sqlite3") as store:
+        return [(b.label, b.content, b.level.value, b.state.value)
+                for b in await store.blocks([scope])]
+
+
+async def test_dm_session_on_the_offline_backend(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(config, [
+        "/pin add tone Réponds brièvement.",
+        "/pin add-context proj pinbot -- notes --pinned",
+        "/pin list",
+        "hello model",
+        "/pin nonsense",
+    ], "--user", "42")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Saved strong block 'tone'."
+    assert lines[1].startswith("Saved context block 'proj', pinned")
+    assert ("[offline model] pinned blocks: tone (strong, personal); proj (context, personal). "
+            "Earlier messages: 0. You said: hello model") in lines
+    assert "Unknown subcommand 'nonsense'" in out
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("tone", "Réponds brièvement.", "strong", "active"),
+        ("proj", "pinbot -- notes", "context", "pinned"),
+    ]
+
+
+async def test_group_roles_with_scoped_entries_across_runs(tmp_path: Path) -> None:
+    config = write_config(tmp_path, pins={
+        "enable_in_group": True,
+        "group_shared_admin_ids": ["console:group:-100123::u:42"],
+        "group_strong_user_ids": [77],
+    })
+    group = ("--group", "-100123")
+    code, out, _ = await console(config, ["/pin shared add-strong house Be kind.",
+                                          "/pin add-strong mine Admin's rule"],
+                                 "--user", "42", *group)
+    assert code == 0 and out.count("Saved strong block") == 2
+    code, out, _ = await console(config, ["/pin shared add x y", "/pin add-strong s t",
+                                          "/pin add note my note", "/pin shared list",
+                                          "hi from a topic"],
+                                 "--user", "43", *group, "--topic", "7")
+    assert code == 0
+    assert "Only shared admins" in out and "pins.group_strong_user_ids" in out
+    assert "1. house (strong, active)\nBe kind." in out
+    assert ("pinned blocks: house (strong, shared); note (context, personal). "
+            "Earlier messages: 0. You said: hi from a topic") in out
+    code, out, _ = await console(config, ["/pin add-strong s t"], "--user", "77", *group)
+    assert out.startswith("Saved strong block 's'")
+    assert await stored(tmp_path, "console:group:-100123") == [
+        ("house", "Be kind.", "strong", "active")]
+    assert await stored(tmp_path, "console:group:-100123::u:43") == [
+        ("note", "my note", "context", "active")]
+
+
+async def test_console_against_an_openai_compatible_server(tmp_path: Path,
+                                                           fake_openai: FakeOpenAI) -> None:
+    config = write_config(tmp_path, llm={
+        "backend": "openai", "base_url": fake_openai.base_url, "model": "m",
+        "api_key_env": "PINBOT_CONSOLE_KEY", "system_prompt": "", "max_retries": 0})
+    code, out, err = await console(config, ["first", "second"], "--user", "42",
+                                   env={"PINBOT_CONSOLE_KEY": "sk-console"})
+    assert code == 0, err
+    assert out.splitlines() == ["reply 1", "reply 2"]
+    assert fake_openai.messages() == [{"role": "user", "content": "first"},
+                                      {"role": "assistant", "content": "reply 1"},
+                                      {"role": "user", "content": "second"}]
+    assert "sk-console" not in err
+
+
+async def test_missing_api_key_stops_start_up_naming_the_variable(tmp_path: Path) -> None:
+    config = write_config(tmp_path, llm={"backend": "openai", "api_key_env": "PINBOT_NO_KEY"})
+    code, _, err = await console(config, [], "--user", "1", env={"PINBOT_NO_KEY": ""})
+    assert code == 2 and "PINBOT_NO_KEY" in err
+
+
+async def test_config_errors_name_the_key_and_the_file(tmp_path: Path) -> None:
+    for bad, key in ([{"pins": {"max_blocks_per_sesion": 3}}, "pins.max_blocks_per_sesion"],
+                     [{"pins": {"max_content_length": -1}}, "pins.max_content_length"],
+                     [{"pins": {"enable_in_group": "maybe"}}, "pins.enable_in_group"],
+                     [{"llm": {"backend": "magic"}}, "llm.backend"]):
+        config = write_config(tmp_path, **bad)
+        code, out, err = await console(config, ["/pin list"], "--user", "1")
+        assert code == 2 and out == ""
+        assert key in err and str(config) in err
