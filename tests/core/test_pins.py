@@ -6,10 +6,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from bot.core.bot import Pinbot
+from bot.llm.offline import OfflineChatModel
 from storage.models import Level, State
 from storage.sqlite import Store
-from tests.conftest import BotFactory, dm, group
+from tests.conftest import BotFactory, dm, group, make_config
 from tests.fakes.clock import FakeClock
 
 DM_SCOPE = "console:direct:42"
@@ -231,3 +235,23 @@ async def test_shared_scope_counts_every_members_calls(make_bot: BotFactory, sto
     assert await store.blocks(["console:group:-100123"]) == []
     assert await store.model_calls("console:group:-100123") == 11
     assert await store.model_calls("console:group:-100123::u:100") == 1
+
+
+_nasty = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(_nasty, st.sampled_from(["add", "edit", "k", "--", "--pinned",
+                                                   "shared", "level", "strong"])),
+                max_size=6).map(" ".join))
+def test_any_pin_text_gets_a_reply_and_never_raises(text: str) -> None:
+    async def run() -> None:
+        async with await Store.open(":memory:") as store:
+            bot = Pinbot(make_config(), store, OfflineChatModel())
+            await bot.handle(dm(), "/pin add k original")
+            reply = await bot.handle(dm(), "/pin " + text)
+            assert reply is not None and reply.strip()
+            for block in await store.blocks([DM_SCOPE]):
+                assert block.content == block.content.strip() and block.content
+
+    asyncio.run(run())
