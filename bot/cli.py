@@ -4,40 +4,43 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from bot.config import Config, ConfigError, load_config
 from bot.core.bot import Pinbot
-from bot.llm import build_model
+from bot.llm import ChatModel, build_model
+from bot.logs import REDACTOR, setup_logging
 from storage.sqlite import Store
-
-log = logging.getLogger("pinbot")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pinbot", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     console = commands.add_parser("console", help="talk to the bot in this terminal")
-    console.add_argument("--config", help="YAML config file (default: embedded defaults)")
     console.add_argument("--user", required=True, help="your sender id")
     console.add_argument("--group", help="speak in this group id instead of a DM")
     console.add_argument("--topic", help="forum topic id inside --group")
-    check = commands.add_parser("check-config", help="validate the config file")
-    check.add_argument("--config", help="YAML config file (default: embedded defaults)")
+    commands.add_parser("telegram", help="run the bot on Telegram")
+    commands.add_parser("check-config", help="validate the config file")
+    for sub in commands.choices.values():
+        sub.add_argument("--config", help="YAML config file (default: embedded defaults)")
     return parser
 
 
-def setup_logging(config: Config) -> None:
-    """Configure the root logger from `logging.*`, on stderr."""
-    logging.basicConfig(
-        level=config.logging.level.upper(), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    # The HTTP libraries log request URLs at INFO, and Telegram's carry the bot token.
-    for noisy in ("httpx", "httpcore", "openai"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+@contextlib.asynccontextmanager
+async def _running_core(config: Config) -> AsyncIterator[Pinbot]:
+    model: ChatModel = build_model(config.llm)
+    try:
+        store = await Store.open(config.storage.path)
+        try:
+            yield Pinbot(config, store, model)
+        finally:
+            await store.close()
+    finally:
+        await model.close()
 
 
 async def _console(config: Config, args: argparse.Namespace) -> int:
@@ -45,15 +48,30 @@ async def _console(config: Config, args: argparse.Namespace) -> int:
 
     if args.topic and not args.group:
         raise ConfigError("--topic needs --group: topics exist only inside groups")
-    model = build_model(config.llm)
-    store = await Store.open(config.storage.path)
-    try:
-        bot = Pinbot(config, store, model)
-        await run_console(bot, console_conversation(args.user, args.group, args.topic))
-    finally:
-        await store.close()
-        await model.close()
+    async with _running_core(config) as pinbot:
+        await run_console(pinbot, console_conversation(args.user, args.group, args.topic))
     return 0
+
+
+async def _telegram(config: Config) -> int:
+    from bot.adapters.telegram import TelegramFrontend, run_telegram
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with _running_core(config) as pinbot:
+        frontend = TelegramFrontend.from_config(pinbot, config.telegram)
+        await run_telegram(frontend, stop)
+    return 0
+
+
+def _register_secrets(config: Config) -> None:
+    import os
+
+    for variable in (config.llm.api_key_env, config.telegram.token_env,
+                     config.telegram.webhook_secret_env):
+        REDACTOR.add(os.environ.get(variable, ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,11 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = load_config(args.config)
-        setup_logging(config)
+        setup_logging(config.logging)
+        _register_secrets(config)
         if args.command == "check-config":
             build_model(config.llm)
             print(f"configuration ok ({args.config or 'embedded defaults'})")
             return 0
+        if args.command == "telegram":
+            return asyncio.run(_telegram(config))
         return asyncio.run(_console(config, args))
     except ConfigError as error:
         print(f"pinbot: {error}", file=sys.stderr)

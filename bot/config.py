@@ -65,6 +65,23 @@ class PinsConfig(_Section):
     group_shared_admin_ids: IdList = []
     group_strong_user_ids: IdList = []
     allow_prompt_injection: bool = True
+    inherit_platform_admins: bool = False
+
+
+class TelegramConfig(_Section):
+    """The Telegram adapter: where the Bot API is, how updates arrive, when groups trigger."""
+
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    base_url: str = "https://api.telegram.org/bot"
+    mode: Literal["polling", "webhook"] = "polling"
+    poll_timeout_s: Positive = 30
+    webhook_listen: str = "127.0.0.1"
+    webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
+    webhook_path: str = "telegram"
+    webhook_url: str = ""
+    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
+    group_trigger: Literal["mention", "all"] = "mention"
+    admin_cache_ttl_s: Annotated[float, Field(ge=0)] = 60.0
 
 
 class ChatConfig(_Section):
@@ -90,6 +107,7 @@ class Config(_Section):
     llm: LlmConfig = LlmConfig()
     pins: PinsConfig = PinsConfig()
     chat: ChatConfig = ChatConfig()
+    telegram: TelegramConfig = TelegramConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

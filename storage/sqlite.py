@@ -7,8 +7,10 @@ makes the statement change nothing, and the caller re-reads and decides again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,9 @@ class Store:
 
     def __init__(self, db: aiosqlite.Connection) -> None:
         self._db = db
+        # Single-statement writes take this lock too, so none of them can land inside (and be
+        # rolled back with) a multi-statement transaction on this shared connection.
+        self._write_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: str | Path) -> Store:
@@ -86,6 +91,14 @@ class Store:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def _write(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+    ) -> aiosqlite.Cursor:
+        """One write statement, committed on return (autocommit)."""
+        async with self._write_lock:
+            cursor = await self._db.execute(sql, args)
+        return cursor
+
     # --- blocks -------------------------------------------------------------------------------
 
     async def blocks(self, scopes: Sequence[str]) -> list[Block]:
@@ -108,7 +121,7 @@ class Store:
         """
         stamp = _ts(now)
         try:
-            cursor = await self._db.execute(
+            cursor = await self._write(
                 "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
                 "created_at, updated_at, idle_since, idle_calls) "
                 "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL "
@@ -152,7 +165,7 @@ class Store:
             idle_sql, idle_args = "idle_since = idle_since", ()
         else:
             idle_sql, idle_args = "idle_since = NULL, idle_calls = NULL", ()
-        cursor = await self._db.execute(
+        cursor = await self._write(
             f"UPDATE blocks SET content = ?, level = ?, state = ?, updated_at = ?, {idle_sql}, "
             "rev = rev + 1 WHERE id = ? AND rev = ? "
             "AND (? = 0 OR (SELECT TOTAL(length(b.content)) FROM blocks b "
@@ -167,7 +180,7 @@ class Store:
 
     async def delete_block(self, block: Block) -> bool:
         """Delete a block if it still exists; returns whether a row went."""
-        cursor = await self._db.execute("DELETE FROM blocks WHERE id = ?", (block.id,))
+        cursor = await self._write("DELETE FROM blocks WHERE id = ?", (block.id,))
         return cursor.rowcount == 1
 
     async def delete_blocks(self, ids: Iterable[int]) -> int:
@@ -175,14 +188,14 @@ class Store:
         id_list = list(ids)
         if not id_list:
             return 0
-        cursor = await self._db.execute(
+        cursor = await self._write(
             f"DELETE FROM blocks WHERE id IN ({_placeholders(len(id_list))})", tuple(id_list)
         )
         return cursor.rowcount
 
     async def clear_scope(self, scope: str) -> int:
         """Delete every block of a scope, pinned included; returns how many went."""
-        cursor = await self._db.execute("DELETE FROM blocks WHERE scope = ?", (scope,))
+        cursor = await self._write("DELETE FROM blocks WHERE scope = ?", (scope,))
         return cursor.rowcount
 
     # --- model-call counters ------------------------------------------------------------------
@@ -192,11 +205,12 @@ class Store:
         if not scopes:
             return {}
         values = ",".join("(?, 1)" for _ in scopes)
-        rows = await self._db.execute_fetchall(
-            f"INSERT INTO scope_calls (scope, calls) VALUES {values} "
-            "ON CONFLICT (scope) DO UPDATE SET calls = calls + 1 RETURNING scope, calls",
-            tuple(scopes),
-        )
+        async with self._write_lock:
+            rows = await self._db.execute_fetchall(
+                f"INSERT INTO scope_calls (scope, calls) VALUES {values} "
+                "ON CONFLICT (scope) DO UPDATE SET calls = calls + 1 RETURNING scope, calls",
+                tuple(scopes),
+            )
         return {str(row[0]): int(row[1]) - 1 for row in rows}
 
     async def model_calls(self, scope: str) -> int:
@@ -222,17 +236,58 @@ class Store:
         stamp = _ts(now)
         # One statement writes both messages, so a crash never leaves half a turn; dropping the
         # compacted entries afterwards is idempotent and harmless if it never happens.
-        await self._db.execute(
+        await self._write(
             "INSERT INTO history (session, role, content, created_at) VALUES (?, ?, ?, ?), "
             "(?, ?, ?, ?)",
             (session, "user", user_text, stamp, session, "assistant", reply, stamp),
         )
         if drop_ids:
-            await self._db.execute(
+            await self._write(
                 f"DELETE FROM history WHERE session = ? AND id IN "
                 f"({_placeholders(len(drop_ids))})",
                 (session, *drop_ids),
             )
+
+    # --- moving a group ---------------------------------------------------------------------------
+
+    async def move_group(self, old: str, new: str) -> int:
+        """Move a group's shared and personal blocks, counters and history from the group session
+        key old to new, in one transaction; returns how many blocks moved.
+
+        A block whose label already exists at the destination stays where it was, so nothing is
+        overwritten or duplicated; moving twice moves nothing the second time.
+        """
+        prefix_match = "(scope = :old OR substr(scope, 1, length(:old) + 4) = :old || '::u:')"
+        renamed = ":new || substr(scope, length(:old) + 1)"
+        args = {"old": old, "new": new}
+        async with self._transaction():
+            cursor = await self._db.execute(
+                f"UPDATE OR IGNORE blocks SET scope = {renamed} WHERE {prefix_match}", args
+            )
+            moved = cursor.rowcount
+            await self._db.execute(
+                f"INSERT INTO scope_calls (scope, calls) SELECT {renamed}, calls FROM scope_calls "
+                f"WHERE {prefix_match} AND true "
+                "ON CONFLICT (scope) DO UPDATE SET calls = calls + excluded.calls", args
+            )
+            await self._db.execute(f"DELETE FROM scope_calls WHERE {prefix_match}", args)
+            await self._db.execute(
+                "UPDATE history SET session = :new || substr(session, length(:old) + 1) "
+                "WHERE session = :old OR substr(session, 1, length(:old) + 1) = :old || ':'", args
+            )
+        return moved
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        """Run several statements as one transaction; other writers wait until it ends."""
+        async with self._write_lock:
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                await self._db.execute("ROLLBACK")
+                raise
+            await self._db.execute("COMMIT")
 
     async def integrity_ok(self) -> bool:
         """Whether SQLite's integrity check passes."""

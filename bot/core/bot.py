@@ -48,16 +48,26 @@ class Pinbot:
         return (bot is not None and self.bot_username is not None
                 and bot.casefold() != self.bot_username.casefold())
 
-    async def handle(self, conversation: Conversation, text: str) -> str | None:
-        """Answer one message; None means the message is not for this bot."""
+    async def handle(
+        self, conversation: Conversation, text: str, *, addressed: bool = True
+    ) -> str | None:
+        """Answer one message; None means the message is not for this bot.
+
+        A message that is not a command goes to the model only when addressed to the bot.
+        """
         text = text.strip()
         if not text:
             return None
         if not self.is_command(text):
-            return await self.chat.turn(conversation, text)
+            return await self.chat.turn(conversation, text) if addressed else None
         if self.addressed_to_other_bot(text):
             return None
         return await self.command(conversation, text)
+
+    async def move_group(self, platform: str, old_chat: str, new_chat: str) -> int:
+        """Move a group's blocks, counters and history to its new chat id; returns blocks moved."""
+        return await self.store.move_group(f"{platform}:group:{old_chat}",
+                                           f"{platform}:group:{new_chat}")
 
     async def command(self, conversation: Conversation, text: str) -> str:
         """Run a slash command and return its reply."""

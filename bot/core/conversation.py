@@ -36,7 +36,8 @@ class Conversation:
     """The conversation a message belongs to and who sent it.
 
     `sender_aliases` holds further ids of the same sender (Feishu's user_id and union_id) that
-    allowlist entries may name; scopes are keyed by `sender_id` alone.
+    allowlist entries may name; scopes are keyed by `sender_id` alone. `platform_admin` counts only
+    where `pins.inherit_platform_admins` is on.
     """
 
     platform: str
@@ -45,6 +46,7 @@ class Conversation:
     sender_id: str | None
     topic_id: str | None = None
     sender_aliases: tuple[str, ...] = field(default=())
+    platform_admin: bool = False  # the platform says the sender administers this group
 
     @property
     def session_key(self) -> str:

@@ -106,7 +106,9 @@ def resolve_access(conversation: Conversation, pins: PinsConfig) -> Access:
     if not group_whitelisted(conversation, pins):
         return Access(None, "Pins are not enabled for this group. The bot's operator can add "
                             f"'{conversation.group_session_key}' to pins.group_whitelist.")
-    if _listed(pins.group_shared_admin_ids, conversation):
+    if _listed(pins.group_shared_admin_ids, conversation) or (
+        pins.inherit_platform_admins and conversation.platform_admin
+    ):
         return Access(Role.SHARED_ADMIN)
     if _listed(pins.group_strong_user_ids, conversation):
         return Access(Role.STRONG_USER)

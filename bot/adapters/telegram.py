@@ -1,0 +1,336 @@
+"""The Telegram adapter over python-telegram-bot: Telegram updates in, core replies out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from telegram import (
+    BotCommand,
+    BotCommandScopeAllGroupChats,
+    BotCommandScopeAllPrivateChats,
+    Message,
+    MessageEntity,
+    ReplyParameters,
+    Update,
+)
+from telegram.constants import ChatAction, ChatMemberStatus, ChatType, MessageLimit
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.ext import (
+    Application,
+    ApplicationBuilder,
+    BaseUpdateProcessor,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+
+from bot.config import ConfigError, TelegramConfig, secret_from_env
+from bot.core.bot import Pinbot
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.replies import split_message, utf16_length
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "telegram"
+# Telegram sends these as `from` when the real sender is hidden behind a chat.
+ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
+TYPING_REFRESH_S = 4.5
+SEND_ATTEMPTS = 3
+PRIVATE_COMMANDS = [
+    BotCommand("pin", "Manage your pinned rules and notes"),
+    BotCommand("help", "What this bot does"),
+]
+GROUP_COMMANDS = [
+    BotCommand("pin", "Pinned blocks: yours and this group's"),
+    BotCommand("help", "What this bot does"),
+]
+
+
+class ChatOrderedUpdates(BaseUpdateProcessor):
+    """Processes updates of different chats concurrently and those of one chat in arrival order."""
+
+    def __init__(self, max_concurrent_updates: int = 256) -> None:
+        super().__init__(max_concurrent_updates)
+        self._locks: weakref.WeakValueDictionary[object, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        """Await coroutine once every earlier update of the same chat is done."""
+        chat = update.effective_chat if isinstance(update, Update) else None
+        key: object = chat.id if chat is not None else id(update)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            await coroutine
+
+    async def initialize(self) -> None:
+        """Nothing to set up."""
+
+    async def shutdown(self) -> None:
+        """Nothing to release."""
+
+
+def conversation_of(message: Message) -> Conversation:
+    """The core's view of a Telegram message: chat kind, ids, topic and sender."""
+    chat = message.chat
+    sender = message.from_user
+    hidden = message.sender_chat is not None or sender is None or sender.id in ANONYMOUS_SENDER_IDS
+    sender_id = None if hidden or sender is None else str(sender.id)
+    if chat.type == ChatType.PRIVATE:
+        return Conversation(PLATFORM, ChatKind.DIRECT, str(chat.id), sender_id)
+    if chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
+        topic = message.message_thread_id if message.is_topic_message else None
+        return Conversation(PLATFORM, ChatKind.GROUP, str(chat.id), sender_id,
+                            topic_id=str(topic) if topic else None)
+    kind = ChatKind.CHANNEL if chat.type == ChatType.CHANNEL else ChatKind.UNKNOWN
+    return Conversation(PLATFORM, kind, str(chat.id), sender_id)
+
+
+def _seconds(value: int | float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class TelegramFrontend:
+    """Runs the bot on Telegram: polling or webhook, triggers, replies, migration, admins."""
+
+    def __init__(
+        self,
+        pinbot: Pinbot,
+        config: TelegramConfig,
+        token: str,
+        *,
+        webhook_secret: str | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pinbot = pinbot
+        self.config = config
+        self._webhook_secret = webhook_secret
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._admin_cache: dict[tuple[int, int], tuple[bool, float]] = {}
+        self.app: Application[Any, Any, Any, Any, Any, Any] = (
+            ApplicationBuilder()
+            .token(token)
+            .base_url(config.base_url)
+            .concurrent_updates(ChatOrderedUpdates())
+            .get_updates_read_timeout(config.poll_timeout_s + 10)
+            .build()
+        )
+        self.app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self.on_migrate))
+        text_updates = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
+        self.app.add_handler(MessageHandler(text_updates & filters.TEXT, self.on_text))
+        self.app.add_error_handler(self.on_error)
+
+    @classmethod
+    def from_config(cls, pinbot: Pinbot, config: TelegramConfig) -> TelegramFrontend:
+        """Build the frontend with its secrets read from the environment variables config names."""
+        token = secret_from_env(config.token_env, "The Telegram bot token")
+        secret = None
+        if config.mode == "webhook":
+            if not config.webhook_url:
+                raise ConfigError("telegram.webhook_url must be set when telegram.mode is webhook")
+            secret = secret_from_env(config.webhook_secret_env, "The Telegram webhook secret")
+        return cls(pinbot, config, token, webhook_secret=secret)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect (getMe), register the command menus, and start receiving updates."""
+        await self.app.initialize()
+        self.pinbot.bot_username = self.app.bot.username
+        await self._register_commands()
+        updater = self.app.updater
+        assert updater is not None
+        if self.config.mode == "webhook":
+            await updater.start_webhook(
+                listen=self.config.webhook_listen, port=self.config.webhook_port,
+                url_path=self.config.webhook_path, webhook_url=self.config.webhook_url,
+                secret_token=self._webhook_secret,
+            )
+        else:
+            await updater.start_polling(timeout=self.config.poll_timeout_s)
+        await self.app.start()
+        log.info("telegram bot @%s started (%s)", self.app.bot.username, self.config.mode)
+
+    async def stop(self) -> None:
+        """Stop receiving, finish the updates in progress, and disconnect."""
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+        if self.app.running:
+            await self.app.stop()
+        await self.app.shutdown()
+
+    async def _register_commands(self) -> None:
+        try:
+            await self.app.bot.set_my_commands(PRIVATE_COMMANDS,
+                                               scope=BotCommandScopeAllPrivateChats())
+            await self.app.bot.set_my_commands(GROUP_COMMANDS, scope=BotCommandScopeAllGroupChats())
+        except TelegramError as error:
+            log.warning("could not register the command menu: %s", error)
+
+    # --- handlers -------------------------------------------------------------------------------
+
+    async def on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Answer a text message: a command, or a chat turn when the bot is addressed."""
+        message = update.effective_message
+        if message is None or message.text is None:
+            return
+        conversation = conversation_of(message)
+        text = message.text
+        if text.startswith("/"):
+            if self.pinbot.addressed_to_other_bot(text):
+                return
+            conversation = await self._with_platform_admin(conversation, message, text)
+            reply = await self.pinbot.handle(conversation, text)
+        else:
+            if not self._addressed(message, conversation):
+                return
+            async with self._typing(message):
+                reply = await self.pinbot.handle(conversation, self._without_mention(text))
+        if reply:
+            await self.send_reply(message, reply)
+
+    async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Move a group's blocks, counters and history when it becomes a supergroup."""
+        message = update.effective_message
+        if message is None:
+            return
+        if message.migrate_to_chat_id:
+            old, new = message.chat.id, message.migrate_to_chat_id
+        elif message.migrate_from_chat_id:
+            old, new = message.migrate_from_chat_id, message.chat.id
+        else:
+            return
+        moved = await self.pinbot.move_group(PLATFORM, str(old), str(new))
+        log.info("group %s migrated to %s: %d block(s) moved", old, new, moved)
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Log a failure of one update (without secrets) and keep going."""
+        log.error("update failed: %r", context.error, exc_info=context.error)
+
+    # --- triggers -------------------------------------------------------------------------------
+
+    def _addressed(self, message: Message, conversation: Conversation) -> bool:
+        if conversation.kind is ChatKind.DIRECT:
+            return True
+        if conversation.kind is not ChatKind.GROUP:
+            return False
+        if self.config.group_trigger == "all":
+            return True
+        me = self.app.bot
+        replied = message.reply_to_message
+        if (replied is not None and replied.forum_topic_created is None
+                and replied.from_user is not None and replied.from_user.id == me.id):
+            return True
+        mention = f"@{me.username}".casefold()
+        for entity, value in message.parse_entities(
+                [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]).items():
+            if entity.type == MessageEntity.MENTION and value.casefold() == mention:
+                return True
+            if entity.user is not None and entity.user.id == me.id:
+                return True
+        return False
+
+    def _without_mention(self, text: str) -> str:
+        username = self.app.bot.username
+        stripped = re.sub(rf"^@{re.escape(username)}\b[\s,:]*", "", text, flags=re.IGNORECASE)
+        return stripped or text
+
+    @contextlib.asynccontextmanager
+    async def _typing(self, message: Message) -> AsyncIterator[None]:
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await message.chat.send_action(
+                        ChatAction.TYPING,
+                        message_thread_id=message.message_thread_id
+                        if message.is_topic_message else None,
+                    )
+                except TelegramError as error:
+                    log.debug("typing indicator failed: %s", error)
+                await self._sleep(TYPING_REFRESH_S)
+
+        task = asyncio.create_task(keep_typing())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _with_platform_admin(
+        self, conversation: Conversation, message: Message, text: str
+    ) -> Conversation:
+        """Ask Telegram whether the sender administers the group, when config allows it to count
+        and the command is about shared blocks."""
+        if (not self.pinbot.config.pins.inherit_platform_admins
+                or conversation.kind is not ChatKind.GROUP or conversation.sender_id is None
+                or message.from_user is None or " shared" not in f" {text.casefold()}"):
+            return conversation
+        key = (message.chat.id, message.from_user.id)
+        cached = self._admin_cache.get(key)
+        now = self._monotonic()
+        if cached is not None and cached[1] > now:
+            return replace(conversation, platform_admin=cached[0])
+        try:
+            member = await message.chat.get_member(message.from_user.id)
+        except TelegramError as error:
+            log.warning("getChatMember failed for chat %s: %s", message.chat.id, error)
+            return conversation
+        is_admin = member.status in (ChatMemberStatus.OWNER, ChatMemberStatus.ADMINISTRATOR)
+        self._admin_cache[key] = (is_admin, now + self.config.admin_cache_ttl_s)
+        return replace(conversation, platform_admin=is_admin)
+
+    # --- sending --------------------------------------------------------------------------------
+
+    async def send_reply(self, message: Message, text: str) -> None:
+        """Send text as replies to message, split to Telegram's limit, in order, never cut."""
+        for part in split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length):
+            if part.strip():
+                await self._send_part(message, part)
+
+    async def _send_part(self, message: Message, text: str) -> None:
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                await message.reply_text(
+                    text, reply_parameters=ReplyParameters(
+                        message.message_id, allow_sending_without_reply=True),
+                )
+                return
+            except RetryAfter as error:
+                wait = _seconds(error.retry_after)
+                log.warning("flood control in chat %s: retrying in %.0f s (attempt %d)",
+                            message.chat.id, wait, attempt)
+                await self._sleep(wait)
+            except (Forbidden, BadRequest) as error:  # blocked, kicked, chat not found
+                log.warning("cannot write to chat %s: %s", message.chat.id, error)
+                return
+            except NetworkError as error:
+                log.warning("network error sending to chat %s: %s (attempt %d)",
+                            message.chat.id, error, attempt)
+            except TelegramError as error:
+                log.warning("sending to chat %s failed: %s", message.chat.id, error)
+                return
+        log.error("gave up sending a reply to chat %s", message.chat.id)
+
+
+async def run_telegram(frontend: TelegramFrontend, stop: asyncio.Event) -> None:
+    """Serve until stop is set, then shut down gracefully."""
+    await frontend.start()
+    try:
+        await stop.wait()
+    finally:
+        await frontend.stop()

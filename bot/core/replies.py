@@ -1,0 +1,50 @@
+"""Replies cut to a platform's size limit without losing or reordering anything."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def utf16_length(text: str) -> int:
+    """Length as Telegram counts it: UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _hard_split(line: str, limit: int, measure: Callable[[str], int]) -> list[str]:
+    pieces: list[str] = []
+    current = ""
+    for char in line:
+        if current and measure(current + char) > limit:
+            pieces.append(current)
+            current = ""
+        current += char
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def split_message(
+    text: str, limit: int, measure: Callable[[str], int] = len
+) -> list[str]:
+    """Split text into parts of at most limit (as measure counts), on line boundaries where
+    possible; a single longer line is split hard. Nothing is dropped but the line breaks that
+    fall between two parts."""
+    if measure(text) <= limit:
+        return [text]
+    parts: list[str] = []
+    current: str | None = None
+    for line in text.split("\n"):
+        candidate = line if current is None else f"{current}\n{line}"
+        if measure(candidate) <= limit:
+            current = candidate
+            continue
+        if current is not None:
+            parts.append(current)
+        if measure(line) <= limit:
+            current = line
+        else:
+            *whole, current = _hard_split(line, limit, measure) or [""]
+            parts.extend(whole)
+    if current is not None:
+        parts.append(current)
+    return parts

@@ -1,0 +1,72 @@
+"""Logging set-up: one line per event, plain or JSON, and secrets never written."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterable
+
+from bot.config import LoggingConfig
+
+REDACTED = "[redacted]"
+
+
+class RedactSecrets(logging.Filter):
+    """Replaces every known secret in a record's final message (and exception text) with
+    [redacted]."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self._secrets = [secret for secret in secrets if secret]
+
+    def add(self, secret: str) -> None:
+        """Start hiding one more secret."""
+        if secret and secret not in self._secrets:
+            self._secrets.append(secret)
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.msg, record.args = self._clean(message), None
+        if record.exc_text:
+            record.exc_text = self._clean(record.exc_text)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname.lower(),
+                 "logger": record.name, "message": record.getMessage()}
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exception"] = record.exc_text
+        return json.dumps(entry, ensure_ascii=False)
+
+
+REDACTOR = RedactSecrets(())
+
+
+def setup_logging(config: LoggingConfig) -> None:
+    """Send logs to stderr at the configured level and format, through the secret redactor."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(REDACTOR)
+    if config.json_:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.level.upper())
+    # HTTP libraries log request URLs at INFO, and Telegram's carry the bot token.
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "telegram", "apscheduler"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
