@@ -7,6 +7,7 @@ import contextlib
 import logging
 import re
 import time
+import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -97,7 +98,10 @@ def conversation_of(message: Message) -> Conversation:
     return Conversation(PLATFORM, kind, str(chat.id), sender_id)
 
 
-def _seconds(value: int | float | timedelta) -> float:
+def _retry_after_s(error: RetryAfter) -> float:
+    with warnings.catch_warnings():  # PTB 22 warns that the type will become timedelta
+        warnings.simplefilter("ignore")
+        value: int | float | timedelta = error.retry_after
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
@@ -311,7 +315,7 @@ class TelegramFrontend:
                 )
                 return
             except RetryAfter as error:
-                wait = _seconds(error.retry_after)
+                wait = _retry_after_s(error)
                 log.warning("flood control in chat %s: retrying in %.0f s (attempt %d)",
                             message.chat.id, wait, attempt)
                 await self._sleep(wait)

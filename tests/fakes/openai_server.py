@@ -36,6 +36,7 @@ class FakeOpenAI:
         self.release: asyncio.Event | None = None
         self.respond: Responder | None = None
         self._runner: web.AppRunner | None = None
+        self._received = asyncio.Condition()
         self.port = 0
 
     @property
@@ -46,6 +47,8 @@ class FakeOpenAI:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        async with self._received:
+            self._received.notify_all()
         if self.release is not None:
             await self.release.wait()
         if self.status != 200:
@@ -67,6 +70,14 @@ class FakeOpenAI:
         assert server is not None
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
+
+    async def wait_for_requests(self, count: int, timeout: float = 10) -> None:
+        """Wait until count requests have arrived (the timeout is a safety net, not a pause)."""
+        async def waiter() -> None:
+            async with self._received:
+                await self._received.wait_for(lambda: len(self.requests) >= count)
+
+        await asyncio.wait_for(waiter(), timeout)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -1,0 +1,225 @@
+"""A fake Telegram Bot API server on 127.0.0.1 that speaks the real wire format (form-encoded
+requests with JSON-encoded values, `{"ok": …, "result": …}` answers) and records every call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+BOT_USER = {"id": 999, "is_bot": True, "first_name": "Pin", "username": "pin_bot",
+            "can_join_groups": True, "can_read_all_group_messages": False,
+            "supports_inline_queries": False}
+TOKEN = "123456:TEST-TOKEN-SECRET"
+ADMIN_RIGHTS = {name: True for name in (
+    "can_be_edited", "can_manage_chat", "can_delete_messages", "can_manage_video_chats",
+    "can_restrict_members", "can_promote_members", "can_change_info", "can_invite_users",
+    "can_post_stories", "can_edit_stories", "can_delete_stories")}
+
+
+class FakeTelegram:
+    """Serves /bot<token>/<method>. Queue updates with `push`; read calls from `calls`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # answered successfully
+        self.failed: list[tuple[str, dict[str, Any]]] = []
+        self.updates: list[dict[str, Any]] = []
+        self.chat_types: dict[int, str] = {}
+        self.admins: set[tuple[int, int]] = set()
+        self.failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.hold: dict[str, asyncio.Event] = {}
+        self.confirmed = 0  # the highest update_id the bot has confirmed receiving
+        self._ids = itertools.count(1)
+        self._update_ids = itertools.count(1)
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/bot"
+
+    def push(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue an update for getUpdates; assigns its update_id."""
+        update = {"update_id": next(self._update_ids), **update}
+        for key in ("message", "edited_message", "channel_post"):
+            if key in update:
+                chat = update[key]["chat"]
+                self.chat_types[chat["id"]] = chat["type"]
+        self.updates.append(update)
+        asyncio.get_running_loop().create_task(self._notify())
+        return update
+
+    def fail(self, method: str, status: int, description: str, **parameters: Any) -> None:
+        """Make the next call of method fail with this Bot API error."""
+        body = {"ok": False, "error_code": status, "description": description}
+        if parameters:
+            body["parameters"] = parameters
+        self.failures.setdefault(method, []).append((status, body))
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def sent(self, chat_id: int | None = None) -> list[dict[str, Any]]:
+        """Every sendMessage call (to chat_id, if given), in order."""
+        return [params for method, params in self.calls if method == "sendMessage"
+                and (chat_id is None or params.get("chat_id") == chat_id)]
+
+    def called(self, method: str) -> list[dict[str, Any]]:
+        return [params for name, params in self.calls if name == method]
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = 10) -> None:
+        """Wait until condition holds after some call (a safety timeout only, never a pause)."""
+        async def waiter() -> None:
+            async with self._changed:
+                await self._changed.wait_for(condition)
+
+        await asyncio.wait_for(waiter(), timeout)
+
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        if request.content_type == "application/json":
+            loaded = await request.json()
+            return dict(loaded) if isinstance(loaded, dict) else {}
+        form = await request.post()
+        params: dict[str, Any] = {}
+        for key, value in form.items():
+            try:
+                params[key] = json.loads(str(value))
+            except json.JSONDecodeError:
+                params[key] = str(value)
+        return params
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != TOKEN:
+            return web.json_response({"ok": False, "error_code": 404,
+                                      "description": "Not Found"}, status=404)
+        method = request.match_info["method"]
+        params = await self._params(request)
+        if method in self.hold:
+            await self.hold[method].wait()
+        if self.failures.get(method):
+            status, body = self.failures[method].pop(0)
+            self.failed.append((method, params))
+            return web.json_response(body, status=status)
+        if method != "getUpdates":
+            self.calls.append((method, params))
+            await self._notify()
+        result = await self._result(method, params)
+        return web.json_response({"ok": True, "result": result})
+
+    async def _result(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "getMe":
+            return BOT_USER
+        if method == "getUpdates":
+            return await self._get_updates(params)
+        if method in ("sendMessage", "editMessageText"):
+            chat_id = int(params["chat_id"])
+            return {"message_id": next(self._ids), "date": 0, "from": BOT_USER,
+                    "chat": {"id": chat_id, "type": self.chat_types.get(chat_id, "private")},
+                    "text": params.get("text", "")}
+        if method == "getChatMember":
+            chat_id, user_id = int(params["chat_id"]), int(params["user_id"])
+            user = {"id": user_id, "is_bot": False, "first_name": "U"}
+            if (chat_id, user_id) in self.admins:
+                return {"status": "administrator", "user": user, "is_anonymous": False,
+                        **ADMIN_RIGHTS}
+            return {"status": "member", "user": user}
+        return True
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        offset = int(params.get("offset") or 0)
+        self.confirmed = max(self.confirmed, offset - 1)
+        await self._notify()
+
+        def pending() -> list[dict[str, Any]]:
+            return [u for u in self.updates if u["update_id"] >= offset]
+
+        if not pending() and float(params.get("timeout") or 0) > 0:
+            # Answer early when nothing comes: Telegram may, and it keeps shutdowns quick.
+            async with self._changed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait_for(lambda: bool(pending())), 0.2)
+        return pending()
+
+    async def start(self) -> FakeTelegram:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        assert site._server is not None
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+# --- real-format updates ------------------------------------------------------------------------
+
+def user(uid: int, name: str = "User") -> dict[str, Any]:
+    return {"id": uid, "is_bot": False, "first_name": name}
+
+
+def private_chat(uid: int) -> dict[str, Any]:
+    return {"id": uid, "type": "private", "first_name": "User"}
+
+
+def group_chat(chat_id: int, kind: str = "supergroup", forum: bool = False) -> dict[str, Any]:
+    chat: dict[str, Any] = {"id": chat_id, "type": kind, "title": "Group"}
+    if forum:
+        chat["is_forum"] = True
+    return chat
+
+
+_message_ids = itertools.count(1000)
+
+
+def _entities(text: str) -> list[dict[str, Any]]:
+    entities = []
+    if text.startswith("/"):
+        entities.append({"type": "bot_command", "offset": 0, "length": len(text.split()[0])})
+    position = 0
+    for word in text.split(" "):
+        if word.startswith("@") and len(word) > 1:
+            entities.append({"type": "mention", "offset": position, "length": len(word)})
+        position += len(word) + 1
+    return entities
+
+
+def service(chat: dict[str, Any], sender: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
+    """An update carrying a service message (no text), e.g. migrate_to_chat_id."""
+    body: dict[str, Any] = {"message_id": next(_message_ids), "date": 1767225600, "chat": chat,
+                            **fields}
+    if sender is not None:
+        body["from"] = sender
+    return {"message": body}
+
+
+def message(chat: dict[str, Any], text: str, sender: dict[str, Any] | None, *,
+            kind: str = "message", thread_id: int | None = None,
+            reply_to: dict[str, Any] | None = None,
+            sender_chat: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """An update carrying one text message, with bot_command and mention entities filled in."""
+    body: dict[str, Any] = {"message_id": next(_message_ids), "date": 1767225600, "chat": chat,
+                            "text": text, **extra}
+    if sender is not None:
+        body["from"] = sender
+    if sender_chat is not None:
+        body["sender_chat"] = sender_chat
+    if entities := _entities(text):
+        body["entities"] = entities
+    if thread_id is not None:
+        body["message_thread_id"] = thread_id
+        body["is_topic_message"] = True
+    if reply_to is not None:
+        body["reply_to_message"] = reply_to
+    return {kind: body}

@@ -1,0 +1,408 @@
+"""The real python-telegram-bot Application against a fake Bot API server on 127.0.0.1 (and a fake
+OpenAI-compatible server where the model matters), judged by the calls the bot makes and the
+blocks it stores."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.adapters.telegram import TelegramFrontend
+from bot.config import LoggingConfig
+from bot.core.bot import Pinbot
+from bot.llm.offline import OfflineChatModel
+from bot.llm.openai_backend import OpenAIChatModel
+from bot.logs import REDACTOR, setup_logging
+from storage.sqlite import Store
+from tests.conftest import dm, make_config
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import (
+    TOKEN,
+    FakeTelegram,
+    group_chat,
+    message,
+    private_chat,
+    service,
+    user,
+)
+
+GROUP = -1001234
+GROUP_KEY = f"telegram:group:{GROUP}"
+
+
+class Harness:
+    def __init__(self, server: FakeTelegram, frontend: TelegramFrontend, store: Store) -> None:
+        self.server = server
+        self.frontend = frontend
+        self.store = store
+        self.sleeps: list[float] = []
+
+    async def reply_to(self, update: dict[str, Any], count: int = 1) -> list[str]:
+        """Push an update and wait for `count` messages sent in reply to it."""
+        body = next(iter(update.values()))
+        pushed = self.server.push(update)
+        mid = body["message_id"]
+
+        def replies() -> list[dict[str, Any]]:
+            return [p for p in self.server.sent()
+                    if p.get("reply_parameters", {}).get("message_id") == mid]
+
+        await self.server.wait_for(lambda: len(replies()) >= count)
+        assert pushed
+        return [p["text"] for p in replies()]
+
+    async def settle(self) -> None:
+        """Wait until every pushed update has been fetched and fully handled."""
+        last = self.server.updates[-1]["update_id"] if self.server.updates else 0
+        await self.server.wait_for(lambda: self.server.confirmed >= last)
+        await self.frontend.app.update_queue.join()
+
+
+StartBot = Callable[..., Any]
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    server = await FakeTelegram().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def start_bot(fake_telegram: FakeTelegram, store: Store,
+                    clock: FakeClock) -> AsyncIterator[StartBot]:
+    running: list[tuple[TelegramFrontend, Any]] = []
+
+    async def start(model: Any = None, *, telegram: dict[str, Any] | None = None,
+                    webhook_secret: str | None = None, monotonic: Any = None,
+                    **sections: Any) -> Harness:
+        settings = {"base_url": fake_telegram.base_url, "poll_timeout_s": 1, **(telegram or {})}
+        config = make_config(telegram=settings, **sections)
+        model = model or OfflineChatModel()
+        pinbot = Pinbot(config, store, model, clock=clock)
+        sleeps: list[float] = []
+
+        async def fake_sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+            await asyncio.sleep(0)
+
+        extra = {"monotonic": monotonic} if monotonic else {}
+        frontend = TelegramFrontend(pinbot, config.telegram, TOKEN, webhook_secret=webhook_secret,
+                                    sleep=fake_sleep, **extra)
+        await frontend.start()
+        running.append((frontend, model))
+        harness = Harness(fake_telegram, frontend, store)
+        harness.sleeps = sleeps
+        return harness
+
+    yield start
+    for frontend, model in running:
+        await frontend.stop()
+        await model.close()
+
+
+async def blocks(store: Store, scope: str) -> list[tuple[str, str, str]]:
+    return [(b.label, b.content, b.level.value) for b in await store.blocks([scope])]
+
+
+async def test_dm_pin_and_chat(start_bot: StartBot, fake_telegram: FakeTelegram,
+                               store: Store) -> None:
+    bot = await start_bot()
+    me = user(42)
+    assert await bot.reply_to(message(private_chat(42), "/pin add tone Be brief.", me)) == [
+        "Saved strong block 'tone'."]
+    (reply,) = await bot.reply_to(message(private_chat(42), "hello there", me))
+    assert "pinned blocks: tone (strong, personal)" in reply and "You said: hello there" in reply
+    assert await blocks(store, "telegram:direct:42") == [("tone", "Be brief.", "strong")]
+    scopes = [c["scope"]["type"] for c in fake_telegram.called("setMyCommands")]
+    assert scopes == ["all_private_chats", "all_group_chats"]
+    assert all(c["commands"][0]["command"] == "pin" for c in fake_telegram.called("setMyCommands"))
+    assert fake_telegram.called("sendChatAction")[0]["action"] == "typing"
+
+
+PINS = {"enable_in_group": True, "group_shared_admin_ids": [f"{GROUP_KEY}::u:7"],
+        "group_strong_user_ids": [5]}
+
+
+async def test_group_roles_with_both_allowlist_forms(start_bot: StartBot, store: Store) -> None:
+    bot = await start_bot(pins=PINS)
+    chat = group_chat(GROUP)
+    (reply,) = await bot.reply_to(message(chat, "/pin shared add-strong house No spam", user(7)))
+    assert reply.startswith("Saved strong block 'house'")
+    (reply,) = await bot.reply_to(message(chat, "/pin add-strong mine Call me Bo", user(5)))
+    assert reply.startswith("Saved strong block 'mine'")
+    (reply,) = await bot.reply_to(message(chat, "/pin add-strong x y", user(42)))
+    assert "pins.group_strong_user_ids" in reply
+    (reply,) = await bot.reply_to(message(chat, "/pin shared add x y", user(42)))
+    assert "Only shared admins" in reply
+    (reply,) = await bot.reply_to(message(chat, "/pin add note mine", user(42)))
+    assert reply.startswith("Saved context block 'note'")
+    (reply,) = await bot.reply_to(message(chat, "/pin shared list", user(42)))
+    assert "1. house (strong, active)\nNo spam" in reply
+    assert await blocks(store, GROUP_KEY) == [("house", "No spam", "strong")]
+    assert await blocks(store, f"{GROUP_KEY}::u:42") == [("note", "mine", "context")]
+
+
+async def test_pins_disabled_and_whitelist(start_bot: StartBot, store: Store) -> None:
+    bot = await start_bot(pins={"enable_in_group": False})
+    (reply,) = await bot.reply_to(message(group_chat(GROUP), "/pin add a b", user(1)))
+    assert "pins.enable_in_group" in reply
+    await bot.frontend.stop()
+    bot = await start_bot(pins={"enable_in_group": True, "group_whitelist": ["-1009"]})
+    (reply,) = await bot.reply_to(message(group_chat(GROUP), "/pin add a b", user(1)))
+    assert "pins.group_whitelist" in reply and GROUP_KEY in reply
+    (reply,) = await bot.reply_to(message(group_chat(-1009), "/pin add a b", user(1)))
+    assert reply.startswith("Saved")
+    assert await store.blocks([f"{GROUP_KEY}::u:1"]) == []
+
+
+async def test_forum_topics_share_the_group_scope(start_bot: StartBot,
+                                                  fake_telegram: FakeTelegram) -> None:
+    bot = await start_bot(pins=PINS)
+    forum = group_chat(GROUP, forum=True)
+    await bot.reply_to(message(forum, "/pin shared add faq Read the FAQ", user(7), thread_id=3))
+    await bot.reply_to(message(forum, "/pin add mine In topic 3", user(42), thread_id=3))
+    (reply,) = await bot.reply_to(message(forum, "/pin list", user(42), thread_id=5))
+    assert "mine (context, active)\nIn topic 3" in reply
+    update = message(forum, "@pin_bot hi from topic 5", user(42), thread_id=5)
+    (reply,) = await bot.reply_to(update)
+    assert "faq (context, shared); mine (context, personal)" in reply
+    assert "You said: hi from topic 5" in reply
+    assert fake_telegram.sent()[-1]["message_thread_id"] == 5
+
+
+async def test_anonymous_admin_and_channel_are_refused(start_bot: StartBot,
+                                                       store: Store) -> None:
+    bot = await start_bot(pins=PINS)
+    chat = group_chat(GROUP)
+    anonymous = message(chat, "/pin shared add a b", user(1087968824, "Group"),
+                        sender_chat=chat)
+    (reply,) = await bot.reply_to(anonymous)
+    assert "no sender id" in reply
+    channel = {"id": -100777, "type": "channel", "title": "News"}
+    linked = message(chat, "/pin add a b", user(777000, "Telegram"), sender_chat=channel)
+    (reply,) = await bot.reply_to(linked)
+    assert "no sender id" in reply
+    (reply,) = await bot.reply_to(message(channel, "/pin add a b", None, kind="channel_post",
+                                          sender_chat=channel))
+    assert "channels" in reply
+    assert await store.blocks([GROUP_KEY]) == []
+
+
+async def test_commands_for_other_bots_and_edits_are_ignored(
+        start_bot: StartBot, fake_telegram: FakeTelegram, store: Store) -> None:
+    bot = await start_bot()
+    me, chat = user(42), private_chat(42)
+    fake_telegram.push(message(chat, "/pin@other_bot add a b", me))
+    fake_telegram.push(message(chat, "/pin add c d", me, kind="edited_message",
+                               edit_date=1767225601))
+    (reply,) = await bot.reply_to(message(chat, "/pin@Pin_Bot add e f", me))
+    assert reply == "Saved strong block 'e'."
+    await bot.settle()
+    assert len(fake_telegram.sent()) == 1
+    assert [b[0] for b in await blocks(store, "telegram:direct:42")] == ["e"]
+
+
+async def test_long_replies_are_split_on_lines_and_arrive_whole(start_bot: StartBot,
+                                                                store: Store) -> None:
+    bot = await start_bot()
+    me, chat = user(42), private_chat(42)
+    for i in range(20):
+        content = f"{i:02d}xxxx" + " word" * 98 + " end"
+        assert len(content) == 500
+        await bot.reply_to(message(chat, f"/pin add b{i:02d} {content}", me))
+    expected = await bot.frontend.pinbot.handle(dm("42", "telegram"), "/pin list")
+    parts = await bot.reply_to(message(chat, "/pin list", me), count=3)
+    assert all(len(part) <= 4096 for part in parts)
+    assert "\n".join(parts) == expected
+    lines = set(expected.split("\n"))
+    assert all(line in lines for part in parts for line in part.split("\n"))  # cut at line ends
+
+
+async def test_slow_model_in_one_chat_does_not_delay_another(
+        start_bot: StartBot, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    settings = {"backend": "openai", "base_url": fake_openai.base_url,
+                "api_key_env": "PINBOT_TEST_KEY", "max_retries": 0}
+    model = OpenAIChatModel.from_config(make_config(llm=settings).llm)
+    bot = await start_bot(model, llm=settings)
+    fake_openai.release = asyncio.Event()
+    slow = message(private_chat(1), "think hard", user(1))
+    fake_telegram.push(slow)
+    await fake_openai.wait_for_requests(1)
+    (reply,) = await bot.reply_to(message(private_chat(2), "/pin list", user(2)))
+    assert "no blocks" in reply
+    assert not [p for p in fake_telegram.sent() if p["chat_id"] == 1]
+    fake_openai.release.set()
+    await fake_telegram.wait_for(lambda: bool(fake_telegram.sent(1)))
+    assert fake_telegram.sent(1)[0]["text"] == "reply 1"
+
+
+async def test_one_chats_updates_apply_in_order(start_bot: StartBot,
+                                                fake_telegram: FakeTelegram) -> None:
+    bot = await start_bot()
+    me, chat = user(42), private_chat(42)
+    for i in range(10):
+        fake_telegram.push(message(chat, f"/pin add b{i} x", me))
+        fake_telegram.push(message(chat, f"/pin remove b{i}", me))
+    await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 20)
+    texts = [p["text"] for p in fake_telegram.sent()]
+    assert texts == [t for i in range(10) for t in
+                     (f"Saved strong block 'b{i}'.", f"Removed block 'b{i}'.")]
+    assert await bot.store.blocks(["telegram:direct:42"]) == []
+
+
+async def test_supergroup_migration_moves_everything_once(start_bot: StartBot,
+                                                          store: Store) -> None:
+    old, new = -4001, -1004001
+    bot = await start_bot(pins={"enable_in_group": True, "group_shared_admin_ids": [7]},
+                          telegram={"group_trigger": "all"})
+    chat = group_chat(old, kind="group")
+    await bot.reply_to(message(chat, "/pin shared add rules Be nice", user(7)))
+    await bot.reply_to(message(chat, "/pin add mine My note", user(42)))
+    await bot.reply_to(message(chat, "hello", user(42)))
+    bot.server.push(service(chat, user(1), migrate_to_chat_id=new))
+    bot.server.push(service(group_chat(new), user(1), migrate_from_chat_id=old))
+    await bot.settle()
+    assert await blocks(store, f"telegram:group:{new}") == [("rules", "Be nice", "context")]
+    assert await blocks(store, f"telegram:group:{new}::u:42") == [("mine", "My note", "context")]
+    assert await store.blocks([f"telegram:group:{old}", f"telegram:group:{old}::u:42"]) == []
+    assert await store.model_calls(f"telegram:group:{new}") == 1
+    assert [e.content for e in await store.history(f"telegram:group:{new}")] == [
+        "hello", (await store.history(f"telegram:group:{new}"))[1].content]
+    (reply,) = await bot.reply_to(message(group_chat(new), "again", user(42)))
+    assert "rules (context, shared); mine (context, personal)" in reply
+    assert "Earlier messages: 2" in reply
+
+
+async def test_group_triggers(start_bot: StartBot, fake_telegram: FakeTelegram) -> None:
+    bot = await start_bot(pins={"enable_in_group": True})
+    chat = group_chat(GROUP)
+    fake_telegram.push(message(chat, "just chatting", user(1)))
+    fake_telegram.push(message(chat, "hey @someone_else", user(1)))
+    (reply,) = await bot.reply_to(message(chat, "@pin_bot what now?", user(1)))
+    assert reply.endswith("You said: what now?")
+    bot_message = {"message_id": 1, "date": 0, "chat": chat, "from": {
+        "id": 999, "is_bot": True, "first_name": "Pin", "username": "pin_bot"}, "text": "earlier"}
+    (reply,) = await bot.reply_to(message(chat, "and then?", user(1), reply_to=bot_message))
+    assert reply.endswith("You said: and then?")
+    await bot.settle()
+    assert len(fake_telegram.sent()) == 2
+
+
+async def test_group_trigger_all(start_bot: StartBot) -> None:
+    bot = await start_bot(telegram={"group_trigger": "all"})
+    (reply,) = await bot.reply_to(message(group_chat(GROUP), "anyone?", user(1)))
+    assert reply.endswith("You said: anyone?")
+
+
+async def test_inherited_platform_admins(start_bot: StartBot, fake_telegram: FakeTelegram,
+                                         store: Store) -> None:
+    now = [0.0]
+    bot = await start_bot(pins={"enable_in_group": True, "inherit_platform_admins": True},
+                          telegram={"admin_cache_ttl_s": 60}, monotonic=lambda: now[0])
+    chat = group_chat(GROUP)
+    fake_telegram.admins.add((GROUP, 7))
+    (reply,) = await bot.reply_to(message(chat, "/pin shared add a from admin", user(7)))
+    assert reply.startswith("Saved")
+    (reply,) = await bot.reply_to(message(chat, "/pin shared add b from member", user(8)))
+    assert "Only shared admins" in reply
+    await bot.reply_to(message(chat, "/pin shared add c again", user(7)))
+    assert len(fake_telegram.called("getChatMember")) == 2  # the second admin check was cached
+    fake_telegram.admins.clear()
+    now[0] = 61
+    (reply,) = await bot.reply_to(message(chat, "/pin shared remove a", user(7)))
+    assert "Only shared admins" in reply
+    assert [b[0] for b in await blocks(store, GROUP_KEY)] == ["a", "c"]
+
+
+async def test_platform_admins_count_for_nothing_by_default(start_bot: StartBot,
+                                                            fake_telegram: FakeTelegram) -> None:
+    bot = await start_bot(pins={"enable_in_group": True})
+    fake_telegram.admins.add((GROUP, 7))
+    (reply,) = await bot.reply_to(message(group_chat(GROUP), "/pin shared add a b", user(7)))
+    assert "Only shared admins" in reply
+    assert fake_telegram.called("getChatMember") == []
+
+
+async def test_api_errors_are_logged_without_the_token_and_never_stop_the_bot(
+        start_bot: StartBot, fake_telegram: FakeTelegram,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging(LoggingConfig(level="debug"))
+    REDACTOR.add(TOKEN)
+    try:
+        bot = await start_bot()
+        fake_telegram.fail("sendMessage", 429, "Too Many Requests: retry after 7", retry_after=7)
+        (reply,) = await bot.reply_to(message(private_chat(1), "/pin list", user(1)))
+        assert "no blocks" in reply and bot.sleeps.count(7) == 1
+        fake_telegram.fail("sendMessage", 403, "Forbidden: bot was blocked by the user")
+        fake_telegram.fail("sendMessage", 400, "Bad Request: chat not found")
+        fake_telegram.push(message(private_chat(2), "/pin list", user(2)))
+        fake_telegram.push(message(private_chat(3), "/pin list", user(3)))
+        await bot.settle()
+        assert len(fake_telegram.failed) == 3
+        (reply,) = await bot.reply_to(message(private_chat(4), "/pin list", user(4)))
+        assert "no blocks" in reply
+        logging.getLogger("pinbot.test").error("token in a message: %s", TOKEN)
+    finally:
+        logging.getLogger().handlers.clear()
+    logged = capsys.readouterr().err
+    assert "cannot write to chat 2" in logged and "cannot write to chat 3" in logged
+    assert "blocked by the user" in logged.lower() and "chat not found" in logged.lower()
+    assert "flood control" in logged and "token in a message: [redacted]" in logged
+    assert TOKEN not in logged and TOKEN.split(":")[1] not in logged
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_webhook_mode_needs_the_secret_token(start_bot: StartBot,
+                                                   fake_telegram: FakeTelegram,
+                                                   store: Store) -> None:
+    port = free_port()
+    await start_bot(telegram={"mode": "webhook", "webhook_port": port,
+                                    "webhook_path": "hook", "webhook_url":
+                                    "https://bot.example.test/hook"},
+                          webhook_secret="s3cret-token")
+    (webhook,) = fake_telegram.called("setWebhook")
+    assert webhook["url"] == "https://bot.example.test/hook"
+    assert webhook["secret_token"] == "s3cret-token"
+    url = f"http://127.0.0.1:{port}/hook"
+    forged = message(private_chat(9), "/pin add forged x", user(9)) | {"update_id": 1}
+    honest = message(private_chat(9), "/pin add honest x", user(9)) | {"update_id": 2}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json=forged) as response:
+            assert response.status == 403
+        async with session.post(url, json=forged, headers={
+                "X-Telegram-Bot-Api-Secret-Token": "wrong"}) as response:
+            assert response.status == 403
+        async with session.post(url, json=honest, headers={
+                "X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}) as response:
+            assert response.status == 200
+    await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 1)
+    assert fake_telegram.sent()[0]["text"] == "Saved strong block 'honest'."
+    assert [b[0] for b in await blocks(store, "telegram:direct:9")] == ["honest"]
+
+
+async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "pinbot"), "telegram",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "TELEGRAM_BOT_TOKEN"},
+    )
+    _, err = await process.communicate()
+    assert process.returncode == 2 and b"TELEGRAM_BOT_TOKEN" in err
