@@ -47,6 +47,9 @@ class LlmConfig(_Section):
     system_prompt: str = "You are a helpful assistant in a chat."
     timeout_s: Annotated[float, Field(gt=0)] = 60.0
     max_retries: NonNegative = 1
+    stream: bool = False
+    agent_tools: bool = False
+    max_tool_rounds: Positive = 4
 
 
 class PinsConfig(_Section):
@@ -89,6 +92,9 @@ class ChatConfig(_Section):
 
     history_max_chars: NonNegative = 8000
     history_max_turns: NonNegative = 20
+    history_per_sender: bool = False
+    compaction: Literal["summarize", "drop"] = "summarize"
+    compaction_keep_turns: NonNegative = 4
 
 
 class LoggingConfig(_Section):

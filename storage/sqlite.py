@@ -148,6 +148,7 @@ class Store:
         content: str | None = None,
         level: Level | None = None,
         state: State | None = None,
+        priority: int | None = None,
     ) -> bool:
         """Change a block if it is still at the revision read and the scope stays within budget.
 
@@ -157,6 +158,7 @@ class Store:
         new_content = block.content if content is None else content
         new_level = block.level if level is None else level
         new_state = block.state if state is None else state
+        new_priority = block.priority if priority is None else priority
         if new_state is State.IDLE and block.state is not State.IDLE:
             idle_sql = "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) " \
                        "FROM scope_calls WHERE scope = blocks.scope)"
@@ -166,12 +168,13 @@ class Store:
         else:
             idle_sql, idle_args = "idle_since = NULL, idle_calls = NULL", ()
         cursor = await self._write(
-            f"UPDATE blocks SET content = ?, level = ?, state = ?, updated_at = ?, {idle_sql}, "
+            f"UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, updated_at = ?, "
+            f"{idle_sql}, "
             "rev = rev + 1 WHERE id = ? AND rev = ? "
             "AND (? = 0 OR (SELECT TOTAL(length(b.content)) FROM blocks b "
             "WHERE b.scope = blocks.scope) - length(content) + length(?) <= ?)",
             (
-                new_content, new_level.value, new_state.value, _ts(now), *idle_args,
+                new_content, new_level.value, new_state.value, new_priority, _ts(now), *idle_args,
                 block.id, block.rev,
                 max_total_chars, new_content, max_total_chars,
             ),
@@ -223,14 +226,16 @@ class Store:
     # --- history --------------------------------------------------------------------------------
 
     async def history(self, session: str) -> list[HistoryEntry]:
-        """The conversation's stored history, oldest first."""
+        """The stored history: its summary (if any) first, then turns oldest first."""
         rows = await self._db.execute_fetchall(
-            "SELECT id, role, content FROM history WHERE session = ? ORDER BY id", (session,)
+            "SELECT id, role, content FROM history WHERE session = ? "
+            "ORDER BY role != 'summary', id", (session,)
         )
         return [HistoryEntry(id=row[0], role=row[1], content=row[2]) for row in rows]
 
     async def append_turn(
-        self, session: str, user_text: str, reply: str, *, now: datetime, drop_ids: Sequence[int]
+        self, session: str, user_text: str, reply: str, *, now: datetime,
+        drop_ids: Sequence[int] = (),
     ) -> None:
         """Record one completed turn (both messages or neither), then forget drop_ids."""
         stamp = _ts(now)
@@ -247,6 +252,33 @@ class Store:
                 f"({_placeholders(len(drop_ids))})",
                 (session, *drop_ids),
             )
+
+    async def compact_history(
+        self, session: str, drop_ids: Sequence[int], summary: str | None, *, now: datetime
+    ) -> None:
+        """Replace the entries in drop_ids with summary (or just forget them), in one
+        transaction."""
+        async with self._transaction():
+            if drop_ids:
+                await self._db.execute(
+                    f"DELETE FROM history WHERE session = ? AND id IN "
+                    f"({_placeholders(len(drop_ids))})",
+                    (session, *drop_ids),
+                )
+            if summary is not None:
+                await self._db.execute(
+                    "DELETE FROM history WHERE session = ? AND role = 'summary'", (session,)
+                )
+                await self._db.execute(
+                    "INSERT INTO history (session, role, content, created_at) "
+                    "VALUES (?, 'summary', ?, ?)",
+                    (session, summary, _ts(now)),
+                )
+
+    async def clear_history(self, session: str) -> int:
+        """Forget a conversation's history (never its blocks); returns entries deleted."""
+        cursor = await self._write("DELETE FROM history WHERE session = ?", (session,))
+        return cursor.rowcount
 
     # --- moving a group ---------------------------------------------------------------------------
 

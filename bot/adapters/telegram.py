@@ -48,10 +48,12 @@ TYPING_REFRESH_S = 4.5
 SEND_ATTEMPTS = 3
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
+    BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("help", "What this bot does"),
 ]
 GROUP_COMMANDS = [
     BotCommand("pin", "Pinned blocks: yours and this group's"),
+    BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("help", "What this bot does"),
 ]
 

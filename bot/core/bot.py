@@ -10,7 +10,7 @@ from bot.core.commands import ParseError, parse_pin
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.pins import Clock, PinService, utc_now
-from bot.llm.base import ChatModel
+from bot.llm.base import ChatModel, TextSink
 from storage.sqlite import Store
 
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
@@ -49,17 +49,21 @@ class Pinbot:
                 and bot.casefold() != self.bot_username.casefold())
 
     async def handle(
-        self, conversation: Conversation, text: str, *, addressed: bool = True
+        self, conversation: Conversation, text: str, *, addressed: bool = True,
+        on_text: TextSink | None = None,
     ) -> str | None:
         """Answer one message; None means the message is not for this bot.
 
-        A message that is not a command goes to the model only when addressed to the bot.
+        A message that is not a command goes to the model only when addressed to the bot; while a
+        streaming model answers, on_text gets the text so far.
         """
         text = text.strip()
         if not text:
             return None
         if not self.is_command(text):
-            return await self.chat.turn(conversation, text) if addressed else None
+            if not addressed:
+                return None
+            return await self.chat.turn(conversation, text, on_text)
         if self.addressed_to_other_bot(text):
             return None
         return await self.command(conversation, text)
@@ -79,5 +83,9 @@ class Pinbot:
             return await self.pins.execute(conversation, parsed)
         if name in ("start", "help"):
             return GENERAL_HELP
+        if name in ("reset", "new"):
+            count = await self.chat.reset(conversation)
+            return (f"Started a new conversation: {count} earlier message(s) forgotten. "
+                    "Pinned blocks are kept.")
         shown = name if len(name) <= 32 else name[:32] + "…"
         return f"Unknown command /{shown}. Send /pin help to manage pinned blocks."

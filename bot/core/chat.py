@@ -1,4 +1,5 @@
-"""One chat turn: the speaker's scopes, lifecycle, rendering, history, the model, the reply."""
+"""One chat turn: the speaker's scopes, lifecycle, rendering, history (compacted when it grows
+too big), the model and its tool calls, the reply."""
 
 from __future__ import annotations
 
@@ -8,40 +9,19 @@ import weakref
 from collections.abc import Sequence
 
 from bot.config import Config
-from bot.core.conversation import Conversation
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.permissions import resolve_access
 from bot.core.pins import Clock, PinService, utc_now
 from bot.core.render import ordered, render
-from bot.llm.base import ChatModel, Message, ModelError
+from bot.core.tools import TOOL_SPECS, PinTools
+from bot.llm.base import ChatModel, Message, ModelError, TextSink
+from bot.llm.summary import summary_request
 from storage.models import Block, HistoryEntry
 from storage.sqlite import Store
 
 log = logging.getLogger(__name__)
-
-
-def recent_history(
-    entries: Sequence[HistoryEntry], max_chars: int, max_turns: int
-) -> tuple[list[HistoryEntry], list[int]]:
-    """Split history into the newest entries within the budget and the ids of the rest.
-
-    Whole turns (a user message and its reply) are kept or dropped together; 0 turns or chars means
-    no history is sent.
-    """
-    kept: list[HistoryEntry] = []
-    chars = 0
-    turns = 0
-    index = len(entries)
-    while index >= 2 and turns < max_turns:
-        pair = entries[index - 2 : index]
-        size = sum(len(entry.content) for entry in pair)
-        if chars + size > max_chars:
-            break
-        kept[:0] = pair
-        chars += size
-        turns += 1
-        index -= 2
-    dropped = [entry.id for entry in entries[:index]]
-    return kept, dropped
+NO_ANSWER = "The model gave no answer. Please try again."
 
 
 class ChatService:
@@ -53,6 +33,7 @@ class ChatService:
     ) -> None:
         self._store = store
         self._pins = pins
+        self._tools = PinTools(pins)
         self._config = config
         self._model = model
         self._clock = clock
@@ -65,26 +46,39 @@ class ChatService:
             self._locks[session] = lock
         return lock
 
-    async def turn(self, conversation: Conversation, text: str) -> str:
+    def history_key(self, conversation: Conversation) -> str:
+        """Where this conversation's history is kept: per chat (and topic), or per sender in
+        groups when `chat.history_per_sender` is on."""
+        key = conversation.session_key
+        if (self._config.chat.history_per_sender and conversation.kind is ChatKind.GROUP
+                and conversation.sender_id):
+            key = f"{key}:sender:{conversation.sender_id}"
+        return key
+
+    async def reset(self, conversation: Conversation) -> int:
+        """Forget this conversation's history (never its blocks); returns entries deleted."""
+        session = self.history_key(conversation)
+        async with self._lock(session):
+            return await self._store.clear_history(session)
+
+    async def turn(
+        self, conversation: Conversation, text: str, on_text: TextSink | None = None
+    ) -> str:
         """Send text to the model with the speaker's blocks and history; returns the reply.
 
         A failed model call returns one short English line and leaves no history.
         """
-        session = conversation.session_key
+        session = self.history_key(conversation)
         async with self._lock(session):
             shared, personal = await self._blocks(conversation)
-            history = await self._store.history(session)
-            kept, dropped = recent_history(
-                history, self._config.chat.history_max_chars, self._config.chat.history_max_turns
-            )
-            messages = self.build_messages(shared, personal, kept, text)
+            history = await self._compacted(session, await self._store.history(session))
+            messages = self.build_messages(shared, personal, history, text)
             try:
-                reply = await self._model.complete(messages)
+                reply = await self._answer(conversation, messages, on_text)
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
                 return error.user_message
-            await self._store.append_turn(session, text, reply, now=self._clock(),
-                                          drop_ids=dropped)
+            await self._store.append_turn(session, text, reply, now=self._clock())
             return reply
 
     async def _blocks(self, conversation: Conversation) -> tuple[list[Block], list[Block]]:
@@ -97,6 +91,50 @@ class ChatService:
         shared = [b for b in blocks if b.scope == shared_scope]
         personal = [b for b in blocks if b.scope == personal_scope]
         return shared, personal
+
+    async def _compacted(self, session: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
+        """History within budget: older turns summarised (or dropped if that fails)."""
+        chat = self._config.chat
+        plan = plan_history(entries, chat.history_max_chars, chat.history_max_turns,
+                            chat.compaction_keep_turns)
+        if not plan.needs_compaction:
+            return plan.kept
+        summary = None
+        if chat.compaction == "summarize":
+            try:
+                reply = await self._model.complete(
+                    summary_request([(e.role, e.content) for e in plan.older]))
+                summary = reply.text.strip() or None
+            except ModelError as error:
+                log.warning("summarising history of %s failed (%s); dropping old turns",
+                            session, error)
+        if summary is None:
+            turns = [e.id for e in plan.older if e.role != SUMMARY_ROLE]
+            await self._store.compact_history(session, turns, None, now=self._clock())
+            kept_summary = [e for e in plan.older if e.role == SUMMARY_ROLE]
+            return kept_summary + plan.kept
+        await self._store.compact_history(session, [e.id for e in plan.older], summary,
+                                          now=self._clock())
+        return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept]
+
+    async def _answer(
+        self, conversation: Conversation, messages: list[Message], on_text: TextSink | None
+    ) -> str:
+        """Ask the model, running the agent tools it calls for a bounded number of rounds."""
+        llm = self._config.llm
+        rounds = llm.max_tool_rounds if llm.agent_tools else 0
+        for round_number in range(rounds + 1):
+            tools = TOOL_SPECS if round_number < rounds else None
+            reply = await self._model.complete(messages, tools=tools, on_text=on_text)
+            if not reply.tool_calls or tools is None:
+                return reply.text or NO_ANSWER
+            messages.append(reply.as_message())
+            for call in reply.tool_calls:
+                result = await self._tools.call(conversation, call.name, call.arguments)
+                log.info("tool %s for %s: %s", call.name, conversation.session_key,
+                         result.split(":", 1)[0])
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return NO_ANSWER
 
     def build_messages(
         self, shared: Sequence[Block], personal: Sequence[Block],
@@ -113,6 +151,6 @@ class ChatService:
             if rendered.context:
                 user = f"{rendered.context}\n\n{text}"
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
-        messages.extend({"role": entry.role, "content": entry.content} for entry in history)
+        messages.extend(history_messages(history))
         messages.append({"role": "user", "content": user})
         return messages

@@ -41,6 +41,7 @@ admins may change them.
 GENERAL_HELP = """\
 Talk to me and I pass your message to the model, together with your pinned blocks.
 /pin help   How to pin rules and reference notes the model always sees
+/reset      Start a new conversation (also /new); pinned blocks stay
 /start and /help show this text."""
 
 

@@ -239,6 +239,108 @@ class PinService:
     def _cmd(target: _Target, verb: str) -> str:
         return f"/pin shared {verb}" if target.shared else f"/pin {verb}"
 
+    # --- agent tools ------------------------------------------------------------------------------
+
+    def _agent_target(self, conversation: Conversation) -> _Target | str:
+        access = resolve_access(conversation, self._pins)
+        scope = conversation.personal_scope
+        if access.role is None or scope is None:
+            return access.refusal or "Pins are not available here."
+        return _Target(scope, False, access.role, conversation.kind is ChatKind.GROUP)
+
+    async def agent_set(
+        self, conversation: Conversation, label: str, content: str, *,
+        level: Level | None, pinned: bool, priority: int | None,
+    ) -> str:
+        """Create or update a block of the speaker's personal scope for the model; returns what
+        happened, or why not, in English. Pinned blocks are never changed this way."""
+        target = self._agent_target(conversation)
+        if isinstance(target, str):
+            return f"Refused: {target}"
+        content = content.strip()
+        problem = label_problem(label, self._pins) or content_problem(content, self._pins)
+        if problem:
+            return f"Refused: {problem}"
+        for _ in range(_ATTEMPTS):
+            blocks = await self._store.blocks([target.scope])
+            existing = find_block(blocks, label)
+            if existing is None:
+                reply = await self._agent_insert(target, blocks, label, content, level, pinned,
+                                                 priority or 0)
+            else:
+                reply = await self._agent_update(target, blocks, existing, content, level,
+                                                 pinned, priority)
+            if reply is not None:
+                return reply
+        return f"Refused: {_RETRY_LATER}"
+
+    async def _agent_insert(
+        self, target: _Target, blocks: list[Block], label: str, content: str,
+        level: Level | None, pinned: bool, priority: int,
+    ) -> str | None:
+        level = level or (Level.STRONG if target.role is Role.DM_USER else Level.CONTEXT)
+        if level is Level.STRONG and (refusal := self._strong_refusal(target)):
+            return f"Refused: {refusal}"
+        if len(blocks) >= self._pins.max_blocks_per_session:
+            return (f"Refused: the personal scope already holds "
+                    f"{self._pins.max_blocks_per_session} blocks, the limit.")
+        if problem := self._budget_problem(blocks, None, content):
+            return f"Refused: {problem}"
+        state = State.PINNED if pinned else State.ACTIVE
+        new = NewBlock(scope=target.scope, label=label, content=content, level=level,
+                       state=state, priority=priority)
+        if await self._store.insert_block(new, now=self._clock(),
+                                          max_blocks=self._pins.max_blocks_per_session,
+                                          max_total_chars=self._pins.max_total_chars):
+            return (f"Saved {level.value} block '{label}'"
+                    f"{' (pinned)' if pinned else ''}; it applies from the next turn.")
+        return None
+
+    async def _agent_update(
+        self, target: _Target, blocks: list[Block], block: Block, content: str,
+        level: Level | None, pinned: bool, priority: int | None,
+    ) -> str | None:
+        if block.state is State.PINNED:
+            return (f"Refused: block '{block.label}' is pinned; only the user can change or "
+                    "remove it, with /pin.")
+        touches_strong = block.level is Level.STRONG or level is Level.STRONG
+        if touches_strong and (refusal := self._strong_refusal(target)):
+            return f"Refused: {refusal}"
+        if problem := self._budget_problem(blocks, block, content):
+            return f"Refused: {problem}"
+        done = await self._store.update_block(
+            block, now=self._clock(), max_total_chars=self._pins.max_total_chars,
+            content=content, level=level, state=State.PINNED if pinned else None,
+            priority=priority,
+        )
+        return f"Updated block '{block.label}'; it applies from the next turn." if done else None
+
+    async def agent_get(self, conversation: Conversation, label: str | None) -> str | list[Block]:
+        """The speaker's personal blocks (or the one labelled label), or a refusal."""
+        target = self._agent_target(conversation)
+        if isinstance(target, str):
+            return f"Refused: {target}"
+        blocks = await self._store.blocks([target.scope])
+        if label is None:
+            return blocks
+        found = find_block(blocks, label)
+        return [found] if found else f"There is no block labelled '{label}'."
+
+    async def agent_delete(self, conversation: Conversation, label: str) -> str:
+        """Delete a personal block for the model, unless it is pinned."""
+        target = self._agent_target(conversation)
+        if isinstance(target, str):
+            return f"Refused: {target}"
+        blocks = await self._store.blocks([target.scope])
+        block = find_block(blocks, label)
+        if block is None:
+            return f"There is no block labelled '{label}'."
+        if block.state is State.PINNED:
+            return (f"Refused: block '{block.label}' is pinned; only the user can remove it, "
+                    "with /pin remove.")
+        await self._store.delete_block(block)
+        return f"Deleted block '{block.label}'."
+
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:

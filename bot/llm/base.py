@@ -1,10 +1,14 @@
-"""The downstream model as the core sees it: chat messages in, one reply out."""
+"""The downstream model as the core sees it: chat messages (and tools) in, one reply out."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 Message = dict[str, Any]
+Tool = dict[str, Any]
+TextSink = Callable[[str], Awaitable[None]]
 
 
 class ModelError(Exception):
@@ -15,11 +19,43 @@ class ModelError(Exception):
         self.user_message = user_message
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for; arguments are its raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """The model's answer: text, and the tool calls it wants made before it answers further."""
+
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def as_message(self) -> Message:
+        """The assistant message that records this reply in a follow-up request."""
+        message: Message = {"role": "assistant", "content": self.text or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}
+                for call in self.tool_calls
+            ]
+        return message
+
+
 class ChatModel(Protocol):
     """An OpenAI-style chat completion backend."""
 
-    async def complete(self, messages: list[Message]) -> str:
-        """Answer the conversation in messages, or raise ModelError."""
+    async def complete(
+        self, messages: list[Message], *, tools: list[Tool] | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelReply:
+        """Answer the conversation, or raise ModelError. When the backend streams, on_text is
+        called with the text so far as it grows."""
         ...
 
     async def close(self) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from bot.llm.base import Message
+from bot.llm.base import Message, ModelReply, TextSink, Tool
+from bot.llm.summary import SUMMARY_INSTRUCTIONS
 
 _SECTION = re.compile(r"^\[(pin-[0-9a-f]{16}) pinned (?:rules|reference material)\]$", re.M)
 
@@ -33,17 +34,28 @@ def _user_words(message: Message) -> str:
     return content[content.index("\n", end) + 1 :].lstrip("\n") if end >= 0 else content
 
 
+def _summary(transcript: str) -> str:
+    said = [line[len("user: "):][:80] for line in transcript.splitlines()
+            if line.startswith("user: ")]
+    return "[offline summary] the user said: " + " | ".join(said)
+
+
 class OfflineChatModel:
     """Answers with the blocks it received, the history length and the user's words."""
 
-    async def complete(self, messages: list[Message]) -> str:
-        """A deterministic reply describing the request."""
+    async def complete(
+        self, messages: list[Message], *, tools: list[Tool] | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelReply:
+        """A deterministic reply describing the request (or summarising it, when asked to)."""
+        if messages and messages[0].get("content") == SUMMARY_INSTRUCTIONS:
+            return ModelReply(_summary(str(messages[-1].get("content", ""))))
         blocks = _blocks_seen(messages)
         history = sum(1 for m in messages[1:-1] if m.get("role") in ("user", "assistant"))
         said = _user_words(messages[-1]) if messages else ""
         listed = "; ".join(blocks) if blocks else "none"
-        return (f"[offline model] pinned blocks: {listed}. "
-                f"Earlier messages: {history}. You said: {said}")
+        return ModelReply(f"[offline model] pinned blocks: {listed}. "
+                          f"Earlier messages: {history}. You said: {said}")
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 import openai
+from openai.types.chat import ChatCompletionChunk
 
 from bot.config import LlmConfig, secret_from_env
-from bot.llm.base import Message, ModelError
+from bot.llm.base import Message, ModelError, ModelReply, TextSink, Tool, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -30,36 +32,87 @@ class OpenAIChatModel:
         api_key = secret_from_env(config.api_key_env, "The API key for llm.backend: openai")
         return cls(config, api_key)
 
-    async def complete(self, messages: list[Message]) -> str:
-        """One chat completion; every failure becomes a ModelError with a short English line."""
+    async def complete(
+        self, messages: list[Message], *, tools: list[Tool] | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelReply:
+        """One chat completion (streamed when `llm.stream` is on and on_text is given); every
+        failure becomes a ModelError with a short English line."""
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
         try:
-            response = await self._client.chat.completions.create(
-                model=self._config.model, messages=messages,  # type: ignore[arg-type]
-            )
-        except openai.APITimeoutError as error:
-            raise ModelError("The model did not answer in time. Please try again.",
-                             "timeout") from error
-        except openai.AuthenticationError as error:
-            raise ModelError("The model refused the bot's credentials; the operator must check "
-                             "the API key.", "authentication failed") from error
-        except openai.RateLimitError as error:
-            raise ModelError("The model is busy (rate limited). Please try again in a moment.",
-                             "rate limited") from error
-        except openai.APIConnectionError as error:
-            raise ModelError("The model could not be reached. Please try again later.",
-                             "connection failed") from error
-        except openai.APIStatusError as error:
-            raise ModelError("The model failed to answer. Please try again later.",
-                             f"status {error.status_code}") from error
+            if self._config.stream and on_text is not None:
+                reply = await self._streamed(messages, extra, on_text)
+            else:
+                response = await self._client.chat.completions.create(
+                    model=self._config.model, messages=messages,  # type: ignore[arg-type]
+                    **extra,
+                )
+                reply = _reply_of(response)
         except openai.OpenAIError as error:
-            raise ModelError("The model failed to answer. Please try again later.",
-                             type(error).__name__) from error
-        choice = response.choices[0] if response.choices else None
-        text = choice.message.content if choice else None
-        if not text:
+            raise _model_error(error) from error
+        if not reply.text and not reply.tool_calls:
             raise ModelError("The model returned an empty answer. Please try again.", "empty")
-        return text
+        return reply
+
+    async def _streamed(
+        self, messages: list[Message], extra: dict[str, Any], on_text: TextSink
+    ) -> ModelReply:
+        # The SDK's overloads cannot see `stream=True` through **extra, hence the cast.
+        stream = cast(
+            "openai.AsyncStream[ChatCompletionChunk]",
+            await self._client.chat.completions.create(
+                model=self._config.model, messages=messages,  # type: ignore[arg-type]
+                stream=True, **extra,
+            ),
+        )
+        text = ""
+        calls: dict[int, dict[str, str]] = {}
+        async for chunk in stream:
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            if delta.content:
+                text += delta.content
+                await on_text(text)
+            for fragment in delta.tool_calls or []:
+                call = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+                if fragment.id:
+                    call["id"] = fragment.id
+                if fragment.function is not None:
+                    call["name"] += fragment.function.name or ""
+                    call["arguments"] += fragment.function.arguments or ""
+        tool_calls = [ToolCall(c["id"], c["name"], c["arguments"])
+                      for _, c in sorted(calls.items())]
+        return ModelReply(text, tool_calls)
 
     async def close(self) -> None:
         """Close the pooled HTTP connections."""
         await self._client.close()
+
+
+def _reply_of(response: Any) -> ModelReply:
+    choice = response.choices[0] if response.choices else None
+    if choice is None:
+        return ModelReply("")
+    calls = [ToolCall(call.id, call.function.name, call.function.arguments or "")
+             for call in choice.message.tool_calls or [] if call.type == "function"]
+    return ModelReply(choice.message.content or "", calls)
+
+
+def _model_error(error: openai.OpenAIError) -> ModelError:
+    """The one short line a user sees for a failed model call."""
+    if isinstance(error, openai.APITimeoutError):
+        return ModelError("The model did not answer in time. Please try again.", "timeout")
+    if isinstance(error, openai.AuthenticationError):
+        return ModelError("The model refused the bot's credentials; the operator must check the "
+                          "API key.", "authentication failed")
+    if isinstance(error, openai.RateLimitError):
+        return ModelError("The model is busy (rate limited). Please try again in a moment.",
+                          "rate limited")
+    if isinstance(error, openai.APIConnectionError):
+        return ModelError("The model could not be reached. Please try again later.",
+                          "connection failed")
+    if isinstance(error, openai.APIStatusError):
+        return ModelError("The model failed to answer. Please try again later.",
+                          f"status {error.status_code}")
+    return ModelError("The model failed to answer. Please try again later.", type(error).__name__)

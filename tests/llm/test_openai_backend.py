@@ -140,7 +140,8 @@ async def test_history_budget_drops_oldest_turns(make_bot: BotFactory, fake_open
                                                  store: Store) -> None:
     config = make_config(llm=llm(fake_openai))
     bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=llm(fake_openai),
-                   chat={"history_max_turns": 2})
+                   chat={"history_max_turns": 2, "compaction": "drop",
+                         "compaction_keep_turns": 2})
     for word in ("one", "two", "three", "four"):
         await bot.handle(dm(), word)
     assert [m["content"] for m in fake_openai.messages()] == [
