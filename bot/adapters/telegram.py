@@ -45,6 +45,7 @@ PLATFORM = "telegram"
 # Telegram sends these as `from` when the real sender is hidden behind a chat.
 ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
+STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 SEND_ATTEMPTS = 3
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
@@ -124,7 +125,7 @@ class TelegramFrontend:
         self.config = config
         self._webhook_secret = webhook_secret
         self._sleep = sleep
-        self._monotonic = monotonic
+        self.monotonic = monotonic
         self._admin_cache: dict[tuple[int, int], tuple[bool, float]] = {}
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
@@ -204,8 +205,13 @@ class TelegramFrontend:
         else:
             if not self._addressed(message, conversation):
                 return
+            stream = StreamedReply(self, message)
             async with self._typing(message):
-                reply = await self.pinbot.handle(conversation, self._without_mention(text))
+                reply = await self.pinbot.handle(conversation, self._without_mention(text),
+                                                 on_text=stream.update)
+            if reply:
+                await stream.finish(reply)
+            return
         if reply:
             await self.send_reply(message, reply)
 
@@ -288,7 +294,7 @@ class TelegramFrontend:
             return conversation
         key = (message.chat.id, message.from_user.id)
         cached = self._admin_cache.get(key)
-        now = self._monotonic()
+        now = self.monotonic()
         if cached is not None and cached[1] > now:
             return replace(conversation, platform_admin=cached[0])
         try:
@@ -306,16 +312,16 @@ class TelegramFrontend:
         """Send text as replies to message, split to Telegram's limit, in order, never cut."""
         for part in split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length):
             if part.strip():
-                await self._send_part(message, part)
+                await self.send_part(message, part)
 
-    async def _send_part(self, message: Message, text: str) -> None:
+    async def send_part(self, message: Message, text: str) -> Message | None:
+        """Send one part as a reply; returns the sent message, or None if it could not go."""
         for attempt in range(1, SEND_ATTEMPTS + 1):
             try:
-                await message.reply_text(
+                return await message.reply_text(
                     text, reply_parameters=ReplyParameters(
                         message.message_id, allow_sending_without_reply=True),
                 )
-                return
             except RetryAfter as error:
                 wait = _retry_after_s(error)
                 log.warning("flood control in chat %s: retrying in %.0f s (attempt %d)",
@@ -323,14 +329,68 @@ class TelegramFrontend:
                 await self._sleep(wait)
             except (Forbidden, BadRequest) as error:  # blocked, kicked, chat not found
                 log.warning("cannot write to chat %s: %s", message.chat.id, error)
-                return
+                return None
             except NetworkError as error:
                 log.warning("network error sending to chat %s: %s (attempt %d)",
                             message.chat.id, error, attempt)
             except TelegramError as error:
                 log.warning("sending to chat %s failed: %s", message.chat.id, error)
-                return
+                return None
         log.error("gave up sending a reply to chat %s", message.chat.id)
+        return None
+
+    async def edit_part(self, sent: Message, text: str) -> bool:
+        """Replace a sent message's text; False if Telegram refused (it is then left as it was)."""
+        try:
+            await sent.edit_text(text)
+        except RetryAfter as error:
+            log.info("edit rate-limited in chat %s for %.0f s", sent.chat.id, _retry_after_s(error))
+            return False
+        except TelegramError as error:
+            log.debug("edit in chat %s failed: %s", sent.chat.id, error)
+            return False
+        return True
+
+
+class StreamedReply:
+    """One reply that grows while the model streams: sent once, then edited at most once per
+    STREAM_EDIT_INTERVAL_S, and finally completed (split like any long reply)."""
+
+    def __init__(self, frontend: TelegramFrontend, message: Message) -> None:
+        self._frontend = frontend
+        self._message = message
+        self._sent: Message | None = None
+        self._shown = ""
+        self._last_edit = 0.0
+
+    def _first_part(self, text: str) -> str:
+        return split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length)[0]
+
+    async def update(self, text: str) -> None:
+        """Show the text so far, unless the last edit was too recent."""
+        preview = self._first_part(text)
+        if not preview.strip() or preview == self._shown:
+            return
+        now = self._frontend.monotonic()
+        if self._sent is None:
+            self._sent = await self._frontend.send_part(self._message, preview)
+        else:
+            too_soon = now - self._last_edit < STREAM_EDIT_INTERVAL_S
+            if too_soon or not await self._frontend.edit_part(self._sent, preview):
+                return
+        self._shown, self._last_edit = preview, now
+
+    async def finish(self, text: str) -> None:
+        """Make the chat show exactly text: edit the streamed message, send any further parts."""
+        if self._sent is None:
+            await self._frontend.send_reply(self._message, text)
+            return
+        parts = split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length)
+        if parts[0] != self._shown and not await self._frontend.edit_part(self._sent, parts[0]):
+            await self._frontend.send_part(self._message, parts[0])
+        for part in parts[1:]:
+            if part.strip():
+                await self._frontend.send_part(self._message, part)
 
 
 async def run_telegram(frontend: TelegramFrontend, stop: asyncio.Event) -> None:
