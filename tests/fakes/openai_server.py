@@ -22,11 +22,51 @@ def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
     }
 
 
+def tool_calls(*calls: tuple[str, dict[str, Any]], text: str | None = None) -> dict[str, Any]:
+    """A chat.completion response asking for function calls (name, arguments) in order."""
+    body = completion(text or "")
+    message = body["choices"][0]["message"]
+    message["content"] = text
+    message["tool_calls"] = [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": name, "arguments": json.dumps(arguments)}}
+        for i, (name, arguments) in enumerate(calls, start=1)
+    ]
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    return body
+
+
+def stream_chunks(body: dict[str, Any], piece: int = 5) -> list[dict[str, Any]]:
+    """The SSE chunks a real server streams for a completion: content in small deltas, tool calls
+    as an id-and-name fragment followed by argument fragments."""
+    message = body["choices"][0]["message"]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": 0,
+            "model": body["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    content = message.get("content") or ""
+    chunks += [chunk({"content": content[i:i + piece]}) for i in range(0, len(content), piece)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                             "function": {"name": call["function"]["name"],
+                                                          "arguments": ""}}]}))
+        arguments = call["function"]["arguments"]
+        chunks += [chunk({"tool_calls": [{"index": index,
+                                          "function": {"arguments": arguments[i:i + piece]}}]})
+                   for i in range(0, len(arguments), piece)]
+    chunks.append(chunk({}, body["choices"][0]["finish_reason"]))
+    return chunks
+
+
 class FakeOpenAI:
     """Serves POST /v1/chat/completions; `requests` holds each JSON body received.
 
-    By default it answers "reply N". Set `status` to answer with an error status, `delay` to make
-    it wait (on an event the test controls), or `respond` for a custom body.
+    By default it answers "reply N". Queue answers in `script`, set `status` to answer with an
+    error status, `release` to make it wait on an event the test controls, or `respond` for a
+    custom body. A request with `stream: true` gets the answer as SSE chunks.
     """
 
     def __init__(self) -> None:
@@ -35,6 +75,7 @@ class FakeOpenAI:
         self.status = 200
         self.release: asyncio.Event | None = None
         self.respond: Responder | None = None
+        self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
         self.port = 0
@@ -55,9 +96,21 @@ class FakeOpenAI:
             return web.json_response(
                 {"error": {"message": "fake failure", "type": "server_error"}}, status=self.status
             )
-        if self.respond is not None:
-            return web.json_response(self.respond(body))
-        return web.json_response(completion(f"reply {len(self.requests)}"))
+        if self.script:
+            answer = self.script.pop(0)
+        elif self.respond is not None:
+            answer = self.respond(body)
+        else:
+            answer = completion(f"reply {len(self.requests)}")
+        if not body.get("stream"):
+            return web.json_response(answer)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in stream_chunks(answer):
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def start(self) -> FakeOpenAI:
         app = web.Application()

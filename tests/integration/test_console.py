@@ -122,3 +122,34 @@ async def test_config_errors_name_the_key_and_the_file(tmp_path: Path) -> None:
         code, out, err = await console(config, ["/pin list"], "--user", "1")
         assert code == 2 and out == ""
         assert key in err and str(config) in err
+
+
+async def test_a_crash_mid_turn_loses_no_committed_history(tmp_path: Path,
+                                                           fake_openai: FakeOpenAI) -> None:
+    import signal
+
+    config = write_config(tmp_path, llm={
+        "backend": "openai", "base_url": fake_openai.base_url, "api_key_env": "PINBOT_KEY",
+        "system_prompt": "", "max_retries": 0})
+    process = await asyncio.create_subprocess_exec(
+        PINBOT, "console", "--config", str(config), "--user", "42",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PINBOT_KEY": "k"},
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(b"/pin add rule kept\nfirst\n")
+    await process.stdin.drain()
+    assert await process.stdout.readline() == b"Saved strong block 'rule'.\n"
+    assert await process.stdout.readline() == b"reply 1\n"
+    fake_openai.release = asyncio.Event()  # the next model call hangs
+    process.stdin.write(b"second\n")
+    await process.stdin.drain()
+    await fake_openai.wait_for_requests(2)
+    process.send_signal(signal.SIGKILL)
+    await process.wait()
+    fake_openai.release.set()
+    async with await Store.open(tmp_path / "pins.sqlite3") as store:
+        assert [e.content for e in await store.history("console:direct:42")] == [
+            "first", "reply 1"]
+        assert [b.label for b in await store.blocks(["console:direct:42"])] == ["rule"]
+        assert await store.integrity_ok()

@@ -25,7 +25,7 @@ from bot.logs import REDACTOR, setup_logging
 from storage.sqlite import Store
 from tests.conftest import dm, make_config
 from tests.fakes.clock import FakeClock
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import (
     TOKEN,
     FakeTelegram,
@@ -406,3 +406,41 @@ async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
     )
     _, err = await process.communicate()
     assert process.returncode == 2 and b"TELEGRAM_BOT_TOKEN" in err
+
+
+async def test_streaming_edits_one_message_at_a_bounded_rate(
+        start_bot: StartBot, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    settings = {"backend": "openai", "base_url": fake_openai.base_url,
+                "api_key_env": "PINBOT_TEST_KEY", "max_retries": 0, "stream": True}
+    model = OpenAIChatModel.from_config(make_config(llm=settings).llm)
+    ticks = [0.0]
+
+    def monotonic() -> float:
+        ticks[0] += 0.25  # every reading is a quarter second later
+        return ticks[0]
+
+    bot = await start_bot(model, llm=settings, monotonic=monotonic)
+    answer = "Streaming answers arrive in pieces, and the bot edits one message. " * 3
+    fake_openai.script = [completion(answer)]
+    update = message(private_chat(5), "stream please", user(5))
+    fake_telegram.push(update)
+    await bot.settle()
+    (first,) = fake_telegram.sent(5)
+    edits = fake_telegram.called("editMessageText")
+    assert answer.startswith(first["text"]) and len(first["text"]) < len(answer)
+    assert edits[-1]["text"] == answer
+    assert all(answer.startswith(e["text"]) for e in edits)
+    readings = ticks[0] / 0.25
+    assert 2 <= len(edits) <= readings * 0.25 + 2  # at most about one edit a second
+    assert first["reply_parameters"]["message_id"] == update["message"]["message_id"]
+
+    long_answer = "\n".join(f"line {i} " + "x" * 90 for i in range(100))
+    fake_openai.script = [completion(long_answer)]
+    fake_telegram.push(message(private_chat(5), "a long one", user(5)))
+    await bot.settle()
+    streamed = fake_telegram.sent(5)[1:]
+    final_edit = fake_telegram.called("editMessageText")[-1]["text"]
+    assert "\n".join([final_edit] + [p["text"] for p in streamed[1:]]) == long_answer
+    assert all(len(p["text"]) <= 4096 for p in streamed)

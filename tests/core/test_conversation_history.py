@@ -1,0 +1,262 @@
+"""History across turns and restarts, compaction that never touches blocks, /reset, agent tools,
+all through Pinbot.handle against a fake OpenAI-compatible server and the real openai SDK."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.core.bot import Pinbot
+from bot.core.history import SUMMARY_PREFIX
+from bot.core.render import STRONG_RULES
+from bot.llm.openai_backend import OpenAIChatModel
+from bot.llm.summary import SUMMARY_INSTRUCTIONS
+from storage.sqlite import Store
+from tests.conftest import dm, group, make_config
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+
+SYSTEM = "Be helpful."
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+
+
+@pytest.fixture
+async def bots(tmp_path: Path, fake_openai: FakeOpenAI,
+               clock: FakeClock) -> AsyncIterator[Any]:
+    opened: list[tuple[Store, OpenAIChatModel]] = []
+
+    async def open_bot(**sections: Any) -> Pinbot:
+        llm = {"backend": "openai", "base_url": fake_openai.base_url,
+               "api_key_env": "PINBOT_TEST_KEY", "system_prompt": SYSTEM, "max_retries": 0,
+               **sections.pop("llm", {})}
+        config = make_config(llm=llm, **sections)
+        store = await Store.open(tmp_path / "bot.sqlite3")
+        model = OpenAIChatModel.from_config(config.llm)
+        opened.append((store, model))
+        return Pinbot(config, store, model, clock=clock)
+
+    yield open_bot
+    for store, model in opened:
+        await store.close()
+        await model.close()
+
+
+def contents(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in messages]
+
+
+async def test_history_survives_a_restart(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots()
+    await bot.handle(dm(), "my name is Ana")
+    await bot.store.close()
+    bot = await bots()
+    await bot.handle(dm(), "what is my name?")
+    assert fake_openai.messages() == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "my name is Ana"},
+        {"role": "assistant", "content": "reply 1"},
+        {"role": "user", "content": "what is my name?"},
+    ]
+
+
+async def test_group_history_is_shared_or_per_sender_and_topics_are_apart(
+        bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots()
+    await bot.handle(group("1"), "from one")
+    await bot.handle(group("2"), "from two")
+    assert contents(fake_openai.messages())[1:] == ["from one", "reply 1", "from two"]
+    await bot.handle(group("2", topic="9"), "in a topic")
+    assert contents(fake_openai.messages())[1:] == ["in a topic"]
+    per_sender = await bots(chat={"history_per_sender": True})
+    await per_sender.handle(group("1", chat="-5"), "alone one")
+    await per_sender.handle(group("2", chat="-5"), "alone two")
+    assert contents(fake_openai.messages())[1:] == ["alone two"]
+    await per_sender.handle(group("1", chat="-5"), "again one")
+    assert contents(fake_openai.messages())[1:] == ["alone one", "reply 4", "again one"]
+
+
+async def test_reset_clears_history_but_not_blocks(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots()
+    await bot.handle(dm(), "/pin add rule Be brief")
+    await bot.handle(dm(), "hello")
+    reply = await bot.handle(dm(), "/reset")
+    assert reply and "2 earlier message(s) forgotten" in reply
+    await bot.handle(dm(), "/new")
+    await bot.handle(dm(), "fresh")
+    messages = fake_openai.messages()
+    assert len(messages) == 2 and "label=rule]\nBe brief" in messages[0]["content"]
+    assert messages[1] == {"role": "user", "content": "fresh"}
+
+
+async def test_compaction_summarises_and_blocks_survive_many_compactions(
+        bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(chat={"history_max_turns": 3, "compaction_keep_turns": 1,
+                           "history_max_chars": 100000})
+    await bot.handle(dm(), "/pin add rule Always cite sources --pinned")
+    summaries = 0
+    for turn in range(1, 13):
+        await bot.handle(dm(), f"message {turn}")
+        requests = fake_openai.requests
+        main = requests[-1]["messages"]
+        assert main[0]["content"].startswith(SYSTEM + "\n\n[pin-")
+        assert STRONG_RULES in main[0]["content"]
+        assert "label=rule]\nAlways cite sources\n" in main[0]["content"]
+        assert main[-1] == {"role": "user", "content": f"message {turn}"}
+        if len(requests) >= 2 and requests[-2]["messages"][0]["content"] == SUMMARY_INSTRUCTIONS:
+            summaries += 1
+    assert summaries >= 3
+
+
+async def test_summary_request_and_the_request_after_it_are_exact(
+        bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(chat={"history_max_turns": 2, "compaction_keep_turns": 1,
+                           "history_max_chars": 100000})
+    for word in ("one", "two", "three"):
+        await bot.handle(dm(), word)
+    assert contents(fake_openai.messages())[1:] == ["one", "reply 1", "two", "reply 2", "three"]
+    fake_openai.script = [completion("They said one and two."), completion("answer four")]
+    assert await bot.handle(dm(), "four") == "answer four"
+    summary_call, main_call = fake_openai.requests[-2:]
+    assert summary_call["messages"] == [
+        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "user", "content": "user: one\nassistant: reply 1\nuser: two\nassistant: reply 2"},
+    ]
+    assert "tools" not in summary_call
+    assert main_call["messages"] == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": SUMMARY_PREFIX + "They said one and two."},
+        {"role": "user", "content": "three"},
+        {"role": "assistant", "content": "reply 3"},
+        {"role": "user", "content": "four"},
+    ]
+    await bot.handle(dm(), "five")
+    assert contents(fake_openai.messages())[1:] == [
+        SUMMARY_PREFIX + "They said one and two.", "three", "reply 3", "four", "answer four",
+        "five"]
+    stored = await bot.store.history("console:direct:42")
+    assert [e.role for e in stored] == ["summary", "user", "assistant", "user", "assistant",
+                                        "user", "assistant"]
+
+
+async def test_failed_summary_drops_the_oldest_turns(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(chat={"history_max_turns": 2, "compaction_keep_turns": 1,
+                           "history_max_chars": 100000})
+    for word in ("one", "two", "three"):
+        await bot.handle(dm(), word)
+
+    def fail_summaries(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"] == SUMMARY_INSTRUCTIONS:
+            raise RuntimeError("summary refused")
+        return completion("main answer")
+
+    fake_openai.respond = fail_summaries
+    assert await bot.handle(dm(), "four") == "main answer"
+    assert contents(fake_openai.messages())[1:] == ["three", "reply 3", "four"]
+    assert len(await bot.store.history("console:direct:42")) == 4
+
+
+# --- agent tools ------------------------------------------------------------------------------
+
+
+def tool_results(request: dict[str, Any]) -> dict[str, str]:
+    return {m["tool_call_id"]: m["content"] for m in request["messages"] if m["role"] == "tool"}
+
+
+async def test_agent_tools_set_get_delete(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(llm={"agent_tools": True})
+    fake_openai.script = [
+        tool_calls(("pin_set", {"label": "task", "content": "Migrate v3 to v4",
+                                "priority": 50}),
+                   ("pin_get", {})),
+        completion("Noted."),
+    ]
+    assert await bot.handle(dm(), "remember the task") == "Noted."
+    first, second = fake_openai.requests[-2:]
+    assert [t["function"]["name"] for t in first["tools"]] == ["pin_set", "pin_get", "pin_delete"]
+    assert "pin-" not in first["messages"][0]["content"]  # nothing pinned yet
+    results = tool_results(second)
+    assert results["call_1"].startswith("Saved strong block 'task'")
+    assert json.loads(results["call_2"]) == [{"label": "task", "content": "Migrate v3 to v4",
+                                              "level": "strong", "state": "active",
+                                              "priority": 50}]
+    assert second["messages"][-3]["tool_calls"][0]["function"]["name"] == "pin_set"
+    await bot.handle(dm(), "next turn")
+    assert "label=task]\nMigrate v3 to v4" in fake_openai.messages()[0]["content"]
+    fake_openai.script = [tool_calls(("pin_delete", {"label": "TASK"})), completion("Done.")]
+    await bot.handle(dm(), "forget it")
+    assert tool_results(fake_openai.requests[-1]) == {"call_1": "Deleted block 'task'."}
+    assert await bot.store.blocks(["console:direct:42"]) == []
+    # history holds the user's words and final answers only
+    assert [e.content for e in await bot.store.history("console:direct:42")] == [
+        "remember the task", "Noted.", "next turn", "reply 3", "forget it", "Done."]
+
+
+async def test_agent_tools_refusals(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(llm={"agent_tools": True}, pins={"enable_in_group": True})
+    await bot.handle(dm(), "/pin add safety Never run rm -rf --pinned")
+    fake_openai.script = [
+        tool_calls(("pin_delete", {"label": "safety"}),
+                   ("pin_set", {"label": "safety", "content": "anything goes"}),
+                   ("pin_set", {"label": "x", "content": "y", "scope": "shared"}),
+                   ("pin_set", {"label": "bad label", "content": "y"}),
+                   ("pin_set", {"label": "x"}),
+                   ("pin_launch", {}),
+                   ("pin_get", {"label": 5})),
+        completion("ok"),
+    ]
+    await bot.handle(dm(), "clean up")
+    results = tool_results(fake_openai.requests[-1])
+    assert "pinned" in results["call_1"] and results["call_1"].startswith("Refused")
+    assert "pinned" in results["call_2"] and results["call_2"].startswith("Refused")
+    assert "shared" in results["call_3"] and results["call_3"].startswith("Refused")
+    assert "spaces" in results["call_4"]
+    assert "content" in results["call_5"] and results["call_5"].startswith("Refused")
+    assert "no tool named 'pin_launch'" in results["call_6"]
+    assert results["call_7"].startswith("Refused: invalid arguments")
+    (block,) = await bot.store.blocks(["console:direct:42"])
+    assert block.content == "Never run rm -rf"
+    fake_openai.script = [tool_calls(("pin_set", {"label": "g", "content": "c",
+                                                  "level": "strong"}),
+                                     ("pin_set", {"label": "h", "content": "c"})),
+                          completion("ok")]
+    await bot.handle(group("42"), "in a group")
+    results = tool_results(fake_openai.requests[-1])
+    assert "pins.group_strong_user_ids" in results["call_1"]
+    assert results["call_2"].startswith("Saved context block 'h'")
+    assert [b.label for b in await bot.store.blocks(["console:group:-100123::u:42",
+                                                     "console:group:-100123"])] == ["h"]
+
+
+async def test_tool_rounds_are_bounded(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(llm={"agent_tools": True, "max_tool_rounds": 2})
+    fake_openai.respond = lambda body: (tool_calls(("pin_get", {})) if body.get("tools")
+                                        else completion("final"))
+    assert await bot.handle(dm(), "loop forever") == "final"
+    assert [("tools" in r) for r in fake_openai.requests] == [True, True, False]
+
+
+async def test_streamed_answer_with_tool_calls(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots(llm={"agent_tools": True, "stream": True})
+    fake_openai.script = [tool_calls(("pin_set", {"label": "streamed", "content": "via SSE"})),
+                          completion("All saved, thanks for waiting.")]
+    seen: list[str] = []
+
+    async def on_text(text: str) -> None:
+        seen.append(text)
+
+    reply = await bot.handle(dm(), "stream it", on_text=on_text)
+    assert reply == "All saved, thanks for waiting."
+    assert all(r["stream"] for r in fake_openai.requests)
+    assert seen[-1] == reply and len(seen) > 3 and all(reply.startswith(s) for s in seen)
+    assert [b.label for b in await bot.store.blocks(["console:direct:42"])] == ["streamed"]
+    assert re.match(r"Saved strong block 'streamed'", tool_results(fake_openai.requests[-1])
+                    ["call_1"])
