@@ -260,3 +260,20 @@ async def test_streamed_answer_with_tool_calls(bots: Any, fake_openai: FakeOpenA
     assert [b.label for b in await bot.store.blocks(["console:direct:42"])] == ["streamed"]
     assert re.match(r"Saved strong block 'streamed'", tool_results(fake_openai.requests[-1])
                     ["call_1"])
+
+
+async def test_turns_of_one_conversation_run_in_order(bots: Any, fake_openai: FakeOpenAI) -> None:
+    import asyncio
+
+    bot = await bots()
+    fake_openai.release = asyncio.Event()
+    first = asyncio.create_task(bot.handle(dm(), "first"))
+    second = asyncio.create_task(bot.handle(dm(), "second"))
+    other = asyncio.create_task(bot.handle(dm("7"), "elsewhere"))
+    await fake_openai.wait_for_requests(2)  # "first" and the other chat's, not "second"
+    assert sorted(contents(r["messages"])[-1] for r in fake_openai.requests) == [
+        "elsewhere", "first"]
+    fake_openai.release.set()
+    await asyncio.gather(first, second, other)
+    assert contents(fake_openai.requests[-1]["messages"])[1:] == ["first", "reply 1", "second"] \
+        or contents(fake_openai.requests[-1]["messages"])[1:] == ["first", "reply 2", "second"]
