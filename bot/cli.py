@@ -24,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument("--group", help="speak in this group id instead of a DM")
     console.add_argument("--topic", help="forum topic id inside --group")
     commands.add_parser("telegram", help="run the bot on Telegram")
+    commands.add_parser("feishu", help="run the bot on Feishu (Lark)")
     commands.add_parser("check-config", help="validate the config file")
     for sub in commands.choices.values():
         sub.add_argument("--config", help="YAML config file (default: embedded defaults)")
@@ -53,24 +54,42 @@ async def _console(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _telegram(config: Config) -> int:
-    from bot.adapters.telegram import TelegramFrontend, run_telegram
-
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM, for a graceful shutdown."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def _telegram(config: Config) -> int:
+    from bot.adapters.telegram import TelegramFrontend, run_telegram
+
+    stop = _stop_on_signals()
     async with _running_core(config) as pinbot:
         frontend = TelegramFrontend.from_config(pinbot, config.telegram)
         await run_telegram(frontend, stop)
     return 0
 
 
+async def _feishu(config: Config) -> int:
+    from bot.adapters.feishu import FeishuFrontend, run_feishu
+
+    stop = _stop_on_signals()
+    async with _running_core(config) as pinbot:
+        frontend = FeishuFrontend.from_config(pinbot, config.feishu)
+        await run_feishu(frontend, stop)
+    return 0
+
+
 def _register_secrets(config: Config) -> None:
     import os
 
+    feishu = config.feishu
     for variable in (config.llm.api_key_env, config.telegram.token_env,
-                     config.telegram.webhook_secret_env):
+                     config.telegram.webhook_secret_env, feishu.app_secret_env,
+                     feishu.verification_token_env, feishu.encrypt_key_env):
         REDACTOR.add(os.environ.get(variable, ""))
 
 
@@ -87,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "telegram":
             return asyncio.run(_telegram(config))
+        if args.command == "feishu":
+            return asyncio.run(_feishu(config))
         return asyncio.run(_console(config, args))
     except ConfigError as error:
         print(f"pinbot: {error}", file=sys.stderr)

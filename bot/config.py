@@ -87,6 +87,22 @@ class TelegramConfig(_Section):
     admin_cache_ttl_s: Annotated[float, Field(ge=0)] = 60.0
 
 
+class FeishuConfig(_Section):
+    """The Feishu (Lark) adapter: the app, how events arrive, when groups trigger."""
+
+    app_id: str = ""
+    app_secret_env: str = "FEISHU_APP_SECRET"
+    verification_token_env: str = "FEISHU_VERIFICATION_TOKEN"
+    encrypt_key_env: str = ""
+    base_url: str = "https://open.feishu.cn"
+    mode: Literal["webhook", "websocket"] = "webhook"
+    webhook_host: str = "127.0.0.1"
+    webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    webhook_path: str = "/feishu/events"
+    group_trigger: Literal["mention", "all"] = "mention"
+    request_timeout_s: Annotated[float, Field(gt=0)] = 15.0
+
+
 class ChatConfig(_Section):
     """How much conversation history goes to the model."""
 
@@ -114,6 +130,7 @@ class Config(_Section):
     pins: PinsConfig = PinsConfig()
     chat: ChatConfig = ChatConfig()
     telegram: TelegramConfig = TelegramConfig()
+    feishu: FeishuConfig = FeishuConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

@@ -61,6 +61,19 @@ def _history() -> list[str]:
     ]
 
 
+@migration(3)
+def _seen_events() -> list[str]:
+    return [
+        """CREATE TABLE seen_events (
+            platform TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            seen_at REAL NOT NULL,
+            PRIMARY KEY (platform, event_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX seen_events_by_time ON seen_events (seen_at)",
+    ]
+
+
 LATEST = max(MIGRATIONS)
 
 

@@ -280,6 +280,21 @@ class Store:
         cursor = await self._write("DELETE FROM history WHERE session = ?", (session,))
         return cursor.rowcount
 
+    # --- platform event de-duplication ---------------------------------------------------------
+
+    async def claim_event(self, platform: str, event_id: str, *, now: datetime) -> bool:
+        """Record an event id; True the first time it is seen (ever, across restarts)."""
+        cursor = await self._write(
+            "INSERT OR IGNORE INTO seen_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
+            (platform, event_id, _ts(now)),
+        )
+        return cursor.rowcount == 1
+
+    async def forget_events_before(self, moment: datetime) -> int:
+        """Drop event ids recorded before moment; returns how many went."""
+        cursor = await self._write("DELETE FROM seen_events WHERE seen_at < ?", (_ts(moment),))
+        return cursor.rowcount
+
     # --- moving a group ---------------------------------------------------------------------------
 
     async def move_group(self, old: str, new: str) -> int:

@@ -1,0 +1,401 @@
+"""The Feishu (Lark) adapter: `im.message.receive_v1` events in (webhook or long connection, through
+lark-oapi's dispatcher), core replies out (through our own pooled HTTP client)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from bot.config import ConfigError, FeishuConfig, secret_from_env
+from bot.core.bot import Pinbot
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.pins import Clock, utc_now
+from bot.core.replies import split_message
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "feishu"
+# Feishu allows far longer texts; shorter parts stay readable on phones.
+MESSAGE_LIMIT = 8000
+EVENT_MEMORY = timedelta(days=7)
+TOKEN_REFRESH_MARGIN_S = 300
+_EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}
+
+
+@dataclass(frozen=True)
+class Mention:
+    """One @mention in a message: its placeholder key, who it names, their display name."""
+
+    key: str
+    open_id: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class FeishuMessage:
+    """The parts of an `im.message.receive_v1` event the bot uses."""
+
+    event_id: str
+    message_id: str
+    chat_id: str | None
+    chat_type: str | None
+    thread_id: str | None
+    root_id: str | None
+    message_type: str | None
+    content: str
+    mentions: tuple[Mention, ...]
+    open_id: str | None
+    user_id: str | None
+    union_id: str | None
+
+    def conversation(self) -> Conversation:
+        """The core's view: p2p is a DM keyed by open_id, a group (and topic thread) a group."""
+        aliases = tuple(i for i in (self.user_id, self.union_id) if i)
+        if self.chat_type == "p2p":
+            return Conversation(PLATFORM, ChatKind.DIRECT, self.chat_id, self.open_id,
+                                sender_aliases=aliases)
+        if self.chat_type == "group":
+            topic = self.thread_id or self.root_id or None
+            return Conversation(PLATFORM, ChatKind.GROUP, self.chat_id, self.open_id,
+                                topic_id=topic, sender_aliases=aliases)
+        return Conversation(PLATFORM, ChatKind.UNKNOWN, self.chat_id, self.open_id,
+                            sender_aliases=aliases)
+
+    def raw_text(self) -> str | None:
+        """The message's text with its mention placeholders, or None if it has no text."""
+        try:
+            body = json.loads(self.content)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(body, dict):
+            return None
+        if self.message_type == "text":
+            text = body.get("text")
+            return text if isinstance(text, str) else None
+        if self.message_type == "post":
+            return _post_text(body)
+        return None
+
+
+def _post_text(body: dict[str, Any]) -> str | None:
+    post = body.get("content")
+    if post is None:  # a localised post: {"zh_cn": {"title":…, "content":…}}
+        post = next((v.get("content") for v in body.values() if isinstance(v, dict)), None)
+    if not isinstance(post, list):
+        return None
+    lines = []
+    for paragraph in post:
+        parts = []
+        for element in paragraph if isinstance(paragraph, list) else []:
+            if isinstance(element, dict) and element.get("tag") == "text":
+                parts.append(str(element.get("text", "")))
+            elif isinstance(element, dict) and element.get("tag") == "at":
+                parts.append(f"@{element.get('user_name', '')}")
+        lines.append("".join(parts))
+    return "\n".join(lines)
+
+
+def message_of(data: Any) -> FeishuMessage:
+    """Read a lark-oapi P2ImMessageReceiveV1 (or anything shaped like it) into a FeishuMessage."""
+    header = getattr(data, "header", None)
+    event = getattr(data, "event", None)
+    message = getattr(event, "message", None)
+    sender_ids = getattr(getattr(event, "sender", None), "sender_id", None)
+    mentions = tuple(
+        Mention(str(getattr(m, "key", "") or ""), getattr(getattr(m, "id", None), "open_id", None),
+                str(getattr(m, "name", "") or ""))
+        for m in getattr(message, "mentions", None) or []
+    )
+    return FeishuMessage(
+        event_id=str(getattr(header, "event_id", "") or ""),
+        message_id=str(getattr(message, "message_id", "") or ""),
+        chat_id=getattr(message, "chat_id", None) or None,
+        chat_type=getattr(message, "chat_type", None) or None,
+        thread_id=getattr(message, "thread_id", None) or None,
+        root_id=getattr(message, "root_id", None) or None,
+        message_type=getattr(message, "message_type", None) or None,
+        content=str(getattr(message, "content", "") or ""),
+        mentions=mentions,
+        open_id=getattr(sender_ids, "open_id", None) or None,
+        user_id=getattr(sender_ids, "user_id", None) or None,
+        union_id=getattr(sender_ids, "union_id", None) or None,
+    )
+
+
+def resolve_mentions(text: str, mentions: tuple[Mention, ...], bot_open_id: str | None
+                     ) -> tuple[str, bool]:
+    """Replace mention placeholders with @names and drop a leading mention of this bot; returns
+    the text and whether the bot was mentioned."""
+    mentioned = False
+    leading = re.match(r"\s*(@_user_\d+)\s*", text)
+    for mention in mentions:
+        if bot_open_id and mention.open_id == bot_open_id:
+            mentioned = True
+            if leading and leading.group(1) == mention.key:
+                text = text[leading.end():]
+                leading = None
+    for mention in sorted(mentions, key=lambda m: len(m.key), reverse=True):
+        if mention.key:
+            text = text.replace(mention.key, f"@{mention.name}")
+    return text.strip(), mentioned
+
+
+def post_content(text: str) -> str:
+    """A `post` message body whose every line is a literal text element: nothing in text can
+    become a mention or markup."""
+    lines = [[{"tag": "text", "text": line}] for line in text.split("\n")]
+    return json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
+
+
+class FeishuApi:
+    """The few OpenAPI calls the bot makes, over one pooled async HTTP client, with the tenant
+    access token fetched and refreshed on the event loop without blocking it."""
+
+    def __init__(self, config: FeishuConfig, app_secret: str,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._config = config
+        self._app_secret = app_secret
+        self._monotonic = monotonic
+        self._client = httpx.AsyncClient(base_url=config.base_url.rstrip("/"),
+                                         timeout=config.request_timeout_s)
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self._token_lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+    async def _tenant_token(self, *, force: bool = False) -> str:
+        async with self._token_lock:
+            if not force and self._token and self._monotonic() < self._token_expires:
+                return self._token
+            response = await self._client.post(
+                "/open-apis/auth/v3/tenant_access_token/internal",
+                json={"app_id": self._config.app_id, "app_secret": self._app_secret},
+            )
+            body = response.json()
+            if response.status_code != 200 or body.get("code") != 0:
+                raise FeishuApiError(f"tenant token refused: code {body.get('code')} "
+                                     f"{body.get('msg', '')}".strip())
+            self._token = str(body["tenant_access_token"])
+            expire = float(body.get("expire", 7200))
+            self._token_expires = self._monotonic() + max(expire - TOKEN_REFRESH_MARGIN_S, 60)
+            return self._token
+
+    async def call(self, method: str, path: str, payload: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+        """One authorised call; retried once with a fresh token if Feishu says it expired."""
+        for attempt in (1, 2):
+            token = await self._tenant_token(force=attempt == 2)
+            response = await self._client.request(
+                method, path, json=payload, headers={"Authorization": f"Bearer {token}"})
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"code": -1, "msg": f"HTTP {response.status_code}"}
+            code = body.get("code")
+            if code == 0:
+                return dict(body)
+            if code not in _EXPIRED_TOKEN_CODES:
+                break
+        raise FeishuApiError(f"{method} {path}: code {code} {body.get('msg', '')}".strip())
+
+    async def bot_open_id(self) -> str | None:
+        """This app's bot open_id."""
+        body = await self.call("GET", "/open-apis/bot/v3/info")
+        bot = body.get("bot") or {}
+        return bot.get("open_id") if isinstance(bot, dict) else None
+
+    async def reply(self, message_id: str, text: str) -> None:
+        """Reply to a message with text, split into parts under the size limit, in order."""
+        for part in split_message(text, MESSAGE_LIMIT):
+            if part.strip():
+                await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reply",
+                                {"msg_type": "post", "content": post_content(part)})
+
+
+class FeishuApiError(Exception):
+    """Feishu refused a call; the message carries its code, never a secret."""
+
+
+class FeishuFrontend:
+    """Runs the bot on Feishu: receives events, processes each event id once, replies."""
+
+    def __init__(self, pinbot: Pinbot, config: FeishuConfig, api: FeishuApi, *,
+                 verification_token: str, encrypt_key: str, clock: Clock = utc_now) -> None:
+        import lark_oapi as lark  # takes seconds to import: only when Feishu is used
+
+        self.pinbot = pinbot
+        self.config = config
+        self.api = api
+        self._clock = clock
+        self.bot_open_id: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._runner: web.AppRunner | None = None
+        self.port = config.webhook_port
+        self.dispatcher = (
+            lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
+            .register_p2_im_message_receive_v1(self.on_event)
+            .build()
+        )
+
+    @classmethod
+    def from_config(cls, pinbot: Pinbot, config: FeishuConfig) -> FeishuFrontend:
+        """Build it with its secrets read from the environment variables config names."""
+        if not config.app_id:
+            raise ConfigError("feishu.app_id must be set to run on Feishu")
+        secret = secret_from_env(config.app_secret_env, "The Feishu app secret")
+        token = ""
+        if config.mode == "webhook":
+            token = secret_from_env(config.verification_token_env,
+                                    "The Feishu event verification token")
+        key = secret_from_env(config.encrypt_key_env, "The Feishu encrypt key") \
+            if config.encrypt_key_env else ""
+        return cls(pinbot, config, FeishuApi(config, secret), verification_token=token,
+                   encrypt_key=key)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Learn the bot's open_id, then listen for events in the configured mode."""
+        self._loop = asyncio.get_running_loop()
+        await self.pinbot.store.forget_events_before(self._clock() - EVENT_MEMORY)
+        try:
+            self.bot_open_id = await self.api.bot_open_id()
+        except (FeishuApiError, httpx.HTTPError) as error:
+            log.warning("could not fetch the bot's open_id (group mentions will not trigger): "
+                        "%s", error)
+        if self.config.mode == "webhook":
+            await self._start_webhook()
+        else:
+            self._start_long_connection()
+        log.info("feishu bot started (%s)", self.config.mode)
+
+    async def stop(self) -> None:
+        """Stop listening and let the events in progress finish."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.api.close()
+
+    async def _start_webhook(self) -> None:
+        app = web.Application(client_max_size=1024 * 1024)
+        app.router.add_post(self.config.webhook_path, self.on_webhook)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        if sockets:  # the real port, when the config asked for port 0
+            self.port = sockets[0].getsockname()[1]
+
+    def _start_long_connection(self) -> None:
+        thread = threading.Thread(target=self._run_long_connection, name="feishu-ws",
+                                  daemon=True)
+        thread.start()
+
+    def _run_long_connection(self) -> None:
+        """Run lark-oapi's blocking long-connection client on its own loop in this thread."""
+        import lark_oapi as lark
+        import lark_oapi.ws.client as ws_client
+
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        ws_client.loop = loop  # the module captured whatever loop existed at import time
+        client = lark.ws.Client(self.config.app_id, self.api._app_secret,
+                                event_handler=self.dispatcher, domain=self.config.base_url)
+        try:
+            client.start()
+        except Exception:
+            log.exception("feishu long connection stopped")
+
+    # --- receiving ------------------------------------------------------------------------------
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        """Hand a POSTed event to lark-oapi's dispatcher (token, decryption, signature,
+        url_verification) and answer at once; the event is processed afterwards."""
+        import lark_oapi as lark
+
+        raw = lark.RawRequest()
+        raw.uri = request.path
+        raw.body = await request.read()
+        raw.headers = dict(request.headers)
+        result = self.dispatcher.do(raw)
+        if result.status_code != 200:
+            detail = (result.content or b"").decode("utf-8", "replace")[:200]
+            log.warning("refused a Feishu webhook request from %s: %s", request.remote, detail)
+            status = 401 if ("token" in detail or "signature" in detail) else 400
+            return web.json_response({"msg": "refused"}, status=status)
+        return web.Response(body=result.content, status=200, content_type="application/json")
+
+    def on_event(self, data: Any) -> None:
+        """lark-oapi's callback, on any thread: hand the event to the bot's loop and return."""
+        event = message_of(data)
+        loop = self._loop
+        if loop is None:
+            log.error("event %s arrived before the bot started; dropped", event.event_id)
+            return
+        loop.call_soon_threadsafe(self._spawn, event)
+
+    def _spawn(self, event: FeishuMessage) -> None:
+        task = asyncio.get_running_loop().create_task(self._process(event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _process(self, event: FeishuMessage) -> None:
+        key = event.chat_id or event.message_id
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:  # taken before any await, so one chat's events keep their order
+            try:
+                await self._handle(event)
+            except Exception:
+                log.exception("processing Feishu event %s failed", event.event_id)
+
+    async def _handle(self, event: FeishuMessage) -> None:
+        if not event.event_id or not await self.pinbot.store.claim_event(
+                PLATFORM, event.event_id, now=self._clock()):
+            log.info("duplicate Feishu event %s ignored", event.event_id)
+            return
+        raw = event.raw_text()
+        if raw is None:
+            return
+        text, mentioned = resolve_mentions(raw, event.mentions, self.bot_open_id)
+        conversation = event.conversation()
+        addressed = conversation.kind is ChatKind.DIRECT or (
+            conversation.kind is ChatKind.GROUP
+            and (mentioned or self.config.group_trigger == "all"))
+        reply = await self.pinbot.handle(conversation, text, addressed=addressed)
+        if reply:
+            try:
+                await self.api.reply(event.message_id, reply)
+            except (FeishuApiError, httpx.HTTPError) as error:
+                log.warning("reply to Feishu message %s failed: %s", event.message_id, error)
+
+
+async def run_feishu(frontend: FeishuFrontend, stop: asyncio.Event) -> None:
+    """Serve until stop is set, then shut down gracefully."""
+    await frontend.start()
+    try:
+        await stop.wait()
+    finally:
+        await frontend.stop()
