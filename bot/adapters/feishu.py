@@ -32,6 +32,7 @@ MESSAGE_LIMIT = 8000
 EVENT_MEMORY = timedelta(days=7)
 TOKEN_REFRESH_MARGIN_S = 300
 _EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}
+SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
 
 
 @dataclass(frozen=True)
@@ -292,9 +293,15 @@ class FeishuFrontend:
         """Stop listening and let the events in progress finish."""
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.idle()
         await self.api.close()
+
+    async def idle(self) -> None:
+        """Wait until every event received so far has been processed."""
+        await asyncio.sleep(0)  # let events handed over with call_soon_threadsafe be spawned
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await asyncio.sleep(0)
 
     async def _start_webhook(self) -> None:
         app = web.Application(client_max_size=1024 * 1024)
@@ -337,7 +344,8 @@ class FeishuFrontend:
         raw = lark.RawRequest()
         raw.uri = request.path
         raw.body = await request.read()
-        raw.headers = dict(request.headers)
+        # An unsigned request must fail lark-oapi's signature check, not crash it.
+        raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
         result = self.dispatcher.do(raw)
         if result.status_code != 200:
             detail = (result.content or b"").decode("utf-8", "replace")[:200]

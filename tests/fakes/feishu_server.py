@@ -1,0 +1,161 @@
+"""A fake Feishu OpenAPI server on 127.0.0.1 (tenant token, bot info, message reply) that records
+every call, and builders of real-format `im.message.receive_v1` event payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import itertools
+import json
+import os
+from typing import Any
+
+from aiohttp import web
+from Crypto.Cipher import AES
+
+APP_ID = "cli_test_app"
+APP_SECRET = "feishu-app-secret-value"
+VERIFICATION_TOKEN = "verify-token-value"
+BOT_OPEN_ID = "ou_bot_0001"
+
+
+class FakeFeishu:
+    """Serves the OpenAPI paths the bot uses; `replies` holds each reply call received."""
+
+    def __init__(self) -> None:
+        self.token_requests: list[dict[str, Any]] = []
+        self.replies: list[dict[str, Any]] = []
+        self.auth_headers: list[str] = []
+        self.reply_errors: list[dict[str, Any]] = []
+        self.tokens = itertools.count(1)
+        self.current_token = ""
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _token(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.token_requests.append(body)
+        if body != {"app_id": APP_ID, "app_secret": APP_SECRET}:
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
+        self.current_token = f"t-token-{next(self.tokens)}"
+        return web.json_response({"code": 0, "msg": "ok", "expire": 7200,
+                                  "tenant_access_token": self.current_token})
+
+    def _authorised(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization", "")
+        self.auth_headers.append(header)
+        return header == f"Bearer {self.current_token}"
+
+    async def _bot_info(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid token"})
+        return web.json_response({"code": 0, "msg": "ok", "bot": {
+            "activate_status": 2, "app_name": "pinbot", "open_id": BOT_OPEN_ID}})
+
+    async def _reply(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        body = await request.json()
+        if self.reply_errors:
+            return web.json_response(self.reply_errors.pop(0))
+        self.replies.append({"message_id": request.match_info["message_id"], **body})
+        async with self._changed:
+            self._changed.notify_all()
+        return web.json_response({"code": 0, "msg": "success",
+                                  "data": {"message_id": f"om_reply_{len(self.replies)}"}})
+
+    async def wait_for_replies(self, count: int, timeout: float = 10) -> None:
+        async def waiter() -> None:
+            async with self._changed:
+                await self._changed.wait_for(lambda: len(self.replies) >= count)
+
+        await asyncio.wait_for(waiter(), timeout)
+
+    def texts(self) -> list[str]:
+        """Each reply's text, read back from its post content."""
+        result = []
+        for reply in self.replies:
+            post = json.loads(reply["content"])["zh_cn"]["content"]
+            result.append("\n".join("".join(e["text"] for e in line) for line in post))
+        return result
+
+    async def start(self) -> FakeFeishu:
+        app = web.Application()
+        app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
+        app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
+        app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+_ids = itertools.count(1)
+
+
+def receive_event(text: str | None, *, chat_type: str = "p2p", chat_id: str = "oc_chat1",
+                  open_id: str | None = "ou_user1", user_id: str = "u_user1",
+                  union_id: str = "on_user1", mentions: list[dict[str, Any]] | None = None,
+                  thread_id: str = "", root_id: str = "", event_id: str | None = None,
+                  token: str = VERIFICATION_TOKEN, message_type: str = "text",
+                  content: str | None = None) -> dict[str, Any]:
+    """An `im.message.receive_v1` event as Feishu POSTs it (schema 2.0)."""
+    number = next(_ids)
+    sender_id = {"union_id": union_id, "user_id": user_id, "open_id": open_id}
+    if open_id is None:
+        del sender_id["open_id"]
+    return {
+        "schema": "2.0",
+        "header": {"event_id": event_id or f"ev_{number}", "token": token,
+                   "create_time": "1767225600000", "event_type": "im.message.receive_v1",
+                   "tenant_key": "tenant_1", "app_id": APP_ID},
+        "event": {
+            "sender": {"sender_id": sender_id, "sender_type": "user", "tenant_key": "tenant_1"},
+            "message": {"message_id": f"om_{number}", "root_id": root_id, "parent_id": root_id,
+                        "create_time": "1767225600000", "update_time": "1767225600000",
+                        "chat_id": chat_id, "thread_id": thread_id, "chat_type": chat_type,
+                        "message_type": message_type,
+                        "content": content if content is not None
+                        else json.dumps({"text": text}, ensure_ascii=False),
+                        "mentions": mentions or [],
+                        "user_agent": "Mozilla/5.0"},
+        },
+    }
+
+
+def mention(key: str, open_id: str, name: str) -> dict[str, Any]:
+    return {"key": key, "id": {"union_id": f"on_{name}", "user_id": f"u_{name}",
+                               "open_id": open_id}, "name": name, "tenant_key": "tenant_1"}
+
+
+def url_verification(token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
+    return {"challenge": "challenge-code-123", "token": token, "type": "url_verification"}
+
+
+def encrypt(payload: dict[str, Any], key: str) -> dict[str, str]:
+    """The `{"encrypt": …}` body Feishu sends when an encrypt key is set (AES-256-CBC)."""
+    plain = json.dumps(payload).encode()
+    pad = AES.block_size - len(plain) % AES.block_size
+    iv = os.urandom(AES.block_size)
+    cipher = AES.new(hashlib.sha256(key.encode()).digest(), AES.MODE_CBC, iv)
+    data = iv + cipher.encrypt(plain + bytes([pad]) * pad)
+    return {"encrypt": base64.b64encode(data).decode()}
+
+
+def signature_headers(body: bytes, key: str, timestamp: str = "1767225600",
+                      nonce: str = "n0nce") -> dict[str, str]:
+    digest = hashlib.sha256((timestamp + nonce + key).encode() + body).hexdigest()
+    return {"X-Lark-Request-Timestamp": timestamp, "X-Lark-Request-Nonce": nonce,
+            "X-Lark-Signature": digest}

@@ -1,0 +1,289 @@
+"""The Feishu adapter with real-format event payloads POSTed to its webhook (through lark-oapi's
+dispatcher) and a fake Feishu OpenAPI server on 127.0.0.1, judged by the replies it records and
+the blocks stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.adapters.feishu import FeishuApi, FeishuFrontend, Mention, resolve_mentions
+from bot.core.bot import Pinbot
+from bot.llm.offline import OfflineChatModel
+from storage.sqlite import Store
+from tests.conftest import make_config
+from tests.fakes.clock import FakeClock
+from tests.fakes.feishu_server import (
+    APP_ID,
+    APP_SECRET,
+    BOT_OPEN_ID,
+    VERIFICATION_TOKEN,
+    FakeFeishu,
+    encrypt,
+    mention,
+    receive_event,
+    signature_headers,
+    url_verification,
+)
+
+ENCRYPT_KEY = "encrypt-key-value"
+BOT = mention("@_user_1", BOT_OPEN_ID, "pinbot")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Harness:
+    def __init__(self, frontend: FeishuFrontend, server: FakeFeishu, store: Store) -> None:
+        self.frontend = frontend
+        self.server = server
+        self.store = store
+        self.url = f"http://127.0.0.1:{frontend.port}/feishu/events"
+
+    async def post(self, payload: dict[str, Any], headers: dict[str, str] | None = None,
+                   raw: bytes | None = None) -> tuple[int, Any]:
+        body = raw if raw is not None else json.dumps(payload).encode()
+        async with aiohttp.ClientSession() as session, session.post(
+                self.url, data=body, headers={"Content-Type": "application/json",
+                                              **(headers or {})}) as response:
+            text = await response.text()
+            return response.status, json.loads(text) if text else None
+
+    async def send(self, payload: dict[str, Any], **kwargs: Any) -> list[str]:
+        """POST an event, wait until it is processed, return the texts of all replies so far."""
+        status, _ = await self.post(payload, **kwargs)
+        assert status == 200
+        await self.frontend.idle()
+        return self.server.texts()
+
+
+@pytest.fixture
+async def fake_feishu() -> AsyncIterator[FakeFeishu]:
+    server = await FakeFeishu().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def start_feishu(fake_feishu: FakeFeishu, store: Store,
+                       clock: FakeClock) -> AsyncIterator[Any]:
+    running: list[FeishuFrontend] = []
+
+    async def start(*, encrypt_key: str = "", **sections: Any) -> Harness:
+        feishu = {"app_id": APP_ID, "base_url": fake_feishu.base_url,
+                  "webhook_port": free_port(), **sections.pop("feishu", {})}
+        config = make_config(feishu=feishu, **sections)
+        pinbot = Pinbot(config, store, OfflineChatModel(), clock=clock)
+        frontend = FeishuFrontend(pinbot, config.feishu, FeishuApi(config.feishu, APP_SECRET),
+                                  verification_token=VERIFICATION_TOKEN,
+                                  encrypt_key=encrypt_key, clock=clock)
+        await frontend.start()
+        running.append(frontend)
+        return Harness(frontend, fake_feishu, store)
+
+    yield start
+    for frontend in running:
+        await frontend.stop()
+
+
+async def test_url_verification_and_token_check(start_feishu: Any) -> None:
+    bot = await start_feishu()
+    assert await bot.post(url_verification()) == (200, {"challenge": "challenge-code-123"})
+    status, _ = await bot.post(url_verification(token="forged"))
+    assert status == 401
+    status, _ = await bot.post(receive_event("/pin add a b", token="forged"))
+    assert status == 401
+    status, _ = await bot.post({}, raw=b"not json at all")
+    assert status == 400
+    await bot.frontend.idle()
+    assert bot.server.replies == [] and await bot.store.blocks(["feishu:direct:ou_user1"]) == []
+
+
+async def test_p2p_pin_and_chat(start_feishu: Any, fake_feishu: FakeFeishu) -> None:
+    bot = await start_feishu()
+    assert bot.frontend.bot_open_id == BOT_OPEN_ID
+    texts = await bot.send(receive_event("/pin add tone 请简短回答 <at user_id=\"all\">"))
+    assert texts == ["Saved strong block 'tone'."]
+    texts = await bot.send(receive_event("你好"))
+    assert "pinned blocks: tone (strong, personal)" in texts[-1]
+    assert texts[-1].endswith("You said: 你好")
+    (block,) = await bot.store.blocks(["feishu:direct:ou_user1"])
+    assert block.content == "请简短回答 <at user_id=\"all\">"
+    reply = fake_feishu.replies[0]
+    assert reply["msg_type"] == "post" and reply["message_id"].startswith("om_")
+    await bot.send(receive_event("/pin list"))
+    listing = json.loads(fake_feishu.replies[-1]["content"])["zh_cn"]["content"]
+    assert [{"tag": "text", "text": "请简短回答 <at user_id=\"all\">"}] in listing  # literal text
+    assert len(fake_feishu.token_requests) == 1  # one cached token for every call
+    assert set(fake_feishu.auth_headers) == {"Bearer t-token-1"}
+
+
+async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
+    bot = await start_feishu(pins={"enable_in_group": True,
+                                   "group_shared_admin_ids": ["u_admin"]})
+    group = {"chat_type": "group", "chat_id": "oc_group"}
+    await bot.send(receive_event("just talking", **group))
+    assert bot.server.replies == []
+    other = mention("@_user_2", "ou_other", "Zhang")
+    texts = await bot.send(receive_event("@_user_1 hello @_user_2", mentions=[BOT, other],
+                                         **group))
+    assert texts[-1].endswith("You said: hello @Zhang")
+    texts = await bot.send(receive_event("@_user_1 /pin shared add rules Be kind",
+                                         mentions=[BOT], open_id="ou_admin", user_id="u_admin",
+                                         **group))
+    assert texts[-1] == "Saved context block 'rules'."
+    texts = await bot.send(receive_event("@_user_1 /pin add mine in a thread", mentions=[BOT],
+                                         thread_id="omt_1", **group))
+    assert texts[-1] == "Saved context block 'mine'."
+    texts = await bot.send(receive_event("@_user_1 what now", mentions=[BOT],
+                                         root_id="om_root", **group))
+    assert "rules (context, shared); mine (context, personal)" in texts[-1]
+    assert [b.label for b in await bot.store.blocks(["feishu:group:oc_group"])] == ["rules"]
+    assert [b.label for b in await bot.store.blocks(
+        ["feishu:group:oc_group::u:ou_user1"])] == ["mine"]
+    assert [e.content for e in await bot.store.history(
+        "feishu:group:oc_group:topic:om_root")] == ["what now", texts[-1]]
+
+
+async def test_group_trigger_all(start_feishu: Any) -> None:
+    bot = await start_feishu(feishu={"group_trigger": "all"})
+    texts = await bot.send(receive_event("anyone?", chat_type="group", chat_id="oc_g"))
+    assert texts[-1].endswith("You said: anyone?")
+
+
+async def test_missing_sender_and_other_chat_types_are_refused(start_feishu: Any) -> None:
+    bot = await start_feishu(pins={"enable_in_group": True})
+    texts = await bot.send(receive_event("/pin add a b", open_id=None, chat_type="group"))
+    assert "no sender id" in texts[-1]
+    texts = await bot.send(receive_event("/pin add a b", chat_type="topic_group_v9"))
+    assert "not available in this kind of chat" in texts[-1]
+    assert await bot.store.blocks(["feishu:group:oc_chat1", "feishu:direct:ou_user1"]) == []
+
+
+async def test_allowlists_match_any_of_the_three_ids(start_feishu: Any) -> None:
+    bot = await start_feishu(pins={"enable_in_group": True,
+                                   "group_shared_admin_ids": ["on_union9"],
+                                   "group_strong_user_ids": ["feishu:group:oc_g::u:u_strong"]})
+    group = {"chat_type": "group", "chat_id": "oc_g"}
+    texts = await bot.send(receive_event("/pin shared add x y", open_id="ou_9",
+                                         union_id="on_union9", **group))
+    assert texts[-1].startswith("Saved")
+    texts = await bot.send(receive_event("/pin add-strong s t", open_id="ou_7",
+                                         user_id="u_strong", **group))
+    assert texts[-1].startswith("Saved strong")
+    texts = await bot.send(receive_event("/pin add-strong s t", open_id="ou_8", **group))
+    assert "pins.group_strong_user_ids" in texts[-1]
+    assert [b.scope for b in await bot.store.blocks(["feishu:group:oc_g::u:ou_7"])] == [
+        "feishu:group:oc_g::u:ou_7"]  # scopes are keyed by open_id
+
+
+async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
+    bot = await start_feishu(encrypt_key=ENCRYPT_KEY)
+    body = json.dumps(encrypt(receive_event("/pin add secret-ok x"), ENCRYPT_KEY)).encode()
+    texts = await bot.send({}, raw=body, headers=signature_headers(body, ENCRYPT_KEY))
+    assert texts == ["Saved strong block 'secret-ok'."]
+    body = json.dumps(encrypt(receive_event("/pin add forged x"), ENCRYPT_KEY)).encode()
+    status, _ = await bot.post({}, raw=body, headers=signature_headers(body, "wrong-key"))
+    assert status == 401
+    status, _ = await bot.post({}, raw=body)
+    assert status == 401
+    plain = json.dumps(receive_event("/pin add plain x")).encode()
+    status, _ = await bot.post({}, raw=plain, headers=signature_headers(plain, "wrong-key"))
+    assert status == 401
+    challenge = json.dumps(encrypt(url_verification(), ENCRYPT_KEY)).encode()
+    assert await bot.post({}, raw=challenge) == (200, {"challenge": "challenge-code-123"})
+    await bot.frontend.idle()
+    assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == [
+        "secret-ok"]
+
+
+async def test_duplicate_events_are_processed_once_even_after_a_restart(
+        start_feishu: Any) -> None:
+    bot = await start_feishu()
+    event = receive_event("/pin add once x", event_id="ev_dup")
+    await bot.send(event)
+    await bot.send(event)
+    await bot.frontend.stop()
+    again = await start_feishu()
+    await again.send(event)
+    assert bot.server.texts() == ["Saved strong block 'once'."]
+
+
+async def test_long_connection_hand_off_from_another_thread(start_feishu: Any) -> None:
+    bot = await start_feishu()
+    payload = json.dumps(receive_event("/pin add via-ws x")).encode()
+    loop_thread = threading.get_ident()
+    seen_threads: list[int] = []
+    original = bot.frontend.on_event
+
+    def recording(data: Any) -> None:
+        seen_threads.append(threading.get_ident())
+        original(data)
+
+    bot.frontend.dispatcher._processorMap["p2.im.message.receive_v1"].f = recording
+    # lark.ws.Client calls exactly this on its own thread for every event it receives
+    await asyncio.to_thread(bot.frontend.dispatcher._do_without_validation, payload)
+    await bot.server.wait_for_replies(1)
+    assert bot.server.texts() == ["Saved strong block 'via-ws'."]
+    assert seen_threads and seen_threads[0] != loop_thread
+
+
+async def test_api_errors_are_logged_and_never_stop_the_bot(
+        start_feishu: Any, fake_feishu: FakeFeishu, caplog: pytest.LogCaptureFixture) -> None:
+    bot = await start_feishu()
+    fake_feishu.reply_errors.append({"code": 230002, "msg": "bot not in chat"})
+    await bot.send(receive_event("/pin list"))
+    assert fake_feishu.replies == []
+    assert "code 230002" in caplog.text and APP_SECRET not in caplog.text
+    fake_feishu.current_token = "rotated-on-the-server"  # our cached token is now stale
+    texts = await bot.send(receive_event("/pin list"))
+    assert len(texts) == 1 and len(fake_feishu.token_requests) == 2
+
+
+async def test_long_replies_are_split(start_feishu: Any) -> None:
+    bot = await start_feishu(pins={"max_content_length": 500})
+    for i in range(20):
+        await bot.send(receive_event(f"/pin add b{i} " + "长" * 500))
+    texts = await bot.send(receive_event("/pin list"))
+    parts = texts[20:]
+    assert len(parts) >= 2 and all(len(p) <= 8000 for p in parts)
+    assert "\n".join(parts).count("长" * 500) == 20
+
+
+def test_leading_bot_mention_is_removed_and_others_resolved() -> None:
+    mentions = (Mention("@_user_1", BOT_OPEN_ID, "pinbot"), Mention("@_user_2", "ou_x", "Li"))
+    assert resolve_mentions("@_user_1 /pin list", mentions, BOT_OPEN_ID) == ("/pin list", True)
+    assert resolve_mentions("hi @_user_2 and @_user_1", mentions, BOT_OPEN_ID) == (
+        "hi @Li and @pinbot", True)
+    assert resolve_mentions("@_user_2 hi", mentions, BOT_OPEN_ID) == ("@Li hi", True)
+    assert resolve_mentions("@_user_2 hi", mentions[1:], BOT_OPEN_ID) == ("@Li hi", False)
+
+
+async def test_cli_needs_app_id_and_secret(tmp_path: Any) -> None:
+    import os
+    import sys
+    from pathlib import Path
+
+    pinbot = str(Path(sys.executable).parent / "pinbot")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"storage: {{path: {tmp_path / 'db.sqlite3'}}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEISHU_")}
+    process = await asyncio.create_subprocess_exec(
+        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env)
+    _, err = await process.communicate()
+    assert process.returncode == 2 and b"feishu.app_id" in err
+    config.write_text(config.read_text() + "feishu: {app_id: cli_x}\n")
+    process = await asyncio.create_subprocess_exec(
+        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env)
+    _, err = await process.communicate()
+    assert process.returncode == 2 and b"FEISHU_APP_SECRET" in err
