@@ -13,11 +13,11 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.permissions import resolve_access
 from bot.core.pins import Clock, PinService, utc_now
-from bot.core.render import ordered, render
+from bot.core.render import Rendered, ordered, render
 from bot.core.tools import TOOL_SPECS, PinTools
 from bot.llm.base import ChatModel, Message, ModelError, TextSink
 from bot.llm.summary import summary_request
-from storage.models import Block, HistoryEntry
+from storage.models import HistoryEntry
 from storage.sqlite import Store
 
 log = logging.getLogger(__name__)
@@ -70,9 +70,9 @@ class ChatService:
         """
         session = self.history_key(conversation)
         async with self._lock(session):
-            shared, personal = await self._blocks(conversation)
+            rendered = await self.rendered_blocks(conversation, text)
             history = await self._compacted(session, await self._store.history(session))
-            messages = self.build_messages(shared, personal, history, text)
+            messages = self.build_messages(rendered, history, text)
             try:
                 reply = await self._answer(conversation, messages, on_text)
             except ModelError as error:
@@ -81,16 +81,20 @@ class ChatService:
             await self._store.append_turn(session, text, reply, now=self._clock())
             return reply
 
-    async def _blocks(self, conversation: Conversation) -> tuple[list[Block], list[Block]]:
+    async def rendered_blocks(self, conversation: Conversation, text: str) -> Rendered:
+        """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
+        and the rendered sections (empty when injection is off or pins do not apply here)."""
         access = resolve_access(conversation, self._config.pins)
         if access.role is None:
-            return [], []
+            return render([], text)
         shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
         scopes = [scope for scope in (shared_scope, personal_scope) if scope]
         blocks = await self._pins.blocks_for_request(scopes)
+        if not self._config.pins.allow_prompt_injection:
+            return render([], text)
         shared = [b for b in blocks if b.scope == shared_scope]
         personal = [b for b in blocks if b.scope == personal_scope]
-        return shared, personal
+        return render(ordered(shared, personal), text)
 
     async def _compacted(self, session: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
         """History within budget: older turns summarised (or dropped if that fails)."""
@@ -137,19 +141,16 @@ class ChatService:
         return NO_ANSWER
 
     def build_messages(
-        self, shared: Sequence[Block], personal: Sequence[Block],
-        history: Sequence[HistoryEntry], text: str,
+        self, rendered: Rendered, history: Sequence[HistoryEntry], text: str
     ) -> list[Message]:
         """The exact messages array for the model: system prompt with the strong section, history,
         then the user's message with the context section before it."""
         system = self._config.llm.system_prompt
         user = text
-        if self._config.pins.allow_prompt_injection:
-            rendered = render(ordered(shared, personal), text)
-            if rendered.strong:
-                system = f"{system}\n\n{rendered.strong}" if system else rendered.strong
-            if rendered.context:
-                user = f"{rendered.context}\n\n{text}"
+        if rendered.strong:
+            system = f"{system}\n\n{rendered.strong}" if system else rendered.strong
+        if rendered.context:
+            user = f"{rendered.context}\n\n{text}"
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
         messages.extend(history_messages(history))
         messages.append({"role": "user", "content": user})
