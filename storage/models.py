@@ -1,11 +1,15 @@
-"""The records the store keeps: pinned blocks and conversation history entries."""
+"""The records the store keeps: pinned blocks and conversation history entries.
+
+They are plain frozen dataclasses: they are built from rows of our own typed schema on every
+turn, where validating them again would cost more than the query that read them. Input from
+users is validated before it reaches them (bot/core/validation.py, bot/config.py).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-
-from pydantic import BaseModel, ConfigDict
 
 
 class Level(StrEnum):
@@ -23,10 +27,9 @@ class State(StrEnum):
     PINNED = "pinned"
 
 
-class Block(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Block:
     """One stored block of one scope, with its revision for optimistic concurrency."""
-
-    model_config = ConfigDict(frozen=True)
 
     id: int
     scope: str
@@ -34,7 +37,7 @@ class Block(BaseModel):
     content: str
     level: Level
     state: State
-    priority: int = 0
+    priority: int
     created_at: datetime
     updated_at: datetime
     idle_since: datetime | None = None
@@ -42,10 +45,9 @@ class Block(BaseModel):
     rev: int = 0
 
 
-class NewBlock(BaseModel):
+@dataclass(frozen=True, slots=True)
+class NewBlock:
     """A block about to be inserted; the store assigns its id."""
-
-    model_config = ConfigDict(frozen=True)
 
     scope: str
     label: str
@@ -55,10 +57,9 @@ class NewBlock(BaseModel):
     priority: int = 0
 
 
-class HistoryEntry(BaseModel):
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
     """One message of a conversation's history, as the model saw it (without injected blocks)."""
-
-    model_config = ConfigDict(frozen=True)
 
     id: int
     role: str

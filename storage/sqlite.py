@@ -63,6 +63,10 @@ class Store:
         # Single-statement writes take this lock too, so none of them can land inside (and be
         # rolled back with) a multi-statement transaction on this shared connection.
         self._write_lock = asyncio.Lock()
+        # Model calls counted but not yet written: written with the turn's history, before an
+        # idle change reads them, and on close. A crash can lose a few, which only delays an
+        # idle block's cleanup; it never deletes one early.
+        self._pending_calls: dict[str, int] = {}
 
     @classmethod
     async def open(cls, path: str | Path) -> Store:
@@ -82,7 +86,8 @@ class Store:
         return cls(db)
 
     async def close(self) -> None:
-        """Close the connection; committed data is on disk."""
+        """Write pending counts and close the connection; committed data is on disk."""
+        await self.flush_calls()
         await self._db.close()
 
     async def __aenter__(self) -> Store:
@@ -160,6 +165,7 @@ class Store:
         new_state = block.state if state is None else state
         new_priority = block.priority if priority is None else priority
         if new_state is State.IDLE and block.state is not State.IDLE:
+            await self.flush_calls()  # the idle mark records the scope's current count
             idle_sql = "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) " \
                        "FROM scope_calls WHERE scope = blocks.scope)"
             idle_args: tuple[Any, ...] = (_ts(now),)
@@ -203,25 +209,57 @@ class Store:
 
     # --- model-call counters ------------------------------------------------------------------
 
-    async def count_model_call(self, scopes: Sequence[str]) -> dict[str, int]:
-        """Add one model call to each scope; returns each scope's count before this call."""
+    async def start_model_call(
+        self, scopes: Sequence[str]
+    ) -> tuple[list[Block], dict[str, int]]:
+        """Count one model call for each scope and return, in one query, the scopes' blocks (in any
+        state, oldest creation first) and, for each scope that has blocks, its call count before
+        this call."""
         if not scopes:
-            return {}
-        values = ",".join("(?, 1)" for _ in scopes)
-        async with self._write_lock:
-            rows = await self._db.execute_fetchall(
-                f"INSERT INTO scope_calls (scope, calls) VALUES {values} "
-                "ON CONFLICT (scope) DO UPDATE SET calls = calls + 1 RETURNING scope, calls",
-                tuple(scopes),
-            )
-        return {str(row[0]): int(row[1]) - 1 for row in rows}
+            return [], {}
+        rows = await self._db.execute_fetchall(
+            f"SELECT {_BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
+            f"blocks.scope) FROM blocks WHERE scope IN ({_placeholders(len(scopes))}) "
+            "ORDER BY created_at, id",
+            tuple(scopes),
+        )
+        stored: dict[str, int] = {}
+        blocks = []
+        for row in rows:
+            blocks.append(_block(row))
+            stored[row[1]] = row[12] or 0
+        before = {}
+        for scope in scopes:
+            pending = self._pending_calls.get(scope, 0)
+            if scope in stored:
+                before[scope] = stored[scope] + pending
+            self._pending_calls[scope] = pending + 1
+        return blocks, before
+
+    async def flush_calls(self) -> None:
+        """Write the counted model calls that are not yet on disk."""
+        if not self._pending_calls:
+            return
+        pending, self._pending_calls = self._pending_calls, {}
+        try:
+            async with self._write_lock:
+                await self._db.executemany(
+                    "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
+                    "ON CONFLICT (scope) DO UPDATE SET calls = calls + excluded.calls",
+                    list(pending.items()),
+                )
+        except BaseException:
+            for scope, count in pending.items():
+                self._pending_calls[scope] = self._pending_calls.get(scope, 0) + count
+            raise
 
     async def model_calls(self, scope: str) -> int:
         """How many model calls have been made with this scope."""
         rows = await self._db.execute_fetchall(
             "SELECT calls FROM scope_calls WHERE scope = ?", (scope,)
         )
-        return next((int(row[0]) for row in rows), 0)
+        stored = next((int(row[0]) for row in rows), 0)
+        return stored + self._pending_calls.get(scope, 0)
 
     # --- history --------------------------------------------------------------------------------
 
@@ -246,6 +284,7 @@ class Store:
             "(?, ?, ?, ?)",
             (session, "user", user_text, stamp, session, "assistant", reply, stamp),
         )
+        await self.flush_calls()
         if drop_ids:
             await self._write(
                 f"DELETE FROM history WHERE session = ? AND id IN "
@@ -307,6 +346,7 @@ class Store:
         prefix_match = "(scope = :old OR substr(scope, 1, length(:old) + 4) = :old || '::u:')"
         renamed = ":new || substr(scope, length(:old) + 1)"
         args = {"old": old, "new": new}
+        await self.flush_calls()
         async with self._transaction():
             cursor = await self._db.execute(
                 f"UPDATE OR IGNORE blocks SET scope = {renamed} WHERE {prefix_match}", args

@@ -346,8 +346,7 @@ class PinService:
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
         """Count one model call for each scope, delete its expired idle blocks, and return the
         blocks left (idle ones included; rendering leaves those out)."""
-        before = await self._store.count_model_call(scopes)
-        blocks = await self._store.blocks(scopes)
+        blocks, before = await self._store.start_model_call(scopes)
         now = self._clock()
         expired = [b.id for b in blocks if self._expired(b, now, before.get(b.scope, 0))]
         if expired:

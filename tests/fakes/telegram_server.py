@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ class FakeTelegram:
         self.admins: set[tuple[int, int]] = set()
         self.failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.hold: dict[str, asyncio.Event] = {}
+        self.first_sent_at: dict[int, float] = {}  # chat id → when the first reply arrived
         self.confirmed = 0  # the highest update_id the bot has confirmed receiving
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
@@ -109,6 +111,8 @@ class FakeTelegram:
             return web.json_response(body, status=status)
         if method != "getUpdates":
             self.calls.append((method, params))
+            if method == "sendMessage":
+                self.first_sent_at.setdefault(int(params["chat_id"]), time.perf_counter())
             await self._notify()
         result = await self._result(method, params)
         return web.json_response({"ok": True, "result": result})

@@ -109,8 +109,10 @@ async def test_update_is_refused_at_a_stale_revision(store: Store) -> None:
 
 async def test_idle_records_time_and_the_scope_call_count(store: Store) -> None:
     await store.insert_block(new("a"), now=NOW, max_blocks=5, max_total_chars=0)
-    assert await store.count_model_call(["s", "t"]) == {"s": 0, "t": 0}
-    assert await store.count_model_call(["s"]) == {"s": 1}
+    blocks, before = await store.start_model_call(["s", "t"])
+    assert [b.label for b in blocks] == ["a"] and before == {"s": 0}  # t has no blocks
+    assert (await store.start_model_call(["s"]))[1] == {"s": 1}
+    assert await store.model_calls("s") == 2 and await store.model_calls("t") == 1
     (block,) = await store.blocks(["s"])
     assert await store.update_block(block, now=NOW, max_total_chars=0, state=State.IDLE)
     (idle,) = await store.blocks(["s"])
@@ -129,3 +131,20 @@ async def test_history_turn_and_compaction_drop(store: Store) -> None:
     ]
     assert await store.history("other") == []
     assert await store.integrity_ok()
+
+
+async def test_counted_calls_reach_the_disk_with_the_turn_and_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite3"
+
+    def on_disk() -> dict[str, int]:
+        with sqlite3.connect(path) as raw:
+            return dict(raw.execute("SELECT scope, calls FROM scope_calls").fetchall())
+
+    store = await Store.open(path)
+    await store.start_model_call(["s"])
+    assert on_disk() == {}  # not yet written: the hot path makes no write
+    await store.append_turn("s", "hi", "hello", now=NOW)
+    assert on_disk() == {"s": 1}
+    await store.start_model_call(["s", "t"])
+    await store.close()
+    assert on_disk() == {"s": 2, "t": 1}

@@ -1,0 +1,97 @@
+"""Synthetic stores: scopes of 10 blocks of about 200 characters, mixed levels and states, in
+pinbot's SQLite schema and in the JSON layouts of the baselines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from storage.sqlite import Store, label_key
+
+BLOCKS_PER_SCOPE = 10
+PLATFORM = "bench"
+WORDS = ["alpha", "beta", "gamma", "delta", "pinned", "context", "rule", "note", "project",
+         "deadline", "budget", "meeting", "answer", "briefly", "cite", "sources", "never"]
+
+
+def scope_of(index: int) -> str:
+    """The DM scope of synthetic user index."""
+    return f"{PLATFORM}:direct:{index}"
+
+
+def _content(rng: random.Random) -> str:
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < 200:
+        words.append(rng.choice(WORDS))
+    return " ".join(words)[:200]
+
+
+def rows(scopes: int, seed: int = 7) -> Iterator[tuple[object, ...]]:
+    """Block rows for `scopes` scopes: 3 strong and 7 context each; one idle, one pinned."""
+    rng = random.Random(seed)
+    # Recent times: idle blocks are checked for cleanup on every turn but are not yet due, so the
+    # figures show the steady state, not a one-off deletion per scope.
+    stamp = time.time() - 3600
+    for index in range(scopes):
+        scope = scope_of(index)
+        for number in range(BLOCKS_PER_SCOPE):
+            label = f"block{number}"
+            level = "strong" if number < 3 else "context"
+            state = "idle" if number == 9 else "pinned" if number == 0 else "active"
+            idle_since = stamp if state == "idle" else None
+            yield (scope, label, label_key(label), _content(rng), level, state,
+                   rng.choice((0, 0, 0, 5)), stamp + number, stamp + number, idle_since,
+                   0 if state == "idle" else None)
+
+
+def build_sqlite(path: Path, scopes: int) -> None:
+    """Create a pinbot database at path holding `scopes` scopes of 10 blocks."""
+    asyncio.run(_create_schema(path))
+    with sqlite3.connect(path) as db:
+        db.executemany(
+            "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
+            "created_at, updated_at, idle_since, idle_calls) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            rows(scopes),
+        )
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+async def _create_schema(path: Path) -> None:
+    store = await Store.open(path)
+    await store.close()
+
+
+def _as_json_blocks(scope_rows: list[tuple[object, ...]]) -> dict[str, object]:
+    return {str(r[1]): {"content": r[3], "level": r[4], "state": r[5], "priority": r[6],
+                        "created": r[7], "updated": r[8]} for r in scope_rows}
+
+
+def build_json_single(path: Path, scopes: int) -> None:
+    """All scopes in one JSON file, as the sticky-context plugin keeps its workspace file."""
+    store: dict[str, object] = {}
+    current: list[tuple[object, ...]] = []
+    for row in rows(scopes):
+        current.append(row)
+        if len(current) == BLOCKS_PER_SCOPE:
+            store[str(row[0])] = {"version": 1, "slots": _as_json_blocks(current)}
+            current = []
+    path.write_text(json.dumps(store), encoding="utf-8")
+
+
+def build_json_per_scope(folder: Path, scopes: int) -> None:
+    """One JSON file per scope."""
+    folder.mkdir(parents=True, exist_ok=True)
+    current: list[tuple[object, ...]] = []
+    for row in rows(scopes):
+        current.append(row)
+        if len(current) == BLOCKS_PER_SCOPE:
+            index = str(row[0]).rsplit(":", 1)[1]
+            (folder / f"{index}.json").write_text(
+                json.dumps({"version": 1, "slots": _as_json_blocks(current)}), encoding="utf-8")
+            current = []

@@ -1,0 +1,129 @@
+"""Turn overhead (the real core path up to the model call) and its baselines, on the same data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sqlite3
+import time
+from pathlib import Path
+
+import aiosqlite
+
+from bench.data import scope_of
+from bench.stats import summary_us
+from bot.config import parse_config
+from bot.core.bot import Pinbot
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.render import ScopedBlock, injected, render
+from bot.llm.offline import OfflineChatModel
+from storage.models import Block, Level, State
+from storage.sqlite import Store
+
+TEXT = "What should I do next?"
+SELECT = ("SELECT id, scope, label, content, level, state, priority, created_at, updated_at, "
+          "idle_since, idle_calls, rev FROM blocks WHERE scope = ?")
+
+
+def _picks(scopes: int, count: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(scopes) for _ in range(count)]
+
+
+def _render_rows(rows: list[tuple[object, ...]]) -> str:
+    """The floor's rendering: rows to blocks, then pinbot's own render."""
+    from datetime import UTC, datetime
+
+    blocks = [Block(
+        id=r[0], scope=r[1], label=r[2], content=r[3], level=Level(r[4]), state=State(r[5]),
+        priority=r[6], created_at=datetime.fromtimestamp(float(r[7]), UTC),  # type: ignore[arg-type]
+        updated_at=datetime.fromtimestamp(float(r[8]), UTC),  # type: ignore[arg-type]
+        idle_since=None, idle_calls=r[10], rev=r[11]) for r in rows]
+    rendered = render([ScopedBlock(b, "personal") for b in injected(blocks)], TEXT)
+    return rendered.strong + rendered.context
+
+
+def _render_json(slots: dict[str, dict[str, object]]) -> str:
+    from datetime import UTC, datetime
+
+    blocks = [Block(
+        id=i, scope="s", label=label, content=slot["content"], level=Level(str(slot["level"])),
+        state=State(str(slot["state"])), priority=slot["priority"],
+        created_at=datetime.fromtimestamp(float(slot["created"]), UTC),  # type: ignore[arg-type]
+        updated_at=datetime.fromtimestamp(float(slot["updated"]), UTC),  # type: ignore[arg-type]
+        idle_since=None, idle_calls=None, rev=0) for i, (label, slot) in enumerate(slots.items())]
+    rendered = render([ScopedBlock(b, "personal") for b in injected(blocks)], TEXT)
+    return rendered.strong + rendered.context
+
+
+async def ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """pinbot's blocks path of a turn: conversation → scopes → counting and cleanup → render."""
+    store = await Store.open(path)
+    bot = Pinbot(parse_config({}), store, OfflineChatModel())
+    samples = []
+    try:
+        for index in _picks(scopes, turns, seed):
+            conversation = Conversation("bench", ChatKind.DIRECT, str(index), str(index))
+            start = time.perf_counter_ns()
+            rendered = await bot.chat.rendered_blocks(conversation, TEXT)
+            samples.append(time.perf_counter_ns() - start)
+            assert rendered.strong and rendered.context
+    finally:
+        await store.close()
+    return summary_us(samples)
+
+
+def floor_sqlite3(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """(a) plain sqlite3 indexed select of the scope's rows, plus rendering."""
+    db = sqlite3.connect(path)
+    samples = []
+    for index in _picks(scopes, turns, seed):
+        start = time.perf_counter_ns()
+        _render_rows(db.execute(SELECT, (scope_of(index),)).fetchall())
+        samples.append(time.perf_counter_ns() - start)
+    db.close()
+    return summary_us(samples)
+
+
+async def single_aiosqlite(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """(b) one aiosqlite query of the scope's rows (no rendering)."""
+    samples = []
+    async with aiosqlite.connect(path) as db:
+        for index in _picks(scopes, turns, seed):
+            start = time.perf_counter_ns()
+            await db.execute_fetchall(SELECT, (scope_of(index),))
+            samples.append(time.perf_counter_ns() - start)
+    return summary_us(samples)
+
+
+def json_single(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """(c) the seed's approach: one JSON file of every scope, read and parsed per turn."""
+    samples = []
+    for index in _picks(scopes, turns, seed):
+        start = time.perf_counter_ns()
+        store = json.loads(path.read_text(encoding="utf-8"))
+        _render_json(store[scope_of(index)]["slots"])
+        samples.append(time.perf_counter_ns() - start)
+    return summary_us(samples)
+
+
+def json_per_scope(folder: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """(d) one JSON file per scope, read and parsed per turn."""
+    samples = []
+    for index in _picks(scopes, turns, seed):
+        start = time.perf_counter_ns()
+        data = json.loads((folder / f"{index}.json").read_text(encoding="utf-8"))
+        _render_json(data["slots"])
+        samples.append(time.perf_counter_ns() - start)
+    return summary_us(samples)
+
+
+def run_ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """ours() on a fresh event loop."""
+    return asyncio.run(ours(path, scopes, turns, seed))
+
+
+def run_single_aiosqlite(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+    """single_aiosqlite() on a fresh event loop."""
+    return asyncio.run(single_aiosqlite(path, scopes, turns, seed))
