@@ -7,7 +7,9 @@ import json
 import random
 import sqlite3
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
@@ -19,7 +21,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.render import ScopedBlock, injected, render
 from bot.llm.offline import OfflineChatModel
 from storage.models import Block, Level, State
-from storage.sqlite import Store
+from storage.sqlite import Store, block_from_row
 
 TEXT = "What should I do next?"
 SELECT = ("SELECT id, scope, label, content, level, state, priority, created_at, updated_at, "
@@ -31,30 +33,23 @@ def _picks(scopes: int, count: int, seed: int) -> list[int]:
     return [rng.randrange(scopes) for _ in range(count)]
 
 
-def _render_rows(rows: list[tuple[object, ...]]) -> str:
-    """The floor's rendering: rows to blocks, then pinbot's own render."""
-    from datetime import UTC, datetime
-
-    blocks = [Block(
-        id=r[0], scope=r[1], label=r[2], content=r[3], level=Level(r[4]), state=State(r[5]),
-        priority=r[6], created_at=datetime.fromtimestamp(float(r[7]), UTC),  # type: ignore[arg-type]
-        updated_at=datetime.fromtimestamp(float(r[8]), UTC),  # type: ignore[arg-type]
-        idle_since=None, idle_calls=r[10], rev=r[11]) for r in rows]
+def _rendered(blocks: list[Block]) -> str:
     rendered = render([ScopedBlock(b, "personal") for b in injected(blocks)], TEXT)
     return rendered.strong + rendered.context
 
 
-def _render_json(slots: dict[str, dict[str, object]]) -> str:
-    from datetime import UTC, datetime
+def _render_rows(rows: list[Any]) -> str:
+    """The floor's rendering: rows to blocks (as the store does), then pinbot's own render."""
+    return _rendered([block_from_row(row) for row in rows])
 
-    blocks = [Block(
-        id=i, scope="s", label=label, content=slot["content"], level=Level(str(slot["level"])),
-        state=State(str(slot["state"])), priority=slot["priority"],
-        created_at=datetime.fromtimestamp(float(slot["created"]), UTC),  # type: ignore[arg-type]
-        updated_at=datetime.fromtimestamp(float(slot["updated"]), UTC),  # type: ignore[arg-type]
-        idle_since=None, idle_calls=None, rev=0) for i, (label, slot) in enumerate(slots.items())]
-    rendered = render([ScopedBlock(b, "personal") for b in injected(blocks)], TEXT)
-    return rendered.strong + rendered.context
+
+def _render_json(slots: dict[str, dict[str, Any]]) -> str:
+    return _rendered([Block(
+        id=i, scope="s", label=label, content=str(slot["content"]), level=Level(slot["level"]),
+        state=State(slot["state"]), priority=int(slot["priority"]),
+        created_at=datetime.fromtimestamp(float(slot["created"]), UTC),
+        updated_at=datetime.fromtimestamp(float(slot["updated"]), UTC),
+    ) for i, (label, slot) in enumerate(slots.items())])
 
 
 async def ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:

@@ -43,7 +43,8 @@ def label_key(label: str) -> str:
     return label.casefold()
 
 
-def _block(row: Sequence[Any]) -> Block:
+def block_from_row(row: Sequence[Any]) -> Block:
+    """A Block from a row of the blocks table, columns in _BLOCK_COLUMNS order."""
     return Block(
         id=row[0], scope=row[1], label=row[2], content=row[3], level=Level(row[4]),
         state=State(row[5]), priority=row[6], created_at=_dt(row[7]), updated_at=_dt(row[8]),
@@ -115,7 +116,7 @@ class Store:
             "ORDER BY created_at, id",
             tuple(scopes),
         )
-        return [_block(row) for row in rows]
+        return [block_from_row(row) for row in rows]
 
     async def insert_block(
         self, new: NewBlock, *, now: datetime, max_blocks: int, max_total_chars: int
@@ -226,7 +227,7 @@ class Store:
         stored: dict[str, int] = {}
         blocks = []
         for row in rows:
-            blocks.append(_block(row))
+            blocks.append(block_from_row(row))
             stored[row[1]] = row[12] or 0
         before = {}
         for scope in scopes:

@@ -35,6 +35,7 @@ class FakeTelegram:
         self.failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.hold: dict[str, asyncio.Event] = {}
         self.first_sent_at: dict[int, float] = {}  # chat id → when the first reply arrived
+        self.pushed_at: dict[int, float] = {}  # chat id → when /_control/push queued its update
         self.confirmed = 0  # the highest update_id the bot has confirmed receiving
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
@@ -151,15 +152,38 @@ class FakeTelegram:
                     await asyncio.wait_for(self._changed.wait_for(lambda: bool(pending())), 0.2)
         return pending()
 
-    async def start(self) -> FakeTelegram:
+    async def _control_push(self, request: web.Request) -> web.Response:
+        """Queue the POSTed updates (for a benchmark driving this server from another process)."""
+        for update in await request.json():
+            pushed = self.push(update)
+            chat = next(iter(v for k, v in pushed.items() if k != "update_id"))["chat"]["id"]
+            self.pushed_at.setdefault(int(chat), time.perf_counter())
+        return web.json_response({"ok": True})
+
+    async def _control_counts(self, request: web.Request) -> web.Response:
+        """How many successful calls of each Bot API method arrived."""
+        counts: dict[str, int] = {}
+        for method, _ in self.calls:
+            counts[method] = counts.get(method, 0) + 1
+        return web.json_response(counts)
+
+    async def _control_times(self, request: web.Request) -> web.Response:
+        """For each chat: when its first update was pushed and its first reply arrived."""
+        return web.json_response({str(chat): [self.pushed_at.get(chat), sent]
+                                  for chat, sent in self.first_sent_at.items()})
+
+    async def start(self, port: int = 0) -> FakeTelegram:
         app = web.Application()
+        app.router.add_post("/_control/push", self._control_push)
+        app.router.add_get("/_control/times", self._control_times)
+        app.router.add_get("/_control/counts", self._control_counts)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         assert site._server is not None
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
         return self
 
     async def stop(self) -> None:
@@ -227,3 +251,13 @@ def message(chat: dict[str, Any], text: str, sender: dict[str, Any] | None, *,
     if reply_to is not None:
         body["reply_to_message"] = reply_to
     return {kind: body}
+
+
+async def _serve_forever() -> None:
+    server = await FakeTelegram().start()
+    print(server.port, flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":  # a standalone fake for benchmarks: prints its port, serves until killed
+    asyncio.run(_serve_forever())

@@ -1,0 +1,72 @@
+"""Committed /pin add, edit and remove per second through the real command path, against plain
+sqlite3 committing the same writes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+from bench.data import scope_of
+from bot.config import parse_config
+from bot.core.bot import Pinbot
+from bot.core.conversation import ChatKind, Conversation
+from bot.llm.offline import OfflineChatModel
+from storage.sqlite import Store, label_key
+
+CONTENT = "Keep answers short and cite the source of every figure you give, please. " * 2
+
+
+def _work(count: int, scopes: int) -> list[tuple[int, str]]:
+    """(user, label) pairs spread over scopes, each used for one add, edit and remove."""
+    return [(i % scopes, f"bench{i}") for i in range(count)]
+
+
+async def ours(path: Path, count: int, scopes: int) -> float:
+    """Commands per second: /pin add, then /pin edit, then /pin remove of each block."""
+    store = await Store.open(path)
+    bot = Pinbot(parse_config({"pins": {"max_blocks_per_session": 1000}}), store,
+                 OfflineChatModel())
+    work = _work(count, scopes)
+    conversations = {u: Conversation("bench", ChatKind.DIRECT, str(u), str(u))
+                     for u, _ in work}
+    start = time.perf_counter()
+    try:
+        for verb in ("add", "edit", "remove"):
+            for user, label in work:
+                text = f"/pin {verb} {label}" + ("" if verb == "remove" else f" {CONTENT}")
+                reply = await bot.handle(conversations[user], text)
+                assert reply and not reply.startswith(("There is no", "A block")), reply
+    finally:
+        await store.close()
+    return 3 * count / (time.perf_counter() - start)
+
+
+def plain_sqlite3(path: Path, count: int, scopes: int) -> float:
+    """The same inserts, updates and deletes, each committed, with plain sqlite3 (WAL)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    work = _work(count, scopes)
+    now = time.time()
+    start = time.perf_counter()
+    for user, label in work:
+        db.execute("INSERT INTO blocks (scope, label, label_key, content, level, state, "
+                   "created_at, updated_at) VALUES (?, ?, ?, ?, 'strong', 'active', ?, ?)",
+                   (scope_of(user), label, label_key(label), CONTENT, now, now))
+    for user, label in work:
+        db.execute("UPDATE blocks SET content = ?, updated_at = ?, rev = rev + 1 "
+                   "WHERE scope = ? AND label_key = ?",
+                   (CONTENT, now, scope_of(user), label_key(label)))
+    for user, label in work:
+        db.execute("DELETE FROM blocks WHERE scope = ? AND label_key = ?",
+                   (scope_of(user), label_key(label)))
+    elapsed = time.perf_counter() - start
+    db.close()
+    return 3 * count / elapsed
+
+
+def run_ours(path: Path, count: int, scopes: int) -> float:
+    """ours() on a fresh event loop."""
+    return asyncio.run(ours(path, count, scopes))
