@@ -68,6 +68,7 @@ async def measure(base: str, slow_chats: int, list_chats: int, delay: float) -> 
                         if counts.get("sendChatAction", 0) >= slow_chats:
                             break
                         await asyncio.sleep(0.005)
+                    await asyncio.sleep(delay / 5)  # let the typing replies settle: all wait
                 lists = [message(private_chat(c), "/pin list", user(c))
                          for c in range(LIST_CHATS_START, LIST_CHATS_START + list_chats)]
                 await control.post("/_control/push", json=lists)

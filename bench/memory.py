@@ -1,5 +1,8 @@
 """Peak RSS of a process that opens a store and serves turns on it: run as
-`python -m bench.memory DB SCOPES TURNS` in its own process, it prints its peak RSS in KiB."""
+`python -m bench.memory DB SCOPES TURNS` in its own process, it prints its peak RSS in KiB.
+
+It reads VmHWM from /proc: getrusage's ru_maxrss survives exec, so a child would report the
+benchmark parent's peak instead of its own."""
 
 from __future__ import annotations
 
@@ -43,6 +46,13 @@ def peak_rss_kib(path: Path, scopes: int, turns: int) -> int:
     return int(output.strip().splitlines()[-1])
 
 
+def _own_peak_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # not Linux: best effort
+
+
 if __name__ == "__main__":
     asyncio.run(_serve(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print(_own_peak_kib())

@@ -8,6 +8,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 from bot.config import Config, ConfigError, load_config
 from bot.core.bot import Pinbot
@@ -25,7 +26,15 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument("--topic", help="forum topic id inside --group")
     commands.add_parser("telegram", help="run the bot on Telegram")
     commands.add_parser("feishu", help="run the bot on Feishu (Lark)")
-    commands.add_parser("check-config", help="validate the config file")
+    check = commands.add_parser("check-config",
+                                help="validate the config file and the environment it needs")
+    check.add_argument("--platform", action="append", choices=["telegram", "feishu"],
+                       default=[], help="also require this platform's secrets")
+    export = commands.add_parser("export", help="write every block of every scope as JSON")
+    export.add_argument("-o", "--output", help="file to write (default: standard output)")
+    load = commands.add_parser("import", help="load blocks from an export (all or nothing)")
+    load.add_argument("file", help="the JSON file to import")
+    load.add_argument("--dry-run", action="store_true", help="report what would change")
     for sub in commands.choices.values():
         sub.add_argument("--config", help="YAML config file (default: embedded defaults)")
     return parser
@@ -83,6 +92,65 @@ async def _feishu(config: Config) -> int:
     return 0
 
 
+def _check(config: Config, args: argparse.Namespace) -> int:
+    from bot.checks import check_config
+
+    problems = check_config(config, tuple(args.platform))
+    source = args.config or "embedded defaults"
+    for problem in problems:
+        print(f"problem: {problem}")
+    if problems:
+        print(f"{len(problems)} problem(s) in {source}")
+        return 1
+    print(f"configuration ok ({source})")
+    return 0
+
+
+async def _export(config: Config, output: str | None) -> int:
+    import json
+
+    from bot.core.pins import utc_now
+    from bot.core.transfer import export_document
+
+    async with await Store.open(config.storage.path) as store:
+        document = await export_document(store, utc_now())
+    text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        print(f"exported to {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+async def _import(config: Config, file: str, dry_run: bool) -> int:
+    import json
+
+    from bot.core.transfer import describe_changes, plan_import
+
+    try:
+        document = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        print(f"pinbot: cannot read {file}: {error}", file=sys.stderr)
+        return 1
+    plan = plan_import(document, config.pins)
+    if plan.problems:
+        for problem in plan.problems:
+            print(f"problem: {problem}")
+        print(f"{len(plan.problems)} problem(s); nothing was imported")
+        return 1
+    async with await Store.open(config.storage.path) as store:
+        changes = await describe_changes(store, plan)
+        for line in changes or ["no changes"]:
+            print(line)
+        if dry_run:
+            print("dry run: nothing was written")
+            return 0
+        written = await store.replace_scopes(plan.scopes)
+    print(f"imported {written} block(s) in {len(plan.scopes)} scope(s)")
+    return 0
+
+
 def _register_secrets(config: Config) -> None:
     import os
 
@@ -101,9 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(config.logging)
         _register_secrets(config)
         if args.command == "check-config":
-            build_model(config.llm)
-            print(f"configuration ok ({args.config or 'embedded defaults'})")
-            return 0
+            return _check(config, args)
+        if args.command == "export":
+            return asyncio.run(_export(config, args.output))
+        if args.command == "import":
+            return asyncio.run(_import(config, args.file, args.dry_run))
         if args.command == "telegram":
             return asyncio.run(_telegram(config))
         if args.command == "feishu":

@@ -69,6 +69,7 @@ class PinsConfig(_Section):
     group_strong_user_ids: IdList = []
     allow_prompt_injection: bool = True
     inherit_platform_admins: bool = False
+    refuse_secrets_in_groups: bool = True
 
 
 class TelegramConfig(_Section):
@@ -113,6 +114,14 @@ class ChatConfig(_Section):
     compaction_keep_turns: NonNegative = 4
 
 
+class LimitsConfig(_Section):
+    """Abuse limits per sender; 0 turns a rate limit off."""
+
+    pin_commands_per_minute: NonNegative = 30
+    model_turns_per_minute: NonNegative = 10
+    max_message_chars: Positive = 8000
+
+
 class LoggingConfig(_Section):
     """Log level and format."""
 
@@ -131,6 +140,7 @@ class Config(_Section):
     chat: ChatConfig = ChatConfig()
     telegram: TelegramConfig = TelegramConfig()
     feishu: FeishuConfig = FeishuConfig()
+    limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

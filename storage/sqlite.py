@@ -320,6 +320,46 @@ class Store:
         cursor = await self._write("DELETE FROM history WHERE session = ?", (session,))
         return cursor.rowcount
 
+    # --- export and import ------------------------------------------------------------------------
+
+    async def export_scopes(self) -> dict[str, tuple[int, list[Block]]]:
+        """Every scope that has blocks or counted calls: its call count and blocks (oldest
+        first)."""
+        await self.flush_calls()
+        scopes: dict[str, tuple[int, list[Block]]] = {}
+        for row in await self._db.execute_fetchall("SELECT scope, calls FROM scope_calls"):
+            scopes[row[0]] = (int(row[1]), [])
+        rows = await self._db.execute_fetchall(
+            f"SELECT {_BLOCK_COLUMNS} FROM blocks ORDER BY scope, created_at, id"
+        )
+        for row in rows:
+            block = block_from_row(row)
+            scopes.setdefault(block.scope, (0, []))[1].append(block)
+        return scopes
+
+    async def replace_scopes(self, scopes: dict[str, tuple[int, list[Block]]]) -> int:
+        """Make each given scope hold exactly these blocks (times, states and all) and this call
+        count, in one transaction; other scopes are untouched. Returns blocks written."""
+        await self.flush_calls()
+        written = 0
+        async with self._transaction():
+            for scope, (calls, blocks) in scopes.items():
+                await self._db.execute("DELETE FROM blocks WHERE scope = ?", (scope,))
+                await self._db.execute(
+                    "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
+                    "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls", (scope, calls))
+                await self._db.executemany(
+                    "INSERT INTO blocks (scope, label, label_key, content, level, state, "
+                    "priority, created_at, updated_at, idle_since, idle_calls) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(scope, b.label, label_key(b.label), b.content, b.level.value,
+                      b.state.value, b.priority, _ts(b.created_at), _ts(b.updated_at),
+                      None if b.idle_since is None else _ts(b.idle_since), b.idle_calls)
+                     for b in sorted(blocks, key=lambda b: b.created_at)],
+                )
+                written += len(blocks)
+        return written
+
     # --- platform event de-duplication ---------------------------------------------------------
 
     async def claim_event(self, platform: str, event_id: str, *, now: datetime) -> bool:

@@ -35,8 +35,15 @@ async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     await server.stop()
 
 
+NO_RATE_LIMITS = {"pin_commands_per_minute": 0, "model_turns_per_minute": 0}
+
+
 def make_config(**sections: Any) -> Config:
-    """A Config from keyword sections, e.g. make_config(pins={"enable_in_group": True})."""
+    """A Config from keyword sections, e.g. make_config(pins={"enable_in_group": True}).
+
+    Rate limits are off unless a test sets `limits`: tests send bursts on a clock that barely
+    moves."""
+    sections.setdefault("limits", NO_RATE_LIMITS)
     return parse_config(sections, "<test>")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from bot.config import Config
@@ -9,6 +10,7 @@ from bot.core.chat import ChatService
 from bot.core.commands import ParseError, parse_pin
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
+from bot.core.limits import RateLimiter
 from bot.core.pins import Clock, PinService, utc_now
 from bot.llm.base import ChatModel, TextSink
 from storage.sqlite import Store
@@ -37,6 +39,8 @@ class Pinbot:
         self.pins = PinService(store, config.pins, clock)
         self.chat = ChatService(store, self.pins, config, model, clock)
         self.bot_username = bot_username
+        self._pin_commands = RateLimiter(config.limits.pin_commands_per_minute, clock)
+        self._turns = RateLimiter(config.limits.model_turns_per_minute, clock)
 
     def is_command(self, text: str) -> bool:
         """Whether text is a command (for this bot, when it names one)."""
@@ -58,15 +62,23 @@ class Pinbot:
         streaming model answers, on_text gets the text so far.
         """
         text = text.strip()
-        if not text:
+        if not text or (not self.is_command(text) and not addressed):
             return None
+        if self.is_command(text) and self.addressed_to_other_bot(text[:200]):
+            return None
+        limit = self.config.limits.max_message_chars
+        if len(text) > limit:  # checked before any parsing
+            return (f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
+                    "Please send a shorter one.")
         if not self.is_command(text):
-            if not addressed:
-                return None
+            if wait := self._turns.acquire(self._sender_key(conversation)):
+                return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
             return await self.chat.turn(conversation, text, on_text)
-        if self.addressed_to_other_bot(text):
-            return None
         return await self.command(conversation, text)
+
+    @staticmethod
+    def _sender_key(conversation: Conversation) -> str:
+        return f"{conversation.platform}:{conversation.sender_id or conversation.session_key}"
 
     async def move_group(self, platform: str, old_chat: str, new_chat: str) -> int:
         """Move a group's blocks, counters and history to its new chat id; returns blocks moved."""
@@ -77,6 +89,9 @@ class Pinbot:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         if name == "pin":
+            if wait := self._pin_commands.acquire(self._sender_key(conversation)):
+                return (f"You are sending /pin commands too fast. Try again in "
+                        f"{math.ceil(wait)} s.")
             parsed = parse_pin(rest)
             if isinstance(parsed, ParseError):
                 return parsed.message

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from bot.config import PinsConfig
 from bot.core.commands import PinCommand, Verb
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.credentials import credential_kind
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, may, refusal_for, resolve_access
 from bot.core.render import estimate_tokens, injected
@@ -91,6 +92,17 @@ class PinService:
             return await self._add(target, command)
         return await self._change(target, command)
 
+    def _secret_problem(self, target: _Target, label: str, content: str) -> str | None:
+        if not target.group or not self._pins.refuse_secrets_in_groups:
+            return None
+        kind = credential_kind(f"{label} {content}")
+        if kind is None:
+            return None
+        return (f"Not saved: this looks like {kind}. Blocks in a group can be revealed to every "
+                "member (the model may repeat them), so do not pin secrets here; keep them "
+                "out of chats. (The operator can turn this check off with "
+                "pins.refuse_secrets_in_groups: false.)")
+
     def _strong_refusal(self, target: _Target) -> str | None:
         if target.shared or may(target.role, Action.PERSONAL_STRONG):
             return None
@@ -98,7 +110,8 @@ class PinService:
 
     async def _add(self, target: _Target, command: PinCommand) -> str:
         label, content = command.label or "", command.content or ""
-        problem = label_problem(label, self._pins) or content_problem(content, self._pins)
+        problem = (label_problem(label, self._pins) or content_problem(content, self._pins)
+                   or self._secret_problem(target, label, content))
         if problem:
             return problem
         level = command.level or (Level.STRONG if target.role is Role.DM_USER
@@ -130,7 +143,9 @@ class PinService:
     async def _change(self, target: _Target, command: PinCommand) -> str:
         label = command.label or ""
         verb = command.verb
-        if verb is Verb.EDIT and (problem := content_problem(command.content or "", self._pins)):
+        if verb is Verb.EDIT and (problem := (
+                content_problem(command.content or "", self._pins)
+                or self._secret_problem(target, label, command.content or ""))):
             return problem
         for _ in range(_ATTEMPTS):
             blocks = await self._store.blocks([target.scope])
@@ -258,7 +273,8 @@ class PinService:
         if isinstance(target, str):
             return f"Refused: {target}"
         content = content.strip()
-        problem = label_problem(label, self._pins) or content_problem(content, self._pins)
+        problem = (label_problem(label, self._pins) or content_problem(content, self._pins)
+                   or self._secret_problem(target, label, content))
         if problem:
             return f"Refused: {problem}"
         for _ in range(_ATTEMPTS):

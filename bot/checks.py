@@ -1,0 +1,82 @@
+"""`pinbot check-config`: the configuration and the environment it needs, problem by problem."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bot.config import Config
+from bot.core.conversation import group_session_key_of, strip_agent_prefix
+from bot.core.permissions import AllowEntry
+
+
+def _secret(variable: str, key: str, needed_for: str) -> list[str]:
+    if not variable:
+        return [f"{key}: empty; name the environment variable that holds the secret"]
+    if not os.environ.get(variable):
+        return [f"{key}: the environment variable {variable} is not set ({needed_for})"]
+    return []
+
+
+def _database(path: str) -> list[str]:
+    if path == ":memory:":
+        return []
+    file = Path(path)
+    folder = file.parent if str(file.parent) else Path(".")
+    if file.exists():
+        if not os.access(file, os.R_OK | os.W_OK):
+            return [f"storage.path: {file} is not readable and writable by this user"]
+        return []
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK):
+        return [f"storage.path: cannot create {file}: {existing} is not writable"]
+    return []
+
+
+def _allowlists(config: Config) -> list[str]:
+    problems = []
+    pins = config.pins
+    for key in ("group_shared_admin_ids", "group_strong_user_ids"):
+        for entry in getattr(pins, key):
+            if AllowEntry.parse(entry) is None:
+                problems.append(f"pins.{key}: '{entry}' is neither a sender id nor "
+                                "'<group session key>::u:<sender id>' "
+                                "(e.g. telegram:group:-100123::u:42)")
+    for entry in pins.group_whitelist:
+        bare = strip_agent_prefix(entry)
+        if not bare or (":" in bare and group_session_key_of(bare) is None):
+            problems.append(f"pins.group_whitelist: '{entry}' is neither a group id nor a group "
+                            "session key (e.g. telegram:group:-100123)")
+    return problems
+
+
+def check_config(config: Config, platforms: tuple[str, ...] = ()) -> list[str]:
+    """Every problem found, each naming its config key; empty when all is well.
+
+    Secrets of a platform are required when it is named in platforms or configured."""
+    problems = _database(config.storage.path) + _allowlists(config)
+    if config.llm.backend == "openai":
+        problems += _secret(config.llm.api_key_env, "llm.api_key_env", "llm.backend is openai")
+    telegram = config.telegram
+    if "telegram" in platforms:
+        problems += _secret(telegram.token_env, "telegram.token_env", "needed by pinbot telegram")
+        if telegram.mode == "webhook":
+            if not telegram.webhook_url:
+                problems.append("telegram.webhook_url: required when telegram.mode is webhook")
+            problems += _secret(telegram.webhook_secret_env, "telegram.webhook_secret_env",
+                                "telegram.mode is webhook")
+    feishu = config.feishu
+    if "feishu" in platforms or feishu.app_id:
+        if not feishu.app_id:
+            problems.append("feishu.app_id: required to run on Feishu")
+        problems += _secret(feishu.app_secret_env, "feishu.app_secret_env",
+                            "needed by pinbot feishu")
+        if feishu.mode == "webhook":
+            problems += _secret(feishu.verification_token_env, "feishu.verification_token_env",
+                                "feishu.mode is webhook")
+        if feishu.encrypt_key_env:
+            problems += _secret(feishu.encrypt_key_env, "feishu.encrypt_key_env",
+                                "an encrypt key is configured")
+    return problems

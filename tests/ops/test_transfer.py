@@ -1,0 +1,141 @@
+"""Export and import: an exact round trip, every problem of a bad file reported with nothing
+written, dry runs, and the CLI commands that expose them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.core.transfer import describe_changes, export_document, plan_import
+from storage.sqlite import Store
+from tests.conftest import BotFactory, dm, group, make_config
+from tests.fakes.clock import FakeClock
+
+PINBOT = str(Path(sys.executable).parent / "pinbot")
+
+
+async def populate(make_bot: BotFactory, clock: FakeClock) -> None:
+    bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    await bot.handle(dm(), "/pin add 规则 请用中文回答。\n第二行 — ünïcödé ✓ --pinned")
+    await bot.handle(dm(), "/pin add-context notes line one\n\tindented line two")
+    await bot.handle(dm(), "/pin add old stale")
+    await bot.handle(dm(), "/pin idle old")
+    await bot.handle(dm(), "hello")
+    await bot.handle(group("7"), "/pin shared add-strong house Be kind")
+    await bot.handle(group("42", topic="3"), "/pin add mine Ma note")
+    clock.advance(days=1)
+    await bot.handle(dm(), "/pin edit notes line one, edited\n\tindented line two")
+
+
+async def test_round_trip_is_exact(make_bot: BotFactory, store: Store, clock: FakeClock,
+                                   tmp_path: Path) -> None:
+    await populate(make_bot, clock)
+    first = await export_document(store, clock())
+    assert first["scopes"]["console:direct:42"]["model_calls"] == 1
+    async with await Store.open(tmp_path / "copy.sqlite3") as copy:
+        plan = plan_import(json.loads(json.dumps(first)), make_config().pins)
+        assert plan.problems == []
+        assert await copy.replace_scopes(plan.scopes) == 5
+        second = await export_document(copy, clock())
+    assert {k: v for k, v in second.items() if k != "exported_at"} == {
+        k: v for k, v in first.items() if k != "exported_at"}
+    notes = next(b for b in first["scopes"]["console:direct:42"]["blocks"]
+                 if b["label"] == "notes")
+    assert notes["content"] == "line one, edited\n\tindented line two"
+    assert notes["updated_at"] != notes["created_at"]
+
+
+def bad_document() -> dict[str, Any]:
+    good = {"label": "ok", "content": "fine", "level": "strong", "state": "active",
+            "priority": 0, "created_at": "2026-01-01T00:00:00+00:00"}
+    return {"format": "pinbot-blocks", "version": 1, "scopes": {
+        "console:direct:1": {"blocks": [
+            good,
+            {**good, "label": "OK"},
+            {**good, "label": "has space"},
+            {**good, "label": "long", "content": "x" * 501},
+            {**good, "label": "lvl", "level": "loud"},
+            {**good, "label": "when", "created_at": "yesterday"},
+            {**good, "label": "idle", "state": "idle"},
+            {**good, "label": "extra", "colour": "red"},
+        ]},
+        "console:group:-5": {"blocks": [{**good, "label": "key",
+                                         "content": "token sk-abcdefghijklmnopqrstuvwxyz123456"}]},
+        "nonsense": {"blocks": []},
+    }}
+
+
+async def test_import_reports_every_problem_and_writes_nothing(store: Store) -> None:
+    plan = plan_import(bad_document(), make_config().pins)
+    text = "\n".join(plan.problems)
+    for fragment in ("label 'OK' appears twice", "block 'has space'", "limit is 500",
+                     "block 'lvl': level must be", "block 'when': created_at 'yesterday'",
+                     "block 'idle': an idle block needs idle_since",
+                     "block 'extra': unknown field(s) colour", "looks like an OpenAI-style API key",
+                     "scope 'nonsense': not a scope key"):
+        assert fragment in text, fragment
+    assert len(plan.problems) == 9
+    assert await store.export_scopes() == {}
+
+
+async def test_dry_run_describes_changes(make_bot: BotFactory, store: Store,
+                                         clock: FakeClock) -> None:
+    await populate(make_bot, clock)
+    document = await export_document(store, clock())
+    blocks = document["scopes"]["console:direct:42"]["blocks"]
+    blocks[0]["content"] = "changed"
+    del blocks[1]
+    blocks.append({**blocks[0], "label": "brand-new"})
+    plan = plan_import(document, make_config().pins)
+    changes = await describe_changes(store, plan)
+    assert len(changes) == 1 and changes[0].startswith("console:direct:42: add brand-new; change")
+    assert "remove" in changes[0]
+
+
+async def run_cli(*args: str, db: Path) -> tuple[int, str, str]:
+    config = db.parent / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"storage: {{path: '{db}'}}\n", encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        PINBOT, *args, "--config", str(config), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=dict(os.environ))
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_cli_export_and_import(make_bot: BotFactory, store: Store, clock: FakeClock,
+                                     tmp_path: Path) -> None:
+    await populate(make_bot, clock)
+    source = tmp_path / "pins.sqlite3"  # the store fixture's file
+    assert source.exists()
+    exported = tmp_path / "export.json"
+    code, _, err = await run_cli("export", "-o", str(exported), db=source)
+    assert code == 0, err
+    code, stdout_export, _ = await run_cli("export", db=source)
+    assert json.loads(stdout_export)["scopes"] == json.loads(exported.read_text())["scopes"]
+    target = tmp_path / "other" / "target.sqlite3"
+    code, out, _ = await run_cli("import", str(exported), "--dry-run", db=target)
+    assert code == 0 and "console:direct:42: add notes, old, 规则" in out and "dry run" in out
+    async with await Store.open(target) as empty:
+        assert await empty.export_scopes() == {}
+    code, out, _ = await run_cli("import", str(exported), db=target)
+    assert code == 0 and "imported 5 block(s) in 3 scope(s)" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(bad_document()), encoding="utf-8")
+    code, out, _ = await run_cli("import", str(bad), db=target)
+    assert code == 1 and "9 problem(s); nothing was imported" in out
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"format": "other"}'])
+async def test_import_of_a_wrong_file(tmp_path: Path, text: str) -> None:
+    file = tmp_path / "wrong.json"
+    file.write_text(text, encoding="utf-8")
+    code, out, err = await run_cli("import", str(file), db=tmp_path / "db.sqlite3")
+    assert code == 1 and ("cannot read" in err or "not a pinbot export" in out)
