@@ -68,5 +68,6 @@ def setup_logging(config: LoggingConfig) -> None:
     root.handlers[:] = [handler]
     root.setLevel(config.level.upper())
     # HTTP libraries log request URLs at INFO, and Telegram's carry the bot token.
-    for noisy in ("httpx", "httpx2", "httpcore", "openai", "telegram", "apscheduler"):
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "telegram", "apscheduler", "Lark",
+                  "aiosqlite", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import time
 
 from bot.config import Config
 from bot.core.chat import ChatService
@@ -15,6 +17,7 @@ from bot.core.pins import Clock, PinService, utc_now
 from bot.llm.base import ChatModel, TextSink
 from storage.sqlite import Store
 
+log = logging.getLogger(__name__)
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 
 
@@ -64,6 +67,20 @@ class Pinbot:
         text = text.strip()
         if not text or (not self.is_command(text) and not addressed):
             return None
+        started = time.perf_counter()
+        reply = await self._answer(conversation, text, on_text)
+        if reply is not None:
+            kind = "command" if self.is_command(text) else "chat"
+            log.info("handled %s session=%s ms=%.1f", kind, conversation.session_key,
+                     (time.perf_counter() - started) * 1000)
+            # What people wrote is theirs: only at debug level.
+            log.debug("message session=%s text=%r reply=%r", conversation.session_key, text,
+                      reply)
+        return reply
+
+    async def _answer(
+        self, conversation: Conversation, text: str, on_text: TextSink | None
+    ) -> str | None:
         if self.is_command(text) and self.addressed_to_other_bot(text[:200]):
             return None
         limit = self.config.limits.max_message_chars

@@ -135,8 +135,8 @@ class ChatService:
             messages.append(reply.as_message())
             for call in reply.tool_calls:
                 result = await self._tools.call(conversation, call.name, call.arguments)
-                log.info("tool %s for %s: %s", call.name, conversation.session_key,
-                         result.split(":", 1)[0])
+                outcome = "refused" if result.startswith("Refused") else "done"
+                log.info("tool %s session=%s %s", call.name, conversation.session_key, outcome)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return NO_ANSWER
 
