@@ -17,8 +17,18 @@ from bot.logs import REDACTOR, setup_logging
 from storage.sqlite import Store
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pinbot")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pinbot", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pinbot {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     console = commands.add_parser("console", help="talk to the bot in this terminal")
     console.add_argument("--user", required=True, help="your sender id")
@@ -126,6 +136,7 @@ async def _export(config: Config, output: str | None) -> int:
 async def _import(config: Config, file: str, dry_run: bool) -> int:
     import json
 
+    from bot.core.pins import utc_now
     from bot.core.transfer import describe_changes, plan_import
 
     try:
@@ -146,7 +157,7 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
         if dry_run:
             print("dry run: nothing was written")
             return 0
-        written = await store.replace_scopes(plan.scopes)
+        written = await store.replace_scopes(plan.scopes, now=utc_now())
     print(f"imported {written} block(s) in {len(plan.scopes)} scope(s)")
     return 0
 

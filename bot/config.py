@@ -70,6 +70,7 @@ class PinsConfig(_Section):
     allow_prompt_injection: bool = True
     inherit_platform_admins: bool = False
     refuse_secrets_in_groups: bool = True
+    audit_retention_days: Positive = 180
 
 
 class TelegramConfig(_Section):
@@ -114,6 +115,13 @@ class ChatConfig(_Section):
     compaction_keep_turns: NonNegative = 4
 
 
+class AccessConfig(_Section):
+    """Who may use the bot at all (checked before anything else); empty lists mean everyone."""
+
+    allowed_users: IdList = []
+    allowed_groups: IdList = []
+
+
 class LimitsConfig(_Section):
     """Abuse limits per sender; 0 turns a rate limit off."""
 
@@ -140,6 +148,7 @@ class Config(_Section):
     chat: ChatConfig = ChatConfig()
     telegram: TelegramConfig = TelegramConfig()
     feishu: FeishuConfig = FeishuConfig()
+    access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
 

@@ -74,6 +74,23 @@ def _seen_events() -> list[str]:
     ]
 
 
+@migration(4)
+def _shared_audit() -> list[str]:
+    return [
+        """CREATE TABLE shared_audit (
+            id INTEGER PRIMARY KEY,
+            group_scope TEXT NOT NULL,
+            at REAL NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            label TEXT NOT NULL,
+            old_content TEXT,
+            new_content TEXT
+        )""",
+        "CREATE INDEX shared_audit_by_group ON shared_audit (group_scope, at)",
+    ]
+
+
 LATEST = max(MIGRATIONS)
 
 

@@ -58,6 +58,20 @@ class NewBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One change to a group's shared blocks: who did what, when, with the content before and
+    after (None where there was none)."""
+
+    group_scope: str
+    actor: str
+    action: str
+    label: str
+    old_content: str | None
+    new_content: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """One message of a conversation's history, as the model saw it (without injected blocks)."""
 

@@ -18,7 +18,7 @@ from typing import Any
 import aiosqlite
 
 from storage.migrations import migrate
-from storage.models import Block, HistoryEntry, Level, NewBlock, State
+from storage.models import AuditEntry, Block, HistoryEntry, Level, NewBlock, State
 
 _BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
@@ -98,12 +98,29 @@ class Store:
         await self.close()
 
     async def _write(
-        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = (),
+        audit: Sequence[AuditEntry] = (),
     ) -> aiosqlite.Cursor:
-        """One write statement, committed on return (autocommit)."""
+        """One write statement, committed on return; with audit entries, they are recorded in
+        the same transaction when the statement changed anything."""
         async with self._write_lock:
-            cursor = await self._db.execute(sql, args)
-        return cursor
+            if not audit:
+                return await self._db.execute(sql, args)
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = await self._db.execute(sql, args)
+                if cursor.rowcount > 0:
+                    await self._db.executemany(
+                        "INSERT INTO shared_audit (group_scope, at, actor, action, label, "
+                        "old_content, new_content) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [(e.group_scope, _ts(e.at), e.actor, e.action, e.label, e.old_content,
+                          e.new_content) for e in audit],
+                    )
+            except BaseException:
+                await self._db.execute("ROLLBACK")
+                raise
+            await self._db.execute("COMMIT")
+            return cursor
 
     # --- blocks -------------------------------------------------------------------------------
 
@@ -119,7 +136,8 @@ class Store:
         return [block_from_row(row) for row in rows]
 
     async def insert_block(
-        self, new: NewBlock, *, now: datetime, max_blocks: int, max_total_chars: int
+        self, new: NewBlock, *, now: datetime, max_blocks: int, max_total_chars: int,
+        audit: Sequence[AuditEntry] = (),
     ) -> bool:
         """Insert unless the label exists or the scope's block or character limit would break.
 
@@ -140,6 +158,7 @@ class Store:
                     new.scope, max_blocks,
                     max_total_chars, new.scope, new.content, max_total_chars,
                 ),
+                audit,
             )
         except sqlite3.IntegrityError:
             return False
@@ -155,6 +174,7 @@ class Store:
         level: Level | None = None,
         state: State | None = None,
         priority: int | None = None,
+        audit: Sequence[AuditEntry] = (),
     ) -> bool:
         """Change a block if it is still at the revision read and the scope stays within budget.
 
@@ -185,12 +205,13 @@ class Store:
                 block.id, block.rev,
                 max_total_chars, new_content, max_total_chars,
             ),
+            audit,
         )
         return cursor.rowcount == 1
 
-    async def delete_block(self, block: Block) -> bool:
+    async def delete_block(self, block: Block, audit: Sequence[AuditEntry] = ()) -> bool:
         """Delete a block if it still exists; returns whether a row went."""
-        cursor = await self._write("DELETE FROM blocks WHERE id = ?", (block.id,))
+        cursor = await self._write("DELETE FROM blocks WHERE id = ?", (block.id,), audit)
         return cursor.rowcount == 1
 
     async def delete_blocks(self, ids: Iterable[int]) -> int:
@@ -203,9 +224,9 @@ class Store:
         )
         return cursor.rowcount
 
-    async def clear_scope(self, scope: str) -> int:
+    async def clear_scope(self, scope: str, audit: Sequence[AuditEntry] = ()) -> int:
         """Delete every block of a scope, pinned included; returns how many went."""
-        cursor = await self._write("DELETE FROM blocks WHERE scope = ?", (scope,))
+        cursor = await self._write("DELETE FROM blocks WHERE scope = ?", (scope,), audit)
         return cursor.rowcount
 
     # --- model-call counters ------------------------------------------------------------------
@@ -337,13 +358,18 @@ class Store:
             scopes.setdefault(block.scope, (0, []))[1].append(block)
         return scopes
 
-    async def replace_scopes(self, scopes: dict[str, tuple[int, list[Block]]]) -> int:
+    async def replace_scopes(
+        self, scopes: dict[str, tuple[int, list[Block]]], *, now: datetime
+    ) -> int:
         """Make each given scope hold exactly these blocks (times, states and all) and this call
-        count, in one transaction; other scopes are untouched. Returns blocks written."""
+        count, in one transaction; other scopes are untouched. Changes to a group's shared
+        blocks go to its audit trail. Returns blocks written."""
         await self.flush_calls()
         written = 0
         async with self._transaction():
             for scope, (calls, blocks) in scopes.items():
+                if ":group:" in scope and "::u:" not in scope:
+                    await self._audit_import(scope, blocks, now)
                 await self._db.execute("DELETE FROM blocks WHERE scope = ?", (scope,))
                 await self._db.execute(
                     "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
@@ -359,6 +385,39 @@ class Store:
                 )
                 written += len(blocks)
         return written
+
+    # --- audit trail of shared blocks -------------------------------------------------------------
+
+    async def audit_log(self, group_scope: str, limit: int) -> list[AuditEntry]:
+        """The latest changes to a group's shared blocks, newest first."""
+        rows = await self._db.execute_fetchall(
+            "SELECT group_scope, actor, action, label, old_content, new_content, at "
+            "FROM shared_audit WHERE group_scope = ? ORDER BY at DESC, id DESC LIMIT ?",
+            (group_scope, limit),
+        )
+        return [AuditEntry(group_scope=r[0], actor=r[1], action=r[2], label=r[3],
+                           old_content=r[4], new_content=r[5], at=_dt(r[6])) for r in rows]
+
+    async def prune_audit(self, group_scope: str, before: datetime) -> int:
+        """Forget a group's audit entries older than before; returns how many went."""
+        cursor = await self._write(
+            "DELETE FROM shared_audit WHERE group_scope = ? AND at < ?", (group_scope, _ts(before))
+        )
+        return cursor.rowcount
+
+    async def _audit_import(self, scope: str, blocks: list[Block], now: datetime) -> None:
+        rows = await self._db.execute_fetchall(
+            "SELECT label_key, label, content FROM blocks WHERE scope = ?", (scope,))
+        before = {row[0]: (row[1], row[2]) for row in rows}
+        after = {label_key(b.label): (b.label, b.content) for b in blocks}
+        entries = [(key, before.get(key), after.get(key)) for key in {*before, *after}]
+        await self._db.executemany(
+            "INSERT INTO shared_audit (group_scope, at, actor, action, label, old_content, "
+            "new_content) VALUES (?, ?, 'import', 'import', ?, ?, ?)",
+            [(scope, _ts(now), (new or old or ("", ""))[0], old[1] if old else None,
+              new[1] if new else None)
+             for _, old, new in sorted(entries, key=lambda e: e[0]) if old != new],
+        )
 
     # --- platform event de-duplication ---------------------------------------------------------
 
@@ -399,6 +458,9 @@ class Store:
                 "ON CONFLICT (scope) DO UPDATE SET calls = calls + excluded.calls", args
             )
             await self._db.execute(f"DELETE FROM scope_calls WHERE {prefix_match}", args)
+            await self._db.execute(
+                "UPDATE shared_audit SET group_scope = :new WHERE group_scope = :old", args
+            )
             await self._db.execute(
                 "UPDATE history SET session = :new || substr(session, length(:old) + 1) "
                 "WHERE session = :old OR substr(session, 1, length(:old) + 1) = :old || ':'", args

@@ -63,16 +63,14 @@ class FeishuMessage:
 
     def conversation(self) -> Conversation:
         """The core's view: p2p is a DM keyed by open_id, a group (and topic thread) a group."""
-        aliases = tuple(i for i in (self.user_id, self.union_id) if i)
-        if self.chat_type == "p2p":
-            return Conversation(PLATFORM, ChatKind.DIRECT, self.chat_id, self.open_id,
-                                sender_aliases=aliases)
-        if self.chat_type == "group":
-            topic = self.thread_id or self.root_id or None
-            return Conversation(PLATFORM, ChatKind.GROUP, self.chat_id, self.open_id,
-                                topic_id=topic, sender_aliases=aliases)
-        return Conversation(PLATFORM, ChatKind.UNKNOWN, self.chat_id, self.open_id,
-                            sender_aliases=aliases)
+        named = [(kind, value) for kind, value in (("user_id", self.user_id),
+                                                   ("union_id", self.union_id)) if value]
+        kind = {"p2p": ChatKind.DIRECT, "group": ChatKind.GROUP}.get(self.chat_type or "",
+                                                                      ChatKind.UNKNOWN)
+        topic = (self.thread_id or self.root_id or None) if kind is ChatKind.GROUP else None
+        return Conversation(PLATFORM, kind, self.chat_id, self.open_id, topic_id=topic,
+                            sender_aliases=tuple(value for _, value in named),
+                            sender_id_kinds=("open_id", *(name for name, _ in named)))
 
     def raw_text(self) -> str | None:
         """The message's text with its mention placeholders, or None if it has no text."""

@@ -47,14 +47,19 @@ ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
 STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 SEND_ATTEMPTS = 3
+# httpcore walks every pooled connection on each request: a small pool keeps sends cheap while
+# many chats wait, and 16 parallel sends are plenty for one bot.
+SEND_CONNECTIONS = 16
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
+    BotCommand("whoami", "Your ids and what you may do here"),
     BotCommand("help", "What this bot does"),
 ]
 GROUP_COMMANDS = [
     BotCommand("pin", "Pinned blocks: yours and this group's"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
+    BotCommand("whoami", "Your ids and what you may do here"),
     BotCommand("help", "What this bot does"),
 ]
 
@@ -91,14 +96,16 @@ def conversation_of(message: Message) -> Conversation:
     sender = message.from_user
     hidden = message.sender_chat is not None or sender is None or sender.id in ANONYMOUS_SENDER_IDS
     sender_id = None if hidden or sender is None else str(sender.id)
+    kinds = ("user id",)
     if chat.type == ChatType.PRIVATE:
-        return Conversation(PLATFORM, ChatKind.DIRECT, str(chat.id), sender_id)
+        return Conversation(PLATFORM, ChatKind.DIRECT, str(chat.id), sender_id,
+                            sender_id_kinds=kinds)
     if chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
         topic = message.message_thread_id if message.is_topic_message else None
         return Conversation(PLATFORM, ChatKind.GROUP, str(chat.id), sender_id,
-                            topic_id=str(topic) if topic else None)
+                            topic_id=str(topic) if topic else None, sender_id_kinds=kinds)
     kind = ChatKind.CHANNEL if chat.type == ChatType.CHANNEL else ChatKind.UNKNOWN
-    return Conversation(PLATFORM, kind, str(chat.id), sender_id)
+    return Conversation(PLATFORM, kind, str(chat.id), sender_id, sender_id_kinds=kinds)
 
 
 def _retry_after_s(error: RetryAfter) -> float:
@@ -132,6 +139,7 @@ class TelegramFrontend:
             .token(token)
             .base_url(config.base_url)
             .concurrent_updates(ChatOrderedUpdates())
+            .connection_pool_size(SEND_CONNECTIONS)
             .get_updates_read_timeout(config.poll_timeout_s + 10)
             .build()
         )

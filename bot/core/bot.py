@@ -8,12 +8,14 @@ import re
 import time
 
 from bot.config import Config
+from bot.core.access import access_refusal
 from bot.core.chat import ChatService
 from bot.core.commands import ParseError, parse_pin
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.limits import RateLimiter
 from bot.core.pins import Clock, PinService, utc_now
+from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
 from storage.sqlite import Store
 
@@ -83,6 +85,8 @@ class Pinbot:
     ) -> str | None:
         if self.is_command(text) and self.addressed_to_other_bot(text[:200]):
             return None
+        if refusal := access_refusal(conversation, self.config.access):
+            return refusal
         limit = self.config.limits.max_message_chars
         if len(text) > limit:  # checked before any parsing
             return (f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
@@ -115,6 +119,8 @@ class Pinbot:
             return await self.pins.execute(conversation, parsed)
         if name in ("start", "help"):
             return GENERAL_HELP
+        if name == "whoami":
+            return whoami(conversation, self.config.pins)
         if name in ("reset", "new"):
             count = await self.chat.reset(conversation)
             return (f"Started a new conversation: {count} earlier message(s) forgotten. "

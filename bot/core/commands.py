@@ -24,6 +24,7 @@ class Verb(StrEnum):
     UNPIN = "unpin"
     CLEAR = "clear"
     HELP = "help"
+    LOG = "log"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class PinCommand:
     level: Level | None = None
     pinned: bool = False
     confirm: bool = False
+    count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,10 @@ USAGE: dict[str, str] = {
     "unpin": "/pin unpin <label>",
     "clear": "/pin clear  (then /pin clear confirm)",
     "help": "/pin help",
+    "log": "/pin log [N]",
 }
+LOG_DEFAULT = 10
+LOG_MAX = 50
 
 _ADD_LEVELS: dict[str, Level | None] = {
     "add": None,
@@ -129,6 +134,8 @@ def _parse_sub(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
         return _parse_add(name, rest, shared)
     if name == "help":
         return PinCommand(Verb.HELP, shared=shared)
+    if name == "log":
+        return _parse_log(rest, shared)
     if name == "list":
         if rest.strip():
             return _usage_error(name, shared, "list takes no arguments.")
@@ -160,8 +167,20 @@ def _parse_sub(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     return _unknown(name, shared)
 
 
+def _parse_log(rest: str, shared: bool) -> PinCommand | ParseError:
+    if not shared:
+        return ParseError("The change log is kept for shared blocks only.\n"
+                          "Usage: /pin shared log [N]")
+    count = rest.strip()
+    if not count:
+        return PinCommand(Verb.LOG, shared=True, count=LOG_DEFAULT)
+    if not count.isascii() or not count.isdigit() or not 1 <= int(count) <= LOG_MAX:
+        return _usage_error("log", shared, f"N must be a whole number from 1 to {LOG_MAX}.")
+    return PinCommand(Verb.LOG, shared=True, count=int(count))
+
+
 def _unknown(name: str, shared: bool) -> ParseError:
-    known = [*USAGE, *([] if shared else ["shared"])]
+    known = [name for name in USAGE if shared or name != "log"] + ([] if shared else ["shared"])
     guess = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean '{guess[0]}'?" if guess else ""
     where = "/pin shared help" if shared else "/pin help"

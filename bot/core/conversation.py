@@ -47,6 +47,7 @@ class Conversation:
     topic_id: str | None = None
     sender_aliases: tuple[str, ...] = field(default=())
     platform_admin: bool = False  # the platform says the sender administers this group
+    sender_id_kinds: tuple[str, ...] = ()  # names of sender_ids, e.g. ("open_id", "user_id")
 
     @property
     def session_key(self) -> str:

@@ -42,6 +42,7 @@ GENERAL_HELP = """\
 Talk to me and I pass your message to the model, together with your pinned blocks.
 /pin help   How to pin rules and reference notes the model always sees
 /reset      Start a new conversation (also /new); pinned blocks stay
+/whoami     Your ids here, and what you may do
 /start and /help show this text."""
 
 

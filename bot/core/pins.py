@@ -15,7 +15,7 @@ from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, may, refusal_for, resolve_access
 from bot.core.render import estimate_tokens, injected
 from bot.core.validation import content_problem, label_problem
-from storage.models import Block, Level, NewBlock, State
+from storage.models import AuditEntry, Block, Level, NewBlock, State
 from storage.sqlite import Store, label_key
 
 Clock = Callable[[], datetime]
@@ -47,6 +47,7 @@ class _Target:
     shared: bool
     role: Role
     group: bool
+    actor: str = ""
 
     def noun(self) -> str:
         if self.shared:
@@ -81,16 +82,48 @@ class PinService:
         scope = conversation.shared_scope if command.shared else conversation.personal_scope
         if scope is None:  # resolve_access guarantees both scopes for the roles it grants
             return "Pins are not available here."
-        target = _Target(scope, command.shared, role, conversation.kind is ChatKind.GROUP)
-        if command.shared and command.verb is not Verb.LIST and not may(role, Action.SHARED_WRITE):
+        target = _Target(scope, command.shared, role, conversation.kind is ChatKind.GROUP,
+                         conversation.sender_id or "")
+        reading = command.verb in (Verb.LIST, Verb.LOG)
+        if command.shared and not reading and not may(role, Action.SHARED_WRITE):
             return refusal_for(role, Action.SHARED_WRITE)
         if command.verb is Verb.LIST:
             return await self._list(target)
+        if command.verb is Verb.LOG:
+            return await self._log(target, command.count or 10)
         if command.verb is Verb.CLEAR:
             return await self._clear(target, command.confirm)
         if command.verb is Verb.ADD:
             return await self._add(target, command)
         return await self._change(target, command)
+
+    def _audit(self, target: _Target, action: str, label: str, old: str | None,
+               new: str | None, now: datetime) -> tuple[AuditEntry, ...]:
+        """The audit entry for a change, when the change is to shared blocks."""
+        if not target.shared:
+            return ()
+        return (AuditEntry(group_scope=target.scope, actor=target.actor, action=action,
+                           label=label, old_content=old, new_content=new, at=now),)
+
+    async def _audited(self, target: _Target, now: datetime) -> None:
+        """Keep a group's audit trail within its retention after a shared change."""
+        if target.shared:
+            retention = timedelta(days=self._pins.audit_retention_days)
+            await self._store.prune_audit(target.scope, now - retention)
+
+    async def _log(self, target: _Target, count: int) -> str:
+        entries = await self._store.audit_log(target.scope, count)
+        if not entries:
+            return "No changes to this group's shared blocks are on record."
+        lines = [f"Last {len(entries)} change(s) to this group's shared blocks, newest first:"]
+        for entry in entries:
+            when = entry.at.strftime("%Y-%m-%d %H:%M UTC")
+            lines.append(f"{when} · {entry.actor} · {entry.action} '{entry.label}'")
+            if entry.old_content is not None and entry.old_content != entry.new_content:
+                lines.append(f"  before: {entry.old_content}")
+            if entry.new_content is not None:
+                lines.append(f"  after: {entry.new_content}")
+        return "\n".join(lines)
 
     def _secret_problem(self, target: _Target, label: str, content: str) -> str | None:
         if not target.group or not self._pins.refuse_secrets_in_groups:
@@ -132,10 +165,14 @@ class PinService:
                         f"{self._cmd(target, 'remove')} <label> first.")
             if problem := self._budget_problem(blocks, None, content):
                 return problem
+            now = self._clock()
+            action = f"add {level.value}{' pinned' if command.pinned else ''}"
             if await self._store.insert_block(
-                new, now=self._clock(), max_blocks=self._pins.max_blocks_per_session,
+                new, now=now, max_blocks=self._pins.max_blocks_per_session,
                 max_total_chars=self._pins.max_total_chars,
+                audit=self._audit(target, action, label, None, content, now),
             ):
+                await self._audited(target, now)
                 kept = ", pinned (kept until you remove it)" if command.pinned else ""
                 return f"Saved {level.value} block '{label}'{kept}."
         return _RETRY_LATER
@@ -154,7 +191,10 @@ class PinService:
                 return (f"There is no block labelled '{label}' in {target.noun()}. "
                         f"Send {self._cmd(target, 'list')} to see them.")
             if verb is Verb.REMOVE:
-                if await self._store.delete_block(block):
+                now = self._clock()
+                if await self._store.delete_block(block, self._audit(
+                        target, "remove", block.label, block.content, None, now)):
+                    await self._audited(target, now)
                     return f"Removed block '{block.label}'."
                 continue
             touches_strong = block.level is Level.STRONG or command.level is Level.STRONG
@@ -174,21 +214,32 @@ class PinService:
             content = command.content or ""
             if problem := self._budget_problem(blocks, block, content):
                 return problem
-            done = await self._store.update_block(block, now=now, max_total_chars=budget,
-                                                  content=content)
-            return f"Saved the new content of '{block.label}'." if done else None
-        if command.verb is Verb.LEVEL:
+            done = await self._store.update_block(
+                block, now=now, max_total_chars=budget, content=content,
+                audit=self._audit(target, "edit", block.label, block.content, content, now))
+            reply = f"Saved the new content of '{block.label}'."
+        elif command.verb is Verb.LEVEL:
             level = command.level or block.level
             if level is block.level:
                 return f"Block '{block.label}' is already {level.value}."
-            done = await self._store.update_block(block, now=now, max_total_chars=budget,
-                                                  level=level)
-            return f"Block '{block.label}' is now {level.value}." if done else None
-        state = _STATE_VERBS[command.verb]
-        if state is block.state:
-            return f"Block '{block.label}' is already {state.value}."
-        done = await self._store.update_block(block, now=now, max_total_chars=budget, state=state)
-        return self._state_reply(block.label, state) if done else None
+            done = await self._store.update_block(
+                block, now=now, max_total_chars=budget, level=level,
+                audit=self._audit(target, f"level {level.value}", block.label, block.content,
+                                  block.content, now))
+            reply = f"Block '{block.label}' is now {level.value}."
+        else:
+            state = _STATE_VERBS[command.verb]
+            if state is block.state:
+                return f"Block '{block.label}' is already {state.value}."
+            done = await self._store.update_block(
+                block, now=now, max_total_chars=budget, state=state,
+                audit=self._audit(target, f"state {state.value}", block.label, block.content,
+                                  block.content, now))
+            reply = self._state_reply(block.label, state)
+        if not done:
+            return None
+        await self._audited(target, now)
+        return reply
 
     def _state_reply(self, label: str, state: State) -> str:
         if state is State.IDLE:
@@ -223,7 +274,14 @@ class PinService:
             pinned = sum(1 for b in blocks if b.state is State.PINNED)
             return (f"This would delete {len(blocks)} block(s) of {target.noun()}, {pinned} of "
                     f"them pinned. Send {cmd} confirm to delete them all.")
-        count = await self._store.clear_scope(target.scope)
+        now = self._clock()
+        audit: tuple[AuditEntry, ...] = ()
+        if target.shared:
+            audit = tuple(entry for block in await self._store.blocks([target.scope])
+                          for entry in self._audit(target, "clear", block.label, block.content,
+                                                   None, now))
+        count = await self._store.clear_scope(target.scope, audit)
+        await self._audited(target, now)
         return f"Deleted {count} block(s) of {target.noun()}."
 
     async def _list(self, target: _Target) -> str:

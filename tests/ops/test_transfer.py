@@ -41,7 +41,7 @@ async def test_round_trip_is_exact(make_bot: BotFactory, store: Store, clock: Fa
     async with await Store.open(tmp_path / "copy.sqlite3") as copy:
         plan = plan_import(json.loads(json.dumps(first)), make_config().pins)
         assert plan.problems == []
-        assert await copy.replace_scopes(plan.scopes) == 5
+        assert await copy.replace_scopes(plan.scopes, now=clock()) == 5
         second = await export_document(copy, clock())
     assert {k: v for k, v in second.items() if k != "exported_at"} == {
         k: v for k, v in first.items() if k != "exported_at"}
