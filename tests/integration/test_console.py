@@ -153,3 +153,16 @@ async def test_a_crash_mid_turn_loses_no_committed_history(tmp_path: Path,
             "first", "reply 1"]
         assert [b.label for b in await store.blocks(["console:direct:42"])] == ["rule"]
         assert await store.integrity_ok()
+
+
+async def test_console_refuses_users_outside_the_access_list(tmp_path: Path,
+                                                             fake_openai: FakeOpenAI) -> None:
+    config = write_config(tmp_path, access={"allowed_users": ["7"]}, llm={
+        "backend": "openai", "base_url": fake_openai.base_url, "api_key_env": "PINBOT_KEY"})
+    code, out, _ = await console(config, ["hello", "/pin add a b"], "--user", "8",
+                                 env={"PINBOT_KEY": "k"})
+    assert code == 0 and out.count("Your id is 8 (console:direct:8)") == 2
+    assert fake_openai.requests == []
+    assert await stored(tmp_path, "console:direct:8") == []
+    code, out, _ = await console(config, ["hello"], "--user", "7", env={"PINBOT_KEY": "k"})
+    assert out.strip() == "reply 1"

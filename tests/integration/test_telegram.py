@@ -444,3 +444,19 @@ async def test_streaming_edits_one_message_at_a_bounded_rate(
     final_edit = fake_telegram.called("editMessageText")[-1]["text"]
     assert "\n".join([final_edit] + [p["text"] for p in streamed[1:]]) == long_answer
     assert all(len(p["text"]) <= 4096 for p in streamed)
+
+
+async def test_access_lists_on_telegram(start_bot: StartBot, store: Store) -> None:
+    bot = await start_bot(access={"allowed_users": [42], "allowed_groups": [GROUP]},
+                          pins={"enable_in_group": True})
+    (reply,) = await bot.reply_to(message(private_chat(43), "hello", user(43)))
+    assert "Your id is 43 (telegram:direct:43)" in reply and "access.allowed_users" in reply
+    (reply,) = await bot.reply_to(message(group_chat(-1005), "/pin add a b", user(42)))
+    assert "telegram:group:-1005" in reply and "access.allowed_groups" in reply
+    (reply,) = await bot.reply_to(message(private_chat(42), "/whoami", user(42)))
+    assert "Your ids: 42 (user id)" in reply
+    (reply,) = await bot.reply_to(message(group_chat(GROUP), "/pin add a b", user(43)))
+    assert reply.startswith("Saved")
+    assert await store.history("telegram:direct:43") == []
+    assert await store.export_scopes() == {f"{GROUP_KEY}::u:43": (0, await store.blocks(
+        [f"{GROUP_KEY}::u:43"]))}
