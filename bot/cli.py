@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from bot.config import Config, ConfigError, load_config
 from bot.core.bot import Pinbot
@@ -82,23 +83,29 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def _telegram(config: Config) -> int:
-    from bot.adapters.telegram import TelegramFrontend, run_telegram
+class _Frontend(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
 
+
+async def _serve(config: Config, platform: str) -> int:
+    """Run a platform frontend until SIGINT or SIGTERM, then stop it gracefully."""
     stop = _stop_on_signals()
     async with _running_core(config) as pinbot:
-        frontend = TelegramFrontend.from_config(pinbot, config.telegram)
-        await run_telegram(frontend, stop)
-    return 0
+        frontend: _Frontend
+        if platform == "telegram":
+            from bot.adapters.telegram import TelegramFrontend
 
+            frontend = TelegramFrontend.from_config(pinbot, config.telegram)
+        else:
+            from bot.adapters.feishu import FeishuFrontend
 
-async def _feishu(config: Config) -> int:
-    from bot.adapters.feishu import FeishuFrontend, run_feishu
-
-    stop = _stop_on_signals()
-    async with _running_core(config) as pinbot:
-        frontend = FeishuFrontend.from_config(pinbot, config.feishu)
-        await run_feishu(frontend, stop)
+            frontend = FeishuFrontend.from_config(pinbot, config.feishu)
+        await frontend.start()
+        try:
+            await stop.wait()
+        finally:
+            await frontend.stop()
     return 0
 
 
@@ -185,10 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_export(config, args.output))
         if args.command == "import":
             return asyncio.run(_import(config, args.file, args.dry_run))
-        if args.command == "telegram":
-            return asyncio.run(_telegram(config))
-        if args.command == "feishu":
-            return asyncio.run(_feishu(config))
+        if args.command in ("telegram", "feishu"):
+            return asyncio.run(_serve(config, args.command))
         return asyncio.run(_console(config, args))
     except ConfigError as error:
         print(f"pinbot: {error}", file=sys.stderr)

@@ -397,11 +397,3 @@ class FeishuFrontend:
             except (FeishuApiError, httpx.HTTPError) as error:
                 log.warning("reply to Feishu message %s failed: %s", event.message_id, error)
 
-
-async def run_feishu(frontend: FeishuFrontend, stop: asyncio.Event) -> None:
-    """Serve until stop is set, then shut down gracefully."""
-    await frontend.start()
-    try:
-        await stop.wait()
-    finally:
-        await frontend.stop()

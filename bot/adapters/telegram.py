@@ -400,11 +400,3 @@ class StreamedReply:
             if part.strip():
                 await self._frontend.send_part(self._message, part)
 
-
-async def run_telegram(frontend: TelegramFrontend, stop: asyncio.Event) -> None:
-    """Serve until stop is set, then shut down gracefully."""
-    await frontend.start()
-    try:
-        await stop.wait()
-    finally:
-        await frontend.stop()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bot.config import AccessConfig
-from bot.core.conversation import ChatKind, Conversation, group_session_key_of, strip_agent_prefix
+from bot.core.conversation import ChatKind, Conversation, strip_agent_prefix
+from bot.core.permissions import names_group
 
 ANYONE = "*"
 
@@ -19,14 +20,7 @@ def _user_allowed(conversation: Conversation, entries: list[str]) -> bool:
 def _group_allowed(conversation: Conversation, entries: list[str]) -> bool:
     if not entries or ANYONE in entries:
         return True
-    for entry in entries:
-        bare = strip_agent_prefix(entry)
-        key = group_session_key_of(bare)
-        if key is not None and key == conversation.group_session_key:
-            return True
-        if key is None and bare == conversation.chat_id:
-            return True
-    return False
+    return any(names_group(entry, conversation) for entry in entries)
 
 
 def access_refusal(conversation: Conversation, access: AccessConfig) -> str | None:

@@ -71,18 +71,19 @@ def _listed(entries: list[str], conversation: Conversation) -> bool:
     return False
 
 
+def names_group(entry: str, conversation: Conversation) -> bool:
+    """Whether a group list entry (a group id or a group session key) names this chat."""
+    bare = strip_agent_prefix(entry)
+    key = group_session_key_of(bare)
+    if key is not None:
+        return key == conversation.group_session_key
+    return bare == conversation.chat_id
+
+
 def group_whitelisted(conversation: Conversation, pins: PinsConfig) -> bool:
     """Whether the group passes `group_whitelist` (ids or group session keys; empty: all)."""
-    if not pins.group_whitelist:
-        return True
-    for entry in pins.group_whitelist:
-        entry = strip_agent_prefix(entry)
-        key = group_session_key_of(entry)
-        if key is not None and key == conversation.group_session_key:
-            return True
-        if key is None and entry == conversation.chat_id:
-            return True
-    return False
+    return not pins.group_whitelist or any(names_group(entry, conversation)
+                                           for entry in pins.group_whitelist)
 
 
 def resolve_access(conversation: Conversation, pins: PinsConfig) -> Access:
