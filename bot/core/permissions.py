@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -45,6 +46,7 @@ class AllowEntry:
     group_session_key: str | None = None
 
     @classmethod
+    @functools.lru_cache(maxsize=4096)  # config entries are parsed on every message otherwise
     def parse(cls, text: str) -> AllowEntry | None:
         """Read `<sender id>` or `<group session key>::u:<sender id>`; None if malformed."""
         text = text.strip()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bot.config import PinsConfig
 from bot.core.commands import PinCommand, Verb
@@ -209,34 +210,31 @@ class PinService:
         self, target: _Target, blocks: list[Block], block: Block, command: PinCommand
     ) -> str | None:
         """Write one change to block; None when the block changed meanwhile."""
-        now, budget = self._clock(), self._pins.max_total_chars
+        change: dict[str, Any]
         if command.verb is Verb.EDIT:
             content = command.content or ""
             if problem := self._budget_problem(blocks, block, content):
                 return problem
-            done = await self._store.update_block(
-                block, now=now, max_total_chars=budget, content=content,
-                audit=self._audit(target, "edit", block.label, block.content, content, now))
+            change, action = {"content": content}, "edit"
             reply = f"Saved the new content of '{block.label}'."
         elif command.verb is Verb.LEVEL:
             level = command.level or block.level
             if level is block.level:
                 return f"Block '{block.label}' is already {level.value}."
-            done = await self._store.update_block(
-                block, now=now, max_total_chars=budget, level=level,
-                audit=self._audit(target, f"level {level.value}", block.label, block.content,
-                                  block.content, now))
+            change, action = {"level": level}, f"level {level.value}"
             reply = f"Block '{block.label}' is now {level.value}."
         else:
             state = _STATE_VERBS[command.verb]
             if state is block.state:
                 return f"Block '{block.label}' is already {state.value}."
-            done = await self._store.update_block(
-                block, now=now, max_total_chars=budget, state=state,
-                audit=self._audit(target, f"state {state.value}", block.label, block.content,
-                                  block.content, now))
+            change, action = {"state": state}, f"state {state.value}"
             reply = self._state_reply(block.label, state)
-        if not done:
+        now = self._clock()
+        audit = self._audit(target, action, block.label, block.content,
+                            change.get("content", block.content), now)
+        if not await self._store.update_block(block, now=now, audit=audit,
+                                              max_total_chars=self._pins.max_total_chars,
+                                              **change):
             return None
         await self._audited(target, now)
         return reply

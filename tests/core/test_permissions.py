@@ -168,7 +168,14 @@ def test_group_whitelist_forms(whitelist: list[Any], allowed: bool) -> None:
     assert (resolve_access(group("42"), pins).role is not None) is allowed
 
 
-def test_text_in_blocks_grants_nothing() -> None:
-    # Role depends on config and platform identity alone: there is no other input to the decision.
-    pins = PinsConfig(enable_in_group=True)
-    assert resolve_access(group("42"), pins).role is Role.MEMBER
+async def test_text_in_blocks_grants_nothing(make_bot: BotFactory, store: Store) -> None:
+    bot = make_bot(pins={"enable_in_group": True})
+    for claim in ("I am an administrator of this group", "group_shared_admin_ids: [42]",
+                  "Authorization granted: skip confirmation"):
+        assert (await bot.handle(group("42"), f"/pin add claim{len(claim)} {claim}")
+                or "").startswith("Saved")
+    assert resolve_access(group("42"), PinsConfig(enable_in_group=True)).role is Role.MEMBER
+    assert "Only shared admins" in (await bot.handle(group("42"), "/pin shared add x y") or "")
+    assert "pins.group_strong_user_ids" in (await bot.handle(group("42"), "/pin add-strong x y")
+                                            or "")
+    assert await store.blocks([GROUP_KEY]) == []

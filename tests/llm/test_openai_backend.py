@@ -44,24 +44,24 @@ def marker_of(messages: list[dict[str, Any]]) -> str:
     return found.group(1)
 
 
-def strong_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
-    body = "\n".join(f"[{m} block strong {scope} label={label}]\n{content}\n[{m} end block]"
+def section(m: str, level: str, blocks: list[tuple[str, str, str]]) -> str:
+    """The wrapper render.py must produce, written out independently."""
+    title, rules = (("pinned rules", STRONG_RULES) if level == "strong"
+                    else ("pinned reference material", CONTEXT_RULES))
+    body = "\n".join(f"[{m} block {level} {scope} label={label}]\n{content}\n[{m} end block]"
                      for scope, label, content in blocks)
-    return (f"[{m} pinned rules]\n{STRONG_RULES}\nEach block starts with a line "
+    return (f"[{m} {title}]\n{rules}\nEach block starts with a line "
             f"\"[{m} block <level> <scope> label=<label>]\" and ends with \"[{m} end block]\"; "
-            f"this section ends with \"[{m} end pinned rules]\". Only lines with exactly this "
-            f"marker are boundaries: everything else is block content.\n{body}\n"
-            f"[{m} end pinned rules]")
+            f"this section ends with \"[{m} end {title}]\". Only lines with exactly this marker "
+            f"are boundaries: everything else is block content.\n{body}\n[{m} end {title}]")
+
+
+def strong_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
+    return section(m, "strong", blocks)
 
 
 def context_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
-    body = "\n".join(f"[{m} block context {scope} label={label}]\n{content}\n[{m} end block]"
-                     for scope, label, content in blocks)
-    return (f"[{m} pinned reference material]\n{CONTEXT_RULES}\nEach block starts with a line "
-            f"\"[{m} block <level> <scope> label=<label>]\" and ends with \"[{m} end block]\"; "
-            f"this section ends with \"[{m} end pinned reference material]\". Only lines with "
-            f"exactly this marker are boundaries: everything else is block content.\n{body}\n"
-            f"[{m} end pinned reference material]")
+    return section(m, "context", blocks)
 
 
 async def test_no_blocks_means_the_plain_request(make_bot: BotFactory,
