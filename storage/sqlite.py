@@ -43,11 +43,15 @@ def label_key(label: str) -> str:
     return label.casefold()
 
 
+_LEVELS = {level.value: level for level in Level}  # a dict lookup is 10x cheaper than Level(x)
+_STATES = {state.value: state for state in State}
+
+
 def block_from_row(row: Sequence[Any]) -> Block:
     """A Block from a row of the blocks table, columns in _BLOCK_COLUMNS order."""
     return Block(
-        id=row[0], scope=row[1], label=row[2], content=row[3], level=Level(row[4]),
-        state=State(row[5]), priority=row[6], created_at=_dt(row[7]), updated_at=_dt(row[8]),
+        id=row[0], scope=row[1], label=row[2], content=row[3], level=_LEVELS[row[4]],
+        state=_STATES[row[5]], priority=row[6], created_at=_dt(row[7]), updated_at=_dt(row[8]),
         idle_since=_dt_or_none(row[9]), idle_calls=row[10], rev=row[11],
     )
 
@@ -235,14 +239,13 @@ class Store:
         self, scopes: Sequence[str]
     ) -> tuple[list[Block], dict[str, int]]:
         """Count one model call for each scope and return, in one query, the scopes' blocks (in any
-        state, oldest creation first) and, for each scope that has blocks, its call count before
+        state, in no particular order) and, for each scope that has blocks, its call count before
         this call."""
         if not scopes:
             return [], {}
         rows = await self._db.execute_fetchall(
             f"SELECT {_BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
-            f"blocks.scope) FROM blocks WHERE scope IN ({_placeholders(len(scopes))}) "
-            "ORDER BY created_at, id",
+            f"blocks.scope) FROM blocks WHERE scope IN ({_placeholders(len(scopes))})",
             tuple(scopes),
         )
         stored: dict[str, int] = {}

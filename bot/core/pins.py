@@ -154,20 +154,11 @@ class PinService:
             return refusal
         state = State.PINNED if command.pinned else State.ACTIVE
         new = NewBlock(scope=target.scope, label=label, content=content, level=level, state=state)
+        action = f"add {level.value}{' pinned' if command.pinned else ''}"
         for _ in range(_ATTEMPTS):
-            blocks = await self._store.blocks([target.scope])
-            if (existing := find_block(blocks, label)) is not None:
-                return (f"A block labelled '{existing.label}' already exists in {target.noun()}. "
-                        f"Use {self._cmd(target, 'edit')} {existing.label} <new content> "
-                        "to change it.")
-            if len(blocks) >= self._pins.max_blocks_per_session:
-                return (f"{target.noun().capitalize()} already hold "
-                        f"{self._pins.max_blocks_per_session} blocks, the limit. Remove one with "
-                        f"{self._cmd(target, 'remove')} <label> first.")
-            if problem := self._budget_problem(blocks, None, content):
-                return problem
+            # The insert's own guards enforce every limit, so try it first and read the scope
+            # only to explain a refusal.
             now = self._clock()
-            action = f"add {level.value}{' pinned' if command.pinned else ''}"
             if await self._store.insert_block(
                 new, now=now, max_blocks=self._pins.max_blocks_per_session,
                 max_total_chars=self._pins.max_total_chars,
@@ -176,7 +167,24 @@ class PinService:
                 await self._audited(target, now)
                 kept = ", pinned (kept until you remove it)" if command.pinned else ""
                 return f"Saved {level.value} block '{label}'{kept}."
+            blocks = await self._store.blocks([target.scope])
+            if refusal := self._add_refusal(target, blocks, label, content):
+                return refusal
         return _RETRY_LATER
+
+    def _add_refusal(
+        self, target: _Target, blocks: list[Block], label: str, content: str
+    ) -> str | None:
+        """Why a block cannot be added to these blocks, or None if it can."""
+        if (existing := find_block(blocks, label)) is not None:
+            return (f"A block labelled '{existing.label}' already exists in {target.noun()}. "
+                    f"Use {self._cmd(target, 'edit')} {existing.label} <new content> "
+                    "to change it.")
+        if len(blocks) >= self._pins.max_blocks_per_session:
+            return (f"{target.noun().capitalize()} already hold "
+                    f"{self._pins.max_blocks_per_session} blocks, the limit. Remove one with "
+                    f"{self._cmd(target, 'remove')} <label> first.")
+        return self._budget_problem(blocks, None, content)
 
     async def _change(self, target: _Target, command: PinCommand) -> str:
         label = command.label or ""
@@ -353,11 +361,8 @@ class PinService:
         level = level or (Level.STRONG if target.role is Role.DM_USER else Level.CONTEXT)
         if level is Level.STRONG and (refusal := self._strong_refusal(target)):
             return f"Refused: {refusal}"
-        if len(blocks) >= self._pins.max_blocks_per_session:
-            return (f"Refused: the personal scope already holds "
-                    f"{self._pins.max_blocks_per_session} blocks, the limit.")
-        if problem := self._budget_problem(blocks, None, content):
-            return f"Refused: {problem}"
+        if refusal := self._add_refusal(target, blocks, label, content):
+            return f"Refused: {refusal}"
         state = State.PINNED if pinned else State.ACTIVE
         new = NewBlock(scope=target.scope, label=label, content=content, level=level,
                        state=state, priority=priority)

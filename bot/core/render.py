@@ -72,13 +72,11 @@ def ordered(shared: Sequence[Block], personal: Sequence[Block]) -> list[ScopedBl
 
 def request_marker(blocks: Sequence[ScopedBlock], user_text: str) -> str:
     """A marker no block of this request can contain: a hash over all user-written text."""
-    digest = hashlib.sha256()
-    for item in blocks:
-        for part in (item.scope_name, item.block.label, item.block.content):
-            digest.update(part.encode("utf-8", "surrogatepass"))
-            digest.update(b"\x00")
-    digest.update(user_text.encode("utf-8", "surrogatepass"))
-    return "pin-" + digest.hexdigest()[:16]
+    parts = [f"{item.scope_name}\x00{item.block.label}\x00{item.block.content}\x00"
+             for item in blocks]
+    parts.append(user_text)
+    text = "".join(parts).encode("utf-8", "surrogatepass")
+    return "pin-" + hashlib.sha256(text).hexdigest()[:16]
 
 
 def _block_text(item: ScopedBlock, marker: str) -> str:
