@@ -157,7 +157,12 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
             print(f"problem: {problem}")
         print(f"{len(plan.problems)} problem(s); nothing was imported")
         return 1
-    async with await Store.open(config.storage.path) as store:
+    # A dry run against a database that does not exist yet compares with an empty one, so it
+    # creates nothing.
+    path = config.storage.path
+    if dry_run and not Path(path).exists():
+        path = ":memory:"
+    async with await Store.open(path) as store:
         changes = await describe_changes(store, plan)
         for line in changes or ["no changes"]:
             print(line)

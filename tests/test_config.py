@@ -1,0 +1,60 @@
+"""The configuration: the example file documents every key with its default, and bad files are
+refused with the key and the file named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from bot.config import Config, ConfigError, load_config, parse_config
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.yaml"
+
+
+def keys(model: type[BaseModel], prefix: str = "") -> set[str]:
+    found = set()
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found |= keys(annotation, f"{key}.")
+        else:
+            found.add(key)
+    return found
+
+
+def test_example_file_holds_every_key_at_its_default() -> None:
+    assert load_config(EXAMPLE) == Config()
+    text = EXAMPLE.read_text(encoding="utf-8")
+    for key in keys(Config):
+        assert f"{key.rsplit('.', 1)[-1]}:" in text, key
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    ({"pins": {"max_blocks_per_session": 0}}, "pins.max_blocks_per_session"),
+    ({"pins": {"group_whitelist": "nope"}}, "pins.group_whitelist"),
+    ({"storage": {"path": 5}}, "storage.path"),
+    ({"surprise": 1}, "surprise"),
+    ({"logging": {"json": "maybe"}}, "logging.json"),
+])
+def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "my.yaml")
+    assert key in str(caught.value) and "my.yaml" in str(caught.value)
+
+
+def test_ids_may_be_integers_or_strings() -> None:
+    pins = parse_config({"pins": {"group_shared_admin_ids": [7, "8", -100123]}}).pins
+    assert pins.group_shared_admin_ids == ["7", "8", "-100123"]
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pins: [unclosed", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
