@@ -287,3 +287,32 @@ async def test_cli_needs_app_id_and_secret(tmp_path: Any) -> None:
         pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env)
     _, err = await process.communicate()
     assert process.returncode == 2 and b"FEISHU_APP_SECRET" in err
+
+
+async def test_websocket_mode_runs_the_client_in_its_own_thread(
+        start_feishu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lark_oapi as lark
+
+    payload = json.dumps(receive_event("/pin add from-ws x")).encode()
+    seen: dict[str, Any] = {}
+
+    class FakeWsClient:
+        """Stands in for lark.ws.Client: start() blocks its thread and delivers one event the
+        way the real client does, through the dispatcher's _do_without_validation."""
+
+        def __init__(self, app_id: str, app_secret: str, *, event_handler: Any,
+                     domain: str) -> None:
+            seen.update(app_id=app_id, domain=domain)
+            self.handler = event_handler
+
+        def start(self) -> None:
+            seen["thread"] = threading.current_thread().name
+            seen["own_loop"] = not asyncio.get_event_loop().is_running()
+            self.handler._do_without_validation(payload)
+
+    monkeypatch.setattr(lark.ws, "Client", FakeWsClient)
+    bot = await start_feishu(feishu={"mode": "websocket"})
+    await bot.server.wait_for_replies(1)
+    assert bot.server.texts() == ["Saved strong block 'from-ws'."]
+    assert seen["thread"] == "feishu-ws" and seen["own_loop"]
+    assert seen["app_id"] == APP_ID and seen["domain"] == bot.server.base_url
