@@ -137,7 +137,7 @@ class TelegramFrontend:
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
             .token(token)
-            .base_url(config.base_url)
+            .base_url(config.base_url.rstrip("/"))  # PTB appends the token directly
             .concurrent_updates(ChatOrderedUpdates())
             .connection_pool_size(SEND_CONNECTIONS)
             .get_updates_read_timeout(config.poll_timeout_s + 10)
