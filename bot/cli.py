@@ -189,7 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = load_config(args.config)
-        setup_logging(config.logging)
+        logging_config = config.logging
+        if args.command == "console" and "level" not in logging_config.model_fields_set:
+            # The console shares the terminal with the conversation: only problems by default.
+            logging_config = logging_config.model_copy(update={"level": "warning"})
+        setup_logging(logging_config)
         _register_secrets(config)
         if args.command == "check-config":
             return _check(config, args)

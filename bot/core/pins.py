@@ -278,7 +278,7 @@ class PinService:
             if not blocks:
                 return f"There are no blocks to clear in {target.noun()}."
             pinned = sum(1 for b in blocks if b.state is State.PINNED)
-            return (f"This would delete {len(blocks)} block(s) of {target.noun()}, {pinned} of "
+            return (f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "
                     f"them pinned. Send {cmd} confirm to delete them all.")
         now = self._clock()
         audit: tuple[AuditEntry, ...] = ()
@@ -288,7 +288,7 @@ class PinService:
                                                    None, now))
         count = await self._store.clear_scope(target.scope, audit)
         await self._audited(target, now)
-        return f"Deleted {count} block(s) of {target.noun()}."
+        return f"Deleted {count} block(s) from {target.noun()}."
 
     async def _list(self, target: _Target) -> str:
         blocks = await self._store.blocks([target.scope])
