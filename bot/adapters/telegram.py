@@ -48,8 +48,8 @@ TYPING_REFRESH_S = 4.5
 STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 SEND_ATTEMPTS = 3
 # httpcore walks every pooled connection on each request: a small pool keeps sends cheap while
-# many chats wait, and 16 parallel sends are plenty for one bot.
-SEND_CONNECTIONS = 16
+# many chats wait, and 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s).
+SEND_CONNECTIONS = 8
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
