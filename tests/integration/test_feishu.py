@@ -79,17 +79,18 @@ async def start_feishu(fake_feishu: FakeFeishu, store: Store,
                        clock: FakeClock) -> AsyncIterator[Any]:
     running: list[FeishuFrontend] = []
 
-    async def start(*, encrypt_key: str = "", **sections: Any) -> Harness:
+    async def start(*, encrypt_key: str = "", on: Store | None = None,
+                    **sections: Any) -> Harness:
         feishu = {"app_id": APP_ID, "base_url": fake_feishu.base_url,
                   "webhook_port": free_port(), **sections.pop("feishu", {})}
         config = make_config(feishu=feishu, **sections)
-        pinbot = Pinbot(config, store, OfflineChatModel(), clock=clock)
+        pinbot = Pinbot(config, on or store, OfflineChatModel(), clock=clock)
         frontend = FeishuFrontend(pinbot, config.feishu, FeishuApi(config.feishu, APP_SECRET),
                                   verification_token=VERIFICATION_TOKEN,
                                   encrypt_key=encrypt_key, clock=clock)
         await frontend.start()
         running.append(frontend)
-        return Harness(frontend, fake_feishu, store)
+        return Harness(frontend, fake_feishu, on or store)
 
     yield start
     for frontend in running:
@@ -208,14 +209,19 @@ async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
 
 
 async def test_duplicate_events_are_processed_once_even_after_a_restart(
-        start_feishu: Any) -> None:
-    bot = await start_feishu()
+        start_feishu: Any, tmp_path: Any) -> None:
+    path = tmp_path / "restart.sqlite3"
+    first_store = await Store.open(path)
+    bot = await start_feishu(on=first_store)
     event = receive_event("/pin add once x", event_id="ev_dup")
     await bot.send(event)
     await bot.send(event)
     await bot.frontend.stop()
-    again = await start_feishu()
-    await again.send(event)
+    await first_store.close()
+    async with await Store.open(path) as reopened:  # a new process would see the same file
+        again = await start_feishu(on=reopened)
+        await again.send(event)
+        await again.frontend.stop()
     assert bot.server.texts() == ["Saved strong block 'once'."]
 
 
