@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from bot.config import Config
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
+from bot.core.lifecycle import Lifecycle
 from bot.core.permissions import resolve_access
 from bot.core.pins import Clock, PinService, utc_now
 from bot.core.render import Rendered, ordered, render
@@ -32,7 +33,7 @@ class ChatService:
         clock: Clock = utc_now,
     ) -> None:
         self._store = store
-        self._pins = pins
+        self._lifecycle = Lifecycle(store, config.pins, clock)
         self._tools = PinTools(pins)
         self._config = config
         self._model = model
@@ -89,7 +90,7 @@ class ChatService:
             return render([], text)
         shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
         scopes = [scope for scope in (shared_scope, personal_scope) if scope]
-        blocks = await self._pins.blocks_for_request(scopes)
+        blocks = await self._lifecycle.blocks_for_request(scopes)
         if not self._config.pins.allow_prompt_injection:
             return render([], text)
         shared = [b for b in blocks if b.scope == shared_scope]

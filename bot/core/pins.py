@@ -1,5 +1,5 @@
-"""Executes `/pin` commands against the store, after the permission check, and keeps the lifecycle
-(idle bookkeeping, call counting, cleanup) of the scopes a model request uses."""
+"""Executes `/pin` commands (and the agent tools' block operations) against the store, after the
+permission check."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class _Target:
 
 
 class PinService:
-    """The `/pin` commands and the pin lifecycle over one store."""
+    """The `/pin` commands over one store."""
 
     def __init__(self, store: Store, pins: PinsConfig, clock: Clock = utc_now) -> None:
         self._store = store
@@ -417,28 +417,3 @@ class PinService:
                     "with /pin remove.")
         await self._store.delete_block(block)
         return f"Deleted block '{block.label}'."
-
-    # --- lifecycle --------------------------------------------------------------------------------
-
-    async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
-        """Count one model call for each scope, delete its expired idle blocks, and return the
-        blocks left (idle ones included; rendering leaves those out)."""
-        blocks, before = await self._store.start_model_call(scopes)
-        now = self._clock()
-        expired = [b.id for b in blocks if self._expired(b, now, before.get(b.scope, 0))]
-        if expired:
-            await self._store.delete_blocks(expired)
-            gone = set(expired)
-            blocks = [b for b in blocks if b.id not in gone]
-        return blocks
-
-    def _expired(self, block: Block, now: datetime, calls_before: int) -> bool:
-        if block.state is not State.IDLE or block.idle_since is None:
-            return False
-        idle_for = now - block.idle_since
-        pins = self._pins
-        if idle_for >= timedelta(days=pins.idle_hard_retention_days):
-            return True
-        further_calls = calls_before - (block.idle_calls or 0)
-        return (idle_for >= timedelta(days=pins.idle_retention_days)
-                and further_calls >= pins.idle_retention_calls)
