@@ -460,3 +460,42 @@ async def test_access_lists_on_telegram(start_bot: StartBot, store: Store) -> No
     assert await store.history("telegram:direct:43") == []
     assert await store.export_scopes() == {f"{GROUP_KEY}::u:43": (0, await store.blocks(
         [f"{GROUP_KEY}::u:43"]))}
+
+
+async def test_pinbot_telegram_process_end_to_end(tmp_path: Path, fake_telegram: FakeTelegram,
+                                                  fake_openai: FakeOpenAI) -> None:
+    import signal
+
+    import yaml
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "storage": {"path": str(tmp_path / "tg.sqlite3")},
+        "telegram": {"base_url": fake_telegram.base_url + "/", "poll_timeout_s": 1},
+        "llm": {"backend": "openai", "base_url": fake_openai.base_url, "model": "m",
+                "api_key_env": "PINBOT_E2E_KEY", "system_prompt": "S"},
+    }))
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "pinbot"), "telegram", "--config", str(config),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "PINBOT_E2E_KEY": "sk-e2e"})
+    try:
+        await fake_telegram.wait_for(lambda: bool(fake_telegram.called("setMyCommands")), 20)
+        fake_telegram.push(message(private_chat(3), "/pin add-context ref Use metric units",
+                                   user(3)))
+        fake_telegram.push(message(private_chat(3), "How far is it?", user(3)))
+        await fake_telegram.wait_for(lambda: len(fake_telegram.sent(3)) == 2, 20)
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 20)
+    finally:
+        if process.returncode is None:
+            process.kill()
+    assert [m["text"] for m in fake_telegram.sent(3)] == ["Saved context block 'ref'.",
+                                                          "reply 1"]
+    (request,) = fake_openai.requests
+    assert request["model"] == "m" and request["messages"][0] == {"role": "system",
+                                                                  "content": "S"}
+    user_message = request["messages"][1]["content"]
+    assert "label=ref]\nUse metric units\n" in user_message
+    assert user_message.endswith("\n\nHow far is it?")
+    assert b"sk-e2e" not in err and TOKEN.encode() not in err
