@@ -14,6 +14,8 @@ from typing import Any
 from aiohttp import web
 from Crypto.Cipher import AES
 
+from tests.fakes.http import serve
+
 APP_ID = "cli_test_app"
 APP_SECRET = "feishu-app-secret-value"
 VERIFICATION_TOKEN = "verify-token-value"
@@ -90,11 +92,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve(app)
         return self
 
     async def stop(self) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.http import serve
+
 Responder = Callable[[dict[str, Any]], Any]
 
 
@@ -115,13 +117,7 @@ class FakeOpenAI:
     async def start(self) -> FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve(app)
         return self
 
     async def wait_for_requests(self, count: int, timeout: float = 10) -> None:

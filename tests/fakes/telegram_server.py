@@ -13,6 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.http import serve
+
 BOT_USER = {"id": 999, "is_bot": True, "first_name": "Pin", "username": "pin_bot",
             "can_join_groups": True, "can_read_all_group_messages": False,
             "supports_inline_queries": False}
@@ -178,12 +180,7 @@ class FakeTelegram:
         app.router.add_get("/_control/times", self._control_times)
         app.router.add_get("/_control/counts", self._control_counts)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        assert site._server is not None
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._runner, self.port = await serve(app, port)
         return self
 
     async def stop(self) -> None:

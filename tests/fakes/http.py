@@ -1,0 +1,15 @@
+"""Serving a fake's aiohttp application on 127.0.0.1."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+
+async def serve(app: web.Application, port: int = 0) -> tuple[web.AppRunner, int]:
+    """Start app on 127.0.0.1 (any free port by default); returns the runner and the port."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    return runner, int(sockets[0].getsockname()[1])
