@@ -69,6 +69,9 @@ async def _console(config: Config, args: argparse.Namespace) -> int:
 
     if args.topic and not args.group:
         raise ConfigError("--topic needs --group: topics exist only inside groups")
+    for flag, value in (("--user", args.user), ("--group", args.group), ("--topic", args.topic)):
+        if value is not None and (not value or ":" in value or any(c.isspace() for c in value)):
+            raise ConfigError(f"{flag} {value!r}: ids cannot be empty or contain ':' or spaces")
     async with _running_core(config) as pinbot:
         await run_console(pinbot, console_conversation(args.user, args.group, args.topic))
     return 0

@@ -166,3 +166,11 @@ async def test_console_refuses_users_outside_the_access_list(tmp_path: Path,
     assert await stored(tmp_path, "console:direct:8") == []
     code, out, _ = await console(config, ["hello"], "--user", "7", env={"PINBOT_KEY": "k"})
     assert out.strip() == "reply 1"
+
+
+async def test_bad_identities_are_refused(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    for args in (("--user", "a:b"), ("--user", "1", "--group", "x y"),
+                 ("--user", "1", "--topic", "3")):
+        code, out, err = await console(config, ["hi"], *args)
+        assert code == 2 and out == "" and ("ids cannot" in err or "--topic needs --group" in err)
