@@ -341,6 +341,7 @@ class TelegramFrontend:
             except NetworkError as error:
                 log.warning("network error sending to chat %s: %s (attempt %d)",
                             message.chat.id, error, attempt)
+                await self._sleep(attempt)  # a short, growing pause before trying again
             except TelegramError as error:
                 log.warning("sending to chat %s failed: %s", message.chat.id, error)
                 return None

@@ -499,3 +499,13 @@ async def test_pinbot_telegram_process_end_to_end(tmp_path: Path, fake_telegram:
     assert "label=ref]\nUse metric units\n" in user_message
     assert user_message.endswith("\n\nHow far is it?")
     assert b"sk-e2e" not in err and TOKEN.encode() not in err
+
+
+async def test_network_errors_are_retried_with_a_pause(start_bot: StartBot,
+                                                       fake_telegram: FakeTelegram) -> None:
+    bot = await start_bot()
+    fake_telegram.fail("sendMessage", 502, "Bad Gateway")
+    fake_telegram.fail("sendMessage", 502, "Bad Gateway")
+    (reply,) = await bot.reply_to(message(private_chat(6), "/pin list", user(6)))
+    assert "no blocks" in reply
+    assert bot.sleeps[:2] == [1, 2] and len(fake_telegram.failed) == 2
