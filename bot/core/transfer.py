@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.config import PinsConfig
+from bot.core.conversation import strip_agent_prefix
 from bot.core.credentials import credential_kind
 from bot.core.validation import content_problem, label_problem
 from storage.models import Block, Level, State
@@ -157,7 +158,8 @@ def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
     if not isinstance(scopes, dict):
         plan.problems.append("\"scopes\" must be an object of scope keys")
         return plan
-    for scope, body in scopes.items():
+    for written, body in scopes.items():
+        scope = strip_agent_prefix(written)  # as everywhere a session key is read
         if not _SCOPE.match(scope):
             plan.problems.append(f"scope '{scope}': not a scope key (e.g. telegram:direct:42, "
                                  "telegram:group:-100123, telegram:group:-100123::u:42)")

@@ -138,3 +138,12 @@ async def test_import_of_a_wrong_file(tmp_path: Path, text: str) -> None:
     file.write_text(text, encoding="utf-8")
     code, out, err = await run_cli("import", str(file), db=tmp_path / "db.sqlite3")
     assert code == 1 and ("cannot read" in err or "not a pinbot export" in out)
+
+
+def test_import_accepts_an_agent_prefix_on_scope_keys() -> None:
+    document = {"format": "pinbot-blocks", "version": 1, "scopes": {
+        "agent:main:telegram:direct:5": {"blocks": [
+            {"label": "a", "content": "b", "level": "strong", "state": "active",
+             "created_at": "2026-01-01T00:00:00+00:00"}]}}}
+    plan = plan_import(document, make_config().pins)
+    assert plan.problems == [] and list(plan.scopes) == ["telegram:direct:5"]
