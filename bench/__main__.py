@@ -20,10 +20,22 @@ from bench.stats import median_of
 
 def _settings(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"scopes": [100, 1_000], "turns": 300, "json_single_turns": 20,
-                "commands": 200, "hol": (10, 5, 0.2), "memory_turns": 200}
-    return {"scopes": [1_000, 10_000, 100_000], "turns": 3_000, "json_single_turns": 5,
-            "commands": 1_000, "hol": (50, 20, 1.0), "memory_turns": 2_000}
+        return {
+            "scopes": [100, 1_000],
+            "turns": 300,
+            "json_single_turns": 20,
+            "commands": 200,
+            "hol": (10, 5, 0.2),
+            "memory_turns": 200,
+        }
+    return {
+        "scopes": [1_000, 10_000, 100_000],
+        "turns": 3_000,
+        "json_single_turns": 5,
+        "commands": 1_000,
+        "hol": (50, 20, 1.0),
+        "memory_turns": 2_000,
+    }
 
 
 def _ratio(ours: float, other: float) -> float:
@@ -37,8 +49,7 @@ def _shown(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
-def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int
-                  ) -> dict[str, Any]:
+def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int) -> dict[str, Any]:
     """Turn overhead and the four baselines at one store size."""
     db = folder / f"store-{scopes}.sqlite3"
     single = folder / f"single-{scopes}.json"
@@ -48,8 +59,12 @@ def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int
     data.build_json_per_scope(per_scope, scopes)
     n = settings["turns"]
     results: dict[str, list[dict[str, float]]] = {
-        "ours": [], "a_sqlite3_floor": [], "b_single_aiosqlite": [], "c_json_single_file": [],
-        "d_json_per_scope": []}
+        "ours": [],
+        "a_sqlite3_floor": [],
+        "b_single_aiosqlite": [],
+        "c_json_single_file": [],
+        "d_json_per_scope": [],
+    }
     for run in range(runs):
         seed = 100 + run
         # Warm the OS page cache for every contender alike before timing anything.
@@ -58,14 +73,17 @@ def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int
         results["a_sqlite3_floor"].append(turn.floor_sqlite3(db, scopes, n, seed))
         results["b_single_aiosqlite"].append(turn.run_single_aiosqlite(db, scopes, n, seed))
         results["c_json_single_file"].append(
-            turn.json_single(single, scopes, settings["json_single_turns"], seed))
+            turn.json_single(single, scopes, settings["json_single_turns"], seed)
+        )
         results["d_json_per_scope"].append(turn.json_per_scope(per_scope, scopes, n, seed))
     figures = {name: median_of(samples) for name, samples in results.items()}
     ours = figures["ours"]["p50_us"]
-    ratios = {f"ours_p50_over_{name}": _ratio(ours, fig["p50_us"])
-              for name, fig in figures.items() if name != "ours"}
-    return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "scopes": scopes, **figures,
-            "ratios": ratios}
+    ratios = {
+        f"ours_p50_over_{name}": _ratio(ours, fig["p50_us"])
+        for name, fig in figures.items()
+        if name != "ours"
+    }
+    return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "scopes": scopes, **figures, "ratios": ratios}
 
 
 def measure_commands(folder: Path, settings: dict[str, Any], runs: int) -> dict[str, Any]:
@@ -73,14 +91,19 @@ def measure_commands(folder: Path, settings: dict[str, Any], runs: int) -> dict[
     ours: list[float] = []
     plain: list[float] = []
     for run in range(runs):
-        for name, rates, runner in (("ours", ours, commands.run_ours),
-                                    ("plain", plain, commands.plain_sqlite3)):
+        for name, rates, runner in (
+            ("ours", ours, commands.run_ours),
+            ("plain", plain, commands.plain_sqlite3),
+        ):
             db = folder / f"commands-{name}-{run}.sqlite3"
             data.build_sqlite(db, 0)
             rates.append(runner(db, settings["commands"], 100))
     ours_rate, plain_rate = statistics.median(ours), statistics.median(plain)
-    return {"ours_per_s": round(ours_rate), "plain_sqlite3_per_s": round(plain_rate),
-            "plain_over_ours": round(_ratio(plain_rate, ours_rate), 2)}
+    return {
+        "ours_per_s": round(ours_rate),
+        "plain_sqlite3_per_s": round(plain_rate),
+        "plain_over_ours": round(_ratio(plain_rate, ours_rate), 2),
+    }
 
 
 def measure_memory(folder: Path, scopes: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -90,9 +113,12 @@ def measure_memory(folder: Path, scopes: int, settings: dict[str, Any]) -> dict[
     turns = settings["memory_turns"]
     empty_kib = memory.peak_rss_kib(empty, 0, turns)
     full_kib = memory.peak_rss_kib(folder / f"store-{scopes}.sqlite3", scopes, turns)
-    return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "empty_store_mib": round(empty_kib / 1024, 1),
-            "full_store_mib": round(full_kib / 1024, 1),
-            "growth_mib": round((full_kib - empty_kib) / 1024, 1)}
+    return {
+        "blocks": scopes * data.BLOCKS_PER_SCOPE,
+        "empty_store_mib": round(empty_kib / 1024, 1),
+        "full_store_mib": round(full_kib / 1024, 1),
+        "growth_mib": round((full_kib - empty_kib) / 1024, 1),
+    }
 
 
 def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
@@ -101,51 +127,89 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     hundred_k = next((t for t in report["turns"] if t["scopes"] == 100_000), largest)
     ours = largest["ours"]
     return [
-        ("turn p50 <= 2x single aiosqlite query (largest store)",
-         ours["p50_us"] <= 2 * largest["b_single_aiosqlite"]["p50_us"],
-         _shown(largest["ratios"]["ours_p50_over_b_single_aiosqlite"])),
+        (
+            "turn p50 <= 2x single aiosqlite query (largest store)",
+            ours["p50_us"] <= 2 * largest["b_single_aiosqlite"]["p50_us"],
+            _shown(largest["ratios"]["ours_p50_over_b_single_aiosqlite"]),
+        ),
         ("turn p99 <= 1 ms (largest store)", ours["p99_us"] <= 1000, f"{ours['p99_us']} us"),
-        ("flat: p50 largest <= 1.5x p50 smallest",
-         ours["p50_us"] <= 1.5 * smallest["ours"]["p50_us"],
-         _shown(_ratio(ours["p50_us"], smallest["ours"]["p50_us"]))),
-        (">= 50x faster than one JSON file (100,000 scopes)",
-         hundred_k["c_json_single_file"]["p50_us"] >= 50 * hundred_k["ours"]["p50_us"],
-         _shown(_ratio(hundred_k["c_json_single_file"]["p50_us"], hundred_k["ours"]["p50_us"]))),
-        (">= 2,000 committed commands per second", report["commands"]["ours_per_s"] >= 2000,
-         f"{report['commands']['ours_per_s']}/s"),
-        ("head-of-line p99 <= 50 ms", report["head_of_line"]["p99_ms"] <= 50,
-         f"{report['head_of_line']['p99_ms']} ms"),
-        ("RSS growth <= 50 MB", report["memory"]["growth_mib"] * 1.048576 <= 50,
-         f"{report['memory']['growth_mib']} MiB"),
+        (
+            "flat: p50 largest <= 1.5x p50 smallest",
+            ours["p50_us"] <= 1.5 * smallest["ours"]["p50_us"],
+            _shown(_ratio(ours["p50_us"], smallest["ours"]["p50_us"])),
+        ),
+        (
+            ">= 50x faster than one JSON file (100,000 scopes)",
+            hundred_k["c_json_single_file"]["p50_us"] >= 50 * hundred_k["ours"]["p50_us"],
+            _shown(_ratio(hundred_k["c_json_single_file"]["p50_us"], hundred_k["ours"]["p50_us"])),
+        ),
+        (
+            ">= 2,000 committed commands per second",
+            report["commands"]["ours_per_s"] >= 2000,
+            f"{report['commands']['ours_per_s']}/s",
+        ),
+        (
+            "head-of-line p99 <= 50 ms",
+            report["head_of_line"]["p99_ms"] <= 50,
+            f"{report['head_of_line']['p99_ms']} ms",
+        ),
+        (
+            "RSS growth <= 50 MB",
+            report["memory"]["growth_mib"] * 1.048576 <= 50,
+            f"{report['memory']['growth_mib']} MiB",
+        ),
     ]
 
 
 def print_table(report: dict[str, Any]) -> None:
     """The figures as a plain-text table."""
-    print(f"pinbot benchmark ({'quick' if report['quick'] else 'full'}, "
-          f"median of {report['runs']} run(s)) on {report['machine']}")
+    print(
+        f"pinbot benchmark ({'quick' if report['quick'] else 'full'}, "
+        f"median of {report['runs']} run(s)) on {report['machine']}"
+    )
     print("\nTurn overhead, p50 / p99 in microseconds")
-    header = ["blocks", "ours", "(a) sqlite3", "(b) aiosqlite", "(c) one JSON",
-              "(d) JSON/scope", "ours/(a)", "ours/(b)", "ours/(c)", "ours/(d)"]
+    header = [
+        "blocks",
+        "ours",
+        "(a) sqlite3",
+        "(b) aiosqlite",
+        "(c) one JSON",
+        "(d) JSON/scope",
+        "ours/(a)",
+        "ours/(b)",
+        "ours/(c)",
+        "ours/(d)",
+    ]
     print(" | ".join(f"{h:>15}" for h in header))
     for row in report["turns"]:
         cells = [f"{row['blocks']:,}"]
-        for name in ("ours", "a_sqlite3_floor", "b_single_aiosqlite", "c_json_single_file",
-                     "d_json_per_scope"):
+        for name in (
+            "ours",
+            "a_sqlite3_floor",
+            "b_single_aiosqlite",
+            "c_json_single_file",
+            "d_json_per_scope",
+        ):
             cells.append(f"{row[name]['p50_us']:,.0f} / {row[name]['p99_us']:,.0f}")
         cells += [_shown(v) for v in row["ratios"].values()]
         print(" | ".join(f"{c:>15}" for c in cells))
     c = report["commands"]
-    print(f"\nCommands: {c['ours_per_s']:,}/s committed (/pin add, edit, remove); plain sqlite3 "
-          f"{c['plain_sqlite3_per_s']:,}/s ({c['plain_over_ours']}x ours)")
+    print(
+        f"\nCommands: {c['ours_per_s']:,}/s committed (/pin add, edit, remove); plain sqlite3 "
+        f"{c['plain_sqlite3_per_s']:,}/s ({c['plain_over_ours']}x ours)"
+    )
     h = report["head_of_line"]
-    print(f"Head-of-line: {h['list_chats']} simultaneous /pin list, p50 {h['p50_ms']} ms, "
-          f"p99 {h['p99_ms']} ms while {h['slow_chats']} chats wait {h['model_delay_s']} s on "
-          f"the model (with no chat waiting: p50 {h['without_waiting_chats']['p50_ms']} ms, "
-          f"p99 {h['without_waiting_chats']['p99_ms']} ms)")
+    print(
+        f"Head-of-line: {h['list_chats']} simultaneous /pin list, p50 {h['p50_ms']} ms, "
+        f"p99 {h['p99_ms']} ms while {h['slow_chats']} chats wait {h['model_delay_s']} s on "
+        f"the model (with no chat waiting: p50 {h['without_waiting_chats']['p50_ms']} ms, "
+        f"p99 {h['without_waiting_chats']['p99_ms']} ms)"
+    )
     m = report["memory"]
-    print(f"Memory: peak RSS {m['empty_store_mib']} MiB empty, {m['full_store_mib']} MiB with "
-          f"{m['blocks']:,} blocks (growth {m['growth_mib']} MiB)")
+    print(
+        f"Memory: peak RSS {m['empty_store_mib']} MiB empty, {m['full_store_mib']} MiB with "
+        f"{m['blocks']:,} blocks (growth {m['growth_mib']} MiB)"
+    )
     print("\nTargets")
     for name, met, figure in targets(report):
         print(f"  [{'met' if met else 'MISSED'}] {name}: {figure}")
@@ -164,9 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pinbot-bench-") as name:
         folder = Path(name)
         report: dict[str, Any] = {
-            "quick": args.quick, "runs": runs,
+            "quick": args.quick,
+            "runs": runs,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
-                       f"{platform.python_version()}, {platform.system()}",
+            f"{platform.python_version()}, {platform.system()}",
             "turns": [measure_turns(folder, s, settings, runs) for s in settings["scopes"]],
             "commands": measure_commands(folder, settings, runs),
         }
@@ -176,10 +241,14 @@ def main(argv: list[str] | None = None) -> int:
             hol.append(headofline.run(slow, lists, delay))
             alone.append(headofline.run(0, lists, delay))
         report["head_of_line"] = {
-            "slow_chats": slow, "list_chats": lists, "model_delay_s": delay,
+            "slow_chats": slow,
+            "list_chats": lists,
+            "model_delay_s": delay,
             **median_of([{k: v for k, v in r.items() if k.endswith("_ms")} for r in hol]),
             "without_waiting_chats": median_of(
-                [{k: v for k, v in r.items() if k in ("p50_ms", "p99_ms")} for r in alone])}
+                [{k: v for k, v in r.items() if k in ("p50_ms", "p99_ms")} for r in alone]
+            ),
+        }
         report["memory"] = measure_memory(folder, settings["scopes"][-1], settings)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]

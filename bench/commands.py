@@ -26,11 +26,11 @@ def _work(count: int, scopes: int) -> list[tuple[int, str]]:
 async def ours(path: Path, count: int, scopes: int) -> float:
     """Commands per second: /pin add, then /pin edit, then /pin remove of each block."""
     store = await Store.open(path)
-    bot = Pinbot(parse_config({"pins": {"max_blocks_per_session": 1000}}), store,
-                 OfflineChatModel())
+    bot = Pinbot(
+        parse_config({"pins": {"max_blocks_per_session": 1000}}), store, OfflineChatModel()
+    )
     work = _work(count, scopes)
-    conversations = {u: Conversation("bench", ChatKind.DIRECT, str(u), str(u))
-                     for u, _ in work}
+    conversations = {u: Conversation("bench", ChatKind.DIRECT, str(u), str(u)) for u, _ in work}
     start = time.perf_counter()
     try:
         for verb in ("add", "edit", "remove"):
@@ -52,16 +52,22 @@ def plain_sqlite3(path: Path, count: int, scopes: int) -> float:
     now = time.time()
     start = time.perf_counter()
     for user, label in work:
-        db.execute("INSERT INTO blocks (scope, label, label_key, content, level, state, "
-                   "created_at, updated_at) VALUES (?, ?, ?, ?, 'strong', 'active', ?, ?)",
-                   (scope_of(user), label, label_key(label), CONTENT, now, now))
+        db.execute(
+            "INSERT INTO blocks (scope, label, label_key, content, level, state, "
+            "created_at, updated_at) VALUES (?, ?, ?, ?, 'strong', 'active', ?, ?)",
+            (scope_of(user), label, label_key(label), CONTENT, now, now),
+        )
     for user, label in work:
-        db.execute("UPDATE blocks SET content = ?, updated_at = ?, rev = rev + 1 "
-                   "WHERE scope = ? AND label_key = ?",
-                   (CONTENT, now, scope_of(user), label_key(label)))
+        db.execute(
+            "UPDATE blocks SET content = ?, updated_at = ?, rev = rev + 1 "
+            "WHERE scope = ? AND label_key = ?",
+            (CONTENT, now, scope_of(user), label_key(label)),
+        )
     for user, label in work:
-        db.execute("DELETE FROM blocks WHERE scope = ? AND label_key = ?",
-                   (scope_of(user), label_key(label)))
+        db.execute(
+            "DELETE FROM blocks WHERE scope = ? AND label_key = ?",
+            (scope_of(user), label_key(label)),
+        )
     elapsed = time.perf_counter() - start
     db.close()
     return 3 * count / elapsed

@@ -15,8 +15,25 @@ from storage.sqlite import Store, label_key
 
 BLOCKS_PER_SCOPE = 10
 PLATFORM = "bench"
-WORDS = ["alpha", "beta", "gamma", "delta", "pinned", "context", "rule", "note", "project",
-         "deadline", "budget", "meeting", "answer", "briefly", "cite", "sources", "never"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "pinned",
+    "context",
+    "rule",
+    "note",
+    "project",
+    "deadline",
+    "budget",
+    "meeting",
+    "answer",
+    "briefly",
+    "cite",
+    "sources",
+    "never",
+]
 
 
 def scope_of(index: int) -> str:
@@ -44,9 +61,19 @@ def rows(scopes: int, seed: int = 7) -> Iterator[tuple[object, ...]]:
             level = "strong" if number < 3 else "context"
             state = "idle" if number == 9 else "pinned" if number == 0 else "active"
             idle_since = stamp if state == "idle" else None
-            yield (scope, label, label_key(label), _content(rng), level, state,
-                   rng.choice((0, 0, 0, 5)), stamp + number, stamp + number, idle_since,
-                   0 if state == "idle" else None)
+            yield (
+                scope,
+                label,
+                label_key(label),
+                _content(rng),
+                level,
+                state,
+                rng.choice((0, 0, 0, 5)),
+                stamp + number,
+                stamp + number,
+                idle_since,
+                0 if state == "idle" else None,
+            )
 
 
 def build_sqlite(path: Path, scopes: int) -> None:
@@ -68,8 +95,17 @@ async def _create_schema(path: Path) -> None:
 
 
 def _as_json_blocks(scope_rows: list[tuple[object, ...]]) -> dict[str, object]:
-    return {str(r[1]): {"content": r[3], "level": r[4], "state": r[5], "priority": r[6],
-                        "created": r[7], "updated": r[8]} for r in scope_rows}
+    return {
+        str(r[1]): {
+            "content": r[3],
+            "level": r[4],
+            "state": r[5],
+            "priority": r[6],
+            "created": r[7],
+            "updated": r[8],
+        }
+        for r in scope_rows
+    }
 
 
 def build_json_single(path: Path, scopes: int) -> None:
@@ -93,5 +129,6 @@ def build_json_per_scope(folder: Path, scopes: int) -> None:
         if len(current) == BLOCKS_PER_SCOPE:
             index = str(row[0]).rsplit(":", 1)[1]
             (folder / f"{index}.json").write_text(
-                json.dumps({"version": 1, "slots": _as_json_blocks(current)}), encoding="utf-8")
+                json.dumps({"version": 1, "slots": _as_json_blocks(current)}), encoding="utf-8"
+            )
             current = []

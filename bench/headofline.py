@@ -33,8 +33,13 @@ class SlowModel:
         self.all_waiting = asyncio.Event()
         self.expected = 0
 
-    async def complete(self, messages: list[Message], *, tools: list[Tool] | None = None,
-                       on_text: TextSink | None = None) -> ModelReply:
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[Tool] | None = None,
+        on_text: TextSink | None = None,
+    ) -> ModelReply:
         self.waiting += 1
         if self.waiting >= self.expected:
             self.all_waiting.set()
@@ -51,15 +56,16 @@ async def measure(base: str, slow_chats: int, list_chats: int, delay: float) -> 
     async with httpx.AsyncClient(base_url=base) as control:
         with tempfile.TemporaryDirectory() as folder:
             store = await Store.open(Path(folder) / "hol.sqlite3")
-            config = parse_config({"telegram": {"base_url": f"{base}/bot",
-                                                "poll_timeout_s": 1}})
+            config = parse_config({"telegram": {"base_url": f"{base}/bot", "poll_timeout_s": 1}})
             model = SlowModel(delay)
             model.expected = slow_chats
             frontend = TelegramFrontend(Pinbot(config, store, model), config.telegram, TOKEN)
             await frontend.start()
             try:
-                slow = [message(private_chat(c), "please think", user(c))
-                        for c in range(1, slow_chats + 1)]
+                slow = [
+                    message(private_chat(c), "please think", user(c))
+                    for c in range(1, slow_chats + 1)
+                ]
                 if slow:  # first the slow chats, until each waits on the model, typing shown
                     await control.post("/_control/push", json=slow)
                     await asyncio.wait_for(model.all_waiting.wait(), delay)
@@ -69,8 +75,10 @@ async def measure(base: str, slow_chats: int, list_chats: int, delay: float) -> 
                             break
                         await asyncio.sleep(0.005)
                     await asyncio.sleep(delay / 5)  # let the typing replies settle: all wait
-                lists = [message(private_chat(c), "/pin list", user(c))
-                         for c in range(LIST_CHATS_START, LIST_CHATS_START + list_chats)]
+                lists = [
+                    message(private_chat(c), "/pin list", user(c))
+                    for c in range(LIST_CHATS_START, LIST_CHATS_START + list_chats)
+                ]
                 await control.post("/_control/push", json=lists)
                 times: dict[str, list[float]] = {}
                 for _ in range(int((delay + 30) * 20)):
@@ -81,21 +89,33 @@ async def measure(base: str, slow_chats: int, list_chats: int, delay: float) -> 
             finally:
                 await frontend.stop()
                 await store.close()
-    list_ms = [(sent - pushed) * 1000 for chat, (pushed, sent) in times.items()
-               if int(chat) >= LIST_CHATS_START]
-    slow_ms = [(sent - pushed) * 1000 for chat, (pushed, sent) in times.items()
-               if int(chat) < LIST_CHATS_START]
-    return {"p50_ms": round(percentile(list_ms, 0.5), 1),
-            "p99_ms": round(percentile(list_ms, 0.99), 1),
-            "slow_chats_answered": len(slow_ms),
-            "slow_chat_p50_ms": round(percentile(slow_ms, 0.5), 1) if slow_ms else 0.0}
+    list_ms = [
+        (sent - pushed) * 1000
+        for chat, (pushed, sent) in times.items()
+        if int(chat) >= LIST_CHATS_START
+    ]
+    slow_ms = [
+        (sent - pushed) * 1000
+        for chat, (pushed, sent) in times.items()
+        if int(chat) < LIST_CHATS_START
+    ]
+    return {
+        "p50_ms": round(percentile(list_ms, 0.5), 1),
+        "p99_ms": round(percentile(list_ms, 0.99), 1),
+        "slow_chats_answered": len(slow_ms),
+        "slow_chat_p50_ms": round(percentile(slow_ms, 0.5), 1) if slow_ms else 0.0,
+    }
 
 
 def run(slow_chats: int, list_chats: int, delay: float) -> dict[str, Any]:
     """Start the fake Bot API server in its own process, then measure() against it."""
     root = Path(__file__).resolve().parent.parent
-    server = subprocess.Popen([sys.executable, "-m", "tests.fakes.telegram_server"],
-                              stdout=subprocess.PIPE, text=True, cwd=root)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.telegram_server"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+    )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())

@@ -41,7 +41,10 @@ def peak_rss_kib(path: Path, scopes: int, turns: int) -> int:
     root = Path(__file__).resolve().parent.parent
     output = subprocess.run(
         [sys.executable, "-m", "bench.memory", str(path), str(scopes), str(turns)],
-        check=True, capture_output=True, text=True, cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=root,
     ).stdout
     return int(output.strip().splitlines()[-1])
 

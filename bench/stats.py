@@ -16,8 +16,10 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
 def summary_us(samples_ns: Sequence[int]) -> dict[str, float]:
     """p50 and p99 in microseconds."""
     micros = [s / 1000 for s in samples_ns]
-    return {"p50_us": round(percentile(micros, 0.50), 1),
-            "p99_us": round(percentile(micros, 0.99), 1)}
+    return {
+        "p50_us": round(percentile(micros, 0.50), 1),
+        "p99_us": round(percentile(micros, 0.99), 1),
+    }
 
 
 def median_of(runs: Sequence[dict[str, float]]) -> dict[str, float]:

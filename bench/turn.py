@@ -24,8 +24,10 @@ from storage.models import Block, Level, State
 from storage.sqlite import Store, block_from_row
 
 TEXT = "What should I do next?"
-SELECT = ("SELECT id, scope, label, content, level, state, priority, created_at, updated_at, "
-          "idle_since, idle_calls, rev FROM blocks WHERE scope = ?")
+SELECT = (
+    "SELECT id, scope, label, content, level, state, priority, created_at, updated_at, "
+    "idle_since, idle_calls, rev FROM blocks WHERE scope = ?"
+)
 
 
 def _picks(scopes: int, count: int, seed: int) -> list[int]:
@@ -44,12 +46,22 @@ def _render_rows(rows: list[Any]) -> str:
 
 
 def _render_json(slots: dict[str, dict[str, Any]]) -> str:
-    return _rendered([Block(
-        id=i, scope="s", label=label, content=str(slot["content"]), level=Level(slot["level"]),
-        state=State(slot["state"]), priority=int(slot["priority"]),
-        created_at=datetime.fromtimestamp(float(slot["created"]), UTC),
-        updated_at=datetime.fromtimestamp(float(slot["updated"]), UTC),
-    ) for i, (label, slot) in enumerate(slots.items())])
+    return _rendered(
+        [
+            Block(
+                id=i,
+                scope="s",
+                label=label,
+                content=str(slot["content"]),
+                level=Level(slot["level"]),
+                state=State(slot["state"]),
+                priority=int(slot["priority"]),
+                created_at=datetime.fromtimestamp(float(slot["created"]), UTC),
+                updated_at=datetime.fromtimestamp(float(slot["updated"]), UTC),
+            )
+            for i, (label, slot) in enumerate(slots.items())
+        ]
+    )
 
 
 async def ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:

@@ -41,14 +41,18 @@ def _allowlists(config: Config) -> list[str]:
     for key in ("group_shared_admin_ids", "group_strong_user_ids"):
         for entry in getattr(pins, key):
             if AllowEntry.parse(entry) is None:
-                problems.append(f"pins.{key}: '{entry}' is neither a sender id nor "
-                                "'<group session key>::u:<sender id>' "
-                                "(e.g. telegram:group:-100123::u:42)")
+                problems.append(
+                    f"pins.{key}: '{entry}' is neither a sender id nor "
+                    "'<group session key>::u:<sender id>' "
+                    "(e.g. telegram:group:-100123::u:42)"
+                )
     for entry in pins.group_whitelist:
         bare = strip_agent_prefix(entry)
         if not bare or (":" in bare and group_session_key_of(bare) is None):
-            problems.append(f"pins.group_whitelist: '{entry}' is neither a group id nor a group "
-                            "session key (e.g. telegram:group:-100123)")
+            problems.append(
+                f"pins.group_whitelist: '{entry}' is neither a group id nor a group "
+                "session key (e.g. telegram:group:-100123)"
+            )
     return problems
 
 
@@ -65,18 +69,26 @@ def check_config(config: Config, platforms: tuple[str, ...] = ()) -> list[str]:
         if telegram.mode == "webhook":
             if not telegram.webhook_url:
                 problems.append("telegram.webhook_url: required when telegram.mode is webhook")
-            problems += _secret(telegram.webhook_secret_env, "telegram.webhook_secret_env",
-                                "telegram.mode is webhook")
+            problems += _secret(
+                telegram.webhook_secret_env,
+                "telegram.webhook_secret_env",
+                "telegram.mode is webhook",
+            )
     feishu = config.feishu
     if "feishu" in platforms or feishu.app_id:
         if not feishu.app_id:
             problems.append("feishu.app_id: required to run on Feishu")
-        problems += _secret(feishu.app_secret_env, "feishu.app_secret_env",
-                            "needed by pinbot feishu")
+        problems += _secret(
+            feishu.app_secret_env, "feishu.app_secret_env", "needed by pinbot feishu"
+        )
         if feishu.mode == "webhook":
-            problems += _secret(feishu.verification_token_env, "feishu.verification_token_env",
-                                "feishu.mode is webhook")
+            problems += _secret(
+                feishu.verification_token_env,
+                "feishu.verification_token_env",
+                "feishu.mode is webhook",
+            )
         if feishu.encrypt_key_env:
-            problems += _secret(feishu.encrypt_key_env, "feishu.encrypt_key_env",
-                                "an encrypt key is configured")
+            problems += _secret(
+                feishu.encrypt_key_env, "feishu.encrypt_key_env", "an encrypt key is configured"
+            )
     return problems

@@ -37,10 +37,16 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument("--topic", help="forum topic id inside --group")
     commands.add_parser("telegram", help="run the bot on Telegram")
     commands.add_parser("feishu", help="run the bot on Feishu (Lark)")
-    check = commands.add_parser("check-config",
-                                help="validate the config file and the environment it needs")
-    check.add_argument("--platform", action="append", choices=["telegram", "feishu"],
-                       default=[], help="also require this platform's secrets")
+    check = commands.add_parser(
+        "check-config", help="validate the config file and the environment it needs"
+    )
+    check.add_argument(
+        "--platform",
+        action="append",
+        choices=["telegram", "feishu"],
+        default=[],
+        help="also require this platform's secrets",
+    )
     export = commands.add_parser("export", help="write every block of every scope as JSON")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     load = commands.add_parser("import", help="load blocks from an export (all or nothing)")
@@ -181,9 +187,14 @@ def _register_secrets(config: Config) -> None:
     import os
 
     feishu = config.feishu
-    for variable in (config.llm.api_key_env, config.telegram.token_env,
-                     config.telegram.webhook_secret_env, feishu.app_secret_env,
-                     feishu.verification_token_env, feishu.encrypt_key_env):
+    for variable in (
+        config.llm.api_key_env,
+        config.telegram.token_env,
+        config.telegram.webhook_secret_env,
+        feishu.app_secret_env,
+        feishu.verification_token_env,
+        feishu.encrypt_key_env,
+    ):
         REDACTOR.add(os.environ.get(variable, ""))
 
 

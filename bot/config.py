@@ -17,8 +17,10 @@ class ConfigError(Exception):
 def _ids_as_strings(value: Any) -> Any:
     """Allowlist ids may be YAML integers or strings; both mean the same id."""
     if isinstance(value, list):
-        return [str(item) if isinstance(item, int) and not isinstance(item, bool) else item
-                for item in value]
+        return [
+            str(item) if isinstance(item, int) and not isinstance(item, bool) else item
+            for item in value
+        ]
     return value
 
 

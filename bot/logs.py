@@ -44,8 +44,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and exception)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record), "level": record.levelname.lower(),
-                 "logger": record.name, "message": record.getMessage()}
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -68,6 +72,15 @@ def setup_logging(config: LoggingConfig) -> None:
     root.handlers[:] = [handler]
     root.setLevel(config.level.upper())
     # HTTP libraries log request URLs at INFO, and Telegram's carry the bot token.
-    for noisy in ("httpx", "httpx2", "httpcore", "openai", "telegram", "apscheduler", "Lark",
-                  "aiosqlite", "aiohttp.access"):
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "openai",
+        "telegram",
+        "apscheduler",
+        "Lark",
+        "aiosqlite",
+        "aiohttp.access",
+    ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

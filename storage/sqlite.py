@@ -50,9 +50,18 @@ _STATES = {state.value: state for state in State}
 def block_from_row(row: Sequence[Any]) -> Block:
     """A Block from a row of the blocks table, columns in _BLOCK_COLUMNS order."""
     return Block(
-        id=row[0], scope=row[1], label=row[2], content=row[3], level=_LEVELS[row[4]],
-        state=_STATES[row[5]], priority=row[6], created_at=_dt(row[7]), updated_at=_dt(row[8]),
-        idle_since=_dt_or_none(row[9]), idle_calls=row[10], rev=row[11],
+        id=row[0],
+        scope=row[1],
+        label=row[2],
+        content=row[3],
+        level=_LEVELS[row[4]],
+        state=_STATES[row[5]],
+        priority=row[6],
+        created_at=_dt(row[7]),
+        updated_at=_dt(row[8]),
+        idle_since=_dt_or_none(row[9]),
+        idle_calls=row[10],
+        rev=row[11],
     )
 
 
@@ -102,7 +111,9 @@ class Store:
         await self.close()
 
     async def _write(
-        self, sql: str, args: Sequence[Any] | dict[str, Any] = (),
+        self,
+        sql: str,
+        args: Sequence[Any] | dict[str, Any] = (),
         audit: Sequence[AuditEntry] = (),
     ) -> aiosqlite.Cursor:
         """One write statement, committed on return; with audit entries, they are recorded in
@@ -117,8 +128,18 @@ class Store:
                     await self._db.executemany(
                         "INSERT INTO shared_audit (group_scope, at, actor, action, label, "
                         "old_content, new_content) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [(e.group_scope, _ts(e.at), e.actor, e.action, e.label, e.old_content,
-                          e.new_content) for e in audit],
+                        [
+                            (
+                                e.group_scope,
+                                _ts(e.at),
+                                e.actor,
+                                e.action,
+                                e.label,
+                                e.old_content,
+                                e.new_content,
+                            )
+                            for e in audit
+                        ],
                     )
             except BaseException:
                 await self._db.execute("ROLLBACK")
@@ -140,7 +161,12 @@ class Store:
         return [block_from_row(row) for row in rows]
 
     async def insert_block(
-        self, new: NewBlock, *, now: datetime, max_blocks: int, max_total_chars: int,
+        self,
+        new: NewBlock,
+        *,
+        now: datetime,
+        max_blocks: int,
+        max_total_chars: int,
         audit: Sequence[AuditEntry] = (),
     ) -> bool:
         """Insert unless the label exists or the scope's block or character limit would break.
@@ -157,10 +183,21 @@ class Store:
                 "AND (? = 0 OR (SELECT TOTAL(length(content)) FROM blocks WHERE scope = ?) "
                 "+ length(?) <= ?)",
                 (
-                    new.scope, new.label, label_key(new.label), new.content, new.level.value,
-                    new.state.value, new.priority, stamp, stamp,
-                    new.scope, max_blocks,
-                    max_total_chars, new.scope, new.content, max_total_chars,
+                    new.scope,
+                    new.label,
+                    label_key(new.label),
+                    new.content,
+                    new.level.value,
+                    new.state.value,
+                    new.priority,
+                    stamp,
+                    stamp,
+                    new.scope,
+                    max_blocks,
+                    max_total_chars,
+                    new.scope,
+                    new.content,
+                    max_total_chars,
                 ),
                 audit,
             )
@@ -191,8 +228,10 @@ class Store:
         new_priority = block.priority if priority is None else priority
         if new_state is State.IDLE and block.state is not State.IDLE:
             await self.flush_calls()  # the idle mark records the scope's current count
-            idle_sql = "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) " \
-                       "FROM scope_calls WHERE scope = blocks.scope)"
+            idle_sql = (
+                "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) "
+                "FROM scope_calls WHERE scope = blocks.scope)"
+            )
             idle_args: tuple[Any, ...] = (_ts(now),)
         elif new_state is State.IDLE:
             idle_sql, idle_args = "idle_since = idle_since", ()
@@ -205,9 +244,17 @@ class Store:
             "AND (? = 0 OR (SELECT TOTAL(length(b.content)) FROM blocks b "
             "WHERE b.scope = blocks.scope) - length(content) + length(?) <= ?)",
             (
-                new_content, new_level.value, new_state.value, new_priority, _ts(now), *idle_args,
-                block.id, block.rev,
-                max_total_chars, new_content, max_total_chars,
+                new_content,
+                new_level.value,
+                new_state.value,
+                new_priority,
+                _ts(now),
+                *idle_args,
+                block.id,
+                block.rev,
+                max_total_chars,
+                new_content,
+                max_total_chars,
             ),
             audit,
         )
@@ -235,9 +282,7 @@ class Store:
 
     # --- model-call counters ------------------------------------------------------------------
 
-    async def start_model_call(
-        self, scopes: Sequence[str]
-    ) -> tuple[list[Block], dict[str, int]]:
+    async def start_model_call(self, scopes: Sequence[str]) -> tuple[list[Block], dict[str, int]]:
         """Count one model call for each scope and return, in one query, the scopes' blocks (in any
         state, in no particular order) and, for each scope that has blocks, its call count before
         this call."""
@@ -292,12 +337,18 @@ class Store:
         """The stored history: its summary (if any) first, then turns oldest first."""
         rows = await self._db.execute_fetchall(
             "SELECT id, role, content FROM history WHERE session = ? "
-            "ORDER BY role != 'summary', id", (session,)
+            "ORDER BY role != 'summary', id",
+            (session,),
         )
         return [HistoryEntry(id=row[0], role=row[1], content=row[2]) for row in rows]
 
     async def append_turn(
-        self, session: str, user_text: str, reply: str, *, now: datetime,
+        self,
+        session: str,
+        user_text: str,
+        reply: str,
+        *,
+        now: datetime,
         drop_ids: Sequence[int] = (),
     ) -> None:
         """Record one completed turn (both messages or neither), then forget drop_ids."""
@@ -312,8 +363,7 @@ class Store:
         await self.flush_calls()
         if drop_ids:
             await self._write(
-                f"DELETE FROM history WHERE session = ? AND id IN "
-                f"({_placeholders(len(drop_ids))})",
+                f"DELETE FROM history WHERE session = ? AND id IN ({_placeholders(len(drop_ids))})",
                 (session, *drop_ids),
             )
 
@@ -376,15 +426,29 @@ class Store:
                 await self._db.execute("DELETE FROM blocks WHERE scope = ?", (scope,))
                 await self._db.execute(
                     "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
-                    "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls", (scope, calls))
+                    "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls",
+                    (scope, calls),
+                )
                 await self._db.executemany(
                     "INSERT INTO blocks (scope, label, label_key, content, level, state, "
                     "priority, created_at, updated_at, idle_since, idle_calls) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(scope, b.label, label_key(b.label), b.content, b.level.value,
-                      b.state.value, b.priority, _ts(b.created_at), _ts(b.updated_at),
-                      None if b.idle_since is None else _ts(b.idle_since), b.idle_calls)
-                     for b in sorted(blocks, key=lambda b: b.created_at)],
+                    [
+                        (
+                            scope,
+                            b.label,
+                            label_key(b.label),
+                            b.content,
+                            b.level.value,
+                            b.state.value,
+                            b.priority,
+                            _ts(b.created_at),
+                            _ts(b.updated_at),
+                            None if b.idle_since is None else _ts(b.idle_since),
+                            b.idle_calls,
+                        )
+                        for b in sorted(blocks, key=lambda b: b.created_at)
+                    ],
                 )
                 written += len(blocks)
         return written
@@ -398,8 +462,18 @@ class Store:
             "FROM shared_audit WHERE group_scope = ? ORDER BY at DESC, id DESC LIMIT ?",
             (group_scope, limit),
         )
-        return [AuditEntry(group_scope=r[0], actor=r[1], action=r[2], label=r[3],
-                           old_content=r[4], new_content=r[5], at=_dt(r[6])) for r in rows]
+        return [
+            AuditEntry(
+                group_scope=r[0],
+                actor=r[1],
+                action=r[2],
+                label=r[3],
+                old_content=r[4],
+                new_content=r[5],
+                at=_dt(r[6]),
+            )
+            for r in rows
+        ]
 
     async def prune_audit(self, group_scope: str, before: datetime) -> int:
         """Forget a group's audit entries older than before; returns how many went."""
@@ -410,16 +484,25 @@ class Store:
 
     async def _audit_import(self, scope: str, blocks: list[Block], now: datetime) -> None:
         rows = await self._db.execute_fetchall(
-            "SELECT label_key, label, content FROM blocks WHERE scope = ?", (scope,))
+            "SELECT label_key, label, content FROM blocks WHERE scope = ?", (scope,)
+        )
         before = {row[0]: (row[1], row[2]) for row in rows}
         after = {label_key(b.label): (b.label, b.content) for b in blocks}
         entries = [(key, before.get(key), after.get(key)) for key in {*before, *after}]
         await self._db.executemany(
             "INSERT INTO shared_audit (group_scope, at, actor, action, label, old_content, "
             "new_content) VALUES (?, ?, 'import', 'import', ?, ?, ?)",
-            [(scope, _ts(now), (new or old or ("", ""))[0], old[1] if old else None,
-              new[1] if new else None)
-             for _, old, new in sorted(entries, key=lambda e: e[0]) if old != new],
+            [
+                (
+                    scope,
+                    _ts(now),
+                    (new or old or ("", ""))[0],
+                    old[1] if old else None,
+                    new[1] if new else None,
+                )
+                for _, old, new in sorted(entries, key=lambda e: e[0])
+                if old != new
+            ],
         )
 
     # --- platform event de-duplication ---------------------------------------------------------
@@ -458,7 +541,8 @@ class Store:
             await self._db.execute(
                 f"INSERT INTO scope_calls (scope, calls) SELECT {renamed}, calls FROM scope_calls "
                 f"WHERE {prefix_match} AND true "
-                "ON CONFLICT (scope) DO UPDATE SET calls = calls + excluded.calls", args
+                "ON CONFLICT (scope) DO UPDATE SET calls = calls + excluded.calls",
+                args,
             )
             await self._db.execute(f"DELETE FROM scope_calls WHERE {prefix_match}", args)
             await self._db.execute(
@@ -466,7 +550,8 @@ class Store:
             )
             await self._db.execute(
                 "UPDATE history SET session = :new || substr(session, length(:old) + 1) "
-                "WHERE session = :old OR substr(session, 1, length(:old) + 1) = :old || ':'", args
+                "WHERE session = :old OR substr(session, 1, length(:old) + 1) = :old || ':'",
+                args,
             )
         return moved
 

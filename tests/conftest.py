@@ -67,6 +67,10 @@ def dm(user: str = "42", platform: str = "console") -> Conversation:
     return Conversation(platform, ChatKind.DIRECT, chat_id=user, sender_id=user)
 
 
-def group(user: str | None = "42", chat: str | None = "-100123", topic: str | None = None,
-          platform: str = "console") -> Conversation:
+def group(
+    user: str | None = "42",
+    chat: str | None = "-100123",
+    topic: str | None = None,
+    platform: str = "console",
+) -> Conversation:
     return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)

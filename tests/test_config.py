@@ -33,13 +33,16 @@ def test_example_file_holds_every_key_at_its_default() -> None:
         assert f"{key.rsplit('.', 1)[-1]}:" in text, key
 
 
-@pytest.mark.parametrize(("data", "key"), [
-    ({"pins": {"max_blocks_per_session": 0}}, "pins.max_blocks_per_session"),
-    ({"pins": {"group_whitelist": "nope"}}, "pins.group_whitelist"),
-    ({"storage": {"path": 5}}, "storage.path"),
-    ({"surprise": 1}, "surprise"),
-    ({"logging": {"json": "maybe"}}, "logging.json"),
-])
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"pins": {"max_blocks_per_session": 0}}, "pins.max_blocks_per_session"),
+        ({"pins": {"group_whitelist": "nope"}}, "pins.group_whitelist"),
+        ({"storage": {"path": 5}}, "storage.path"),
+        ({"surprise": 1}, "surprise"),
+        ({"logging": {"json": "maybe"}}, "logging.json"),
+    ],
+)
 def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(data, "my.yaml")

@@ -18,8 +18,10 @@ FORBIDDEN = [
     (re.compile(r"\.(sqlite3?|db)(-wal|-shm|-journal)?$"), "a database"),
     (re.compile(r"(^|/)\.env(\.[^/]*)?$"), "an .env file"),
     (re.compile(r"\.(pem|key|p12|pfx|crt)$|(^|/)id_(rsa|ed25519|ecdsa)"), "a key or certificate"),
-    (re.compile(r"(^|/)[^/]*(secret|credential|token)[^/]*\.(json|ya?ml|txt|ini|cfg)$", re.I),
-     "a secret-looking file"),
+    (
+        re.compile(r"(^|/)[^/]*(secret|credential|token)[^/]*\.(json|ya?ml|txt|ini|cfg)$", re.I),
+        "a secret-looking file",
+    ),
 ]
 
 
@@ -29,8 +31,9 @@ def _names(path: Path) -> tuple[str, list[str]]:
             return "wheel", archive.namelist()
     with tarfile.open(path) as archive:
         # An sdist's members sit under "<name>-<version>/"; judge them from the project root.
-        return "sdist", [name.split("/", 1)[1] if "/" in name else name
-                         for name in archive.getnames()]
+        return "sdist", [
+            name.split("/", 1)[1] if "/" in name else name for name in archive.getnames()
+        ]
 
 
 def problems_of(path: Path) -> list[str]:

@@ -20,7 +20,9 @@ def console_conversation(user: str, group: str | None, topic: str | None) -> Con
 
 
 async def run_console(
-    bot: Pinbot, conversation: Conversation, source: TextIO = sys.stdin,
+    bot: Pinbot,
+    conversation: Conversation,
+    source: TextIO = sys.stdin,
     sink: TextIO = sys.stdout,
 ) -> None:
     """Answer each input line until end of input; every non-command line goes to the model."""

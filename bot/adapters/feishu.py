@@ -63,14 +63,24 @@ class FeishuMessage:
 
     def conversation(self) -> Conversation:
         """The core's view: p2p is a DM keyed by open_id, a group (and topic thread) a group."""
-        named = [(kind, value) for kind, value in (("user_id", self.user_id),
-                                                   ("union_id", self.union_id)) if value]
-        kind = {"p2p": ChatKind.DIRECT, "group": ChatKind.GROUP}.get(self.chat_type or "",
-                                                                      ChatKind.UNKNOWN)
+        named = [
+            (kind, value)
+            for kind, value in (("user_id", self.user_id), ("union_id", self.union_id))
+            if value
+        ]
+        kind = {"p2p": ChatKind.DIRECT, "group": ChatKind.GROUP}.get(
+            self.chat_type or "", ChatKind.UNKNOWN
+        )
         topic = (self.thread_id or self.root_id or None) if kind is ChatKind.GROUP else None
-        return Conversation(PLATFORM, kind, self.chat_id, self.open_id, topic_id=topic,
-                            sender_aliases=tuple(value for _, value in named),
-                            sender_id_kinds=("open_id", *(name for name, _ in named)))
+        return Conversation(
+            PLATFORM,
+            kind,
+            self.chat_id,
+            self.open_id,
+            topic_id=topic,
+            sender_aliases=tuple(value for _, value in named),
+            sender_id_kinds=("open_id", *(name for name, _ in named)),
+        )
 
     def raw_text(self) -> str | None:
         """The message's text with its mention placeholders, or None if it has no text."""
@@ -113,8 +123,11 @@ def message_of(data: Any) -> FeishuMessage:
     message = getattr(event, "message", None)
     sender_ids = getattr(getattr(event, "sender", None), "sender_id", None)
     mentions = tuple(
-        Mention(str(getattr(m, "key", "") or ""), getattr(getattr(m, "id", None), "open_id", None),
-                str(getattr(m, "name", "") or ""))
+        Mention(
+            str(getattr(m, "key", "") or ""),
+            getattr(getattr(m, "id", None), "open_id", None),
+            str(getattr(m, "name", "") or ""),
+        )
         for m in getattr(message, "mentions", None) or []
     )
     return FeishuMessage(
@@ -133,8 +146,9 @@ def message_of(data: Any) -> FeishuMessage:
     )
 
 
-def resolve_mentions(text: str, mentions: tuple[Mention, ...], bot_open_id: str | None
-                     ) -> tuple[str, bool]:
+def resolve_mentions(
+    text: str, mentions: tuple[Mention, ...], bot_open_id: str | None
+) -> tuple[str, bool]:
     """Replace mention placeholders with @names and drop a leading mention of this bot; returns
     the text and whether the bot was mentioned."""
     mentioned = False
@@ -143,7 +157,7 @@ def resolve_mentions(text: str, mentions: tuple[Mention, ...], bot_open_id: str 
         if bot_open_id and mention.open_id == bot_open_id:
             mentioned = True
             if leading and leading.group(1) == mention.key:
-                text = text[leading.end():]
+                text = text[leading.end() :]
                 leading = None
     for mention in sorted(mentions, key=lambda m: len(m.key), reverse=True):
         if mention.key:
@@ -162,13 +176,15 @@ class FeishuApi:
     """The few OpenAPI calls the bot makes, over one pooled async HTTP client, with the tenant
     access token fetched and refreshed on the event loop without blocking it."""
 
-    def __init__(self, config: FeishuConfig, app_secret: str,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: FeishuConfig, app_secret: str, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self._config = config
         self._app_secret = app_secret
         self._monotonic = monotonic
-        self._client = httpx.AsyncClient(base_url=config.base_url.rstrip("/"),
-                                         timeout=config.request_timeout_s)
+        self._client = httpx.AsyncClient(
+            base_url=config.base_url.rstrip("/"), timeout=config.request_timeout_s
+        )
         self._token: str | None = None
         self._token_expires = 0.0
         self._token_lock = asyncio.Lock()
@@ -187,20 +203,23 @@ class FeishuApi:
             )
             body = response.json()
             if response.status_code != 200 or body.get("code") != 0:
-                raise FeishuApiError(f"tenant token refused: code {body.get('code')} "
-                                     f"{body.get('msg', '')}".strip())
+                raise FeishuApiError(
+                    f"tenant token refused: code {body.get('code')} {body.get('msg', '')}".strip()
+                )
             self._token = str(body["tenant_access_token"])
             expire = float(body.get("expire", 7200))
             self._token_expires = self._monotonic() + max(expire - TOKEN_REFRESH_MARGIN_S, 60)
             return self._token
 
-    async def call(self, method: str, path: str, payload: dict[str, Any] | None = None
-                   ) -> dict[str, Any]:
+    async def call(
+        self, method: str, path: str, payload: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """One authorised call; retried once with a fresh token if Feishu says it expired."""
         for attempt in (1, 2):
             token = await self._tenant_token(force=attempt == 2)
             response = await self._client.request(
-                method, path, json=payload, headers={"Authorization": f"Bearer {token}"})
+                method, path, json=payload, headers={"Authorization": f"Bearer {token}"}
+            )
             try:
                 body = response.json()
             except ValueError:
@@ -222,8 +241,11 @@ class FeishuApi:
         """Reply to a message with text, split into parts under the size limit, in order."""
         for part in split_message(text, MESSAGE_LIMIT):
             if part.strip():
-                await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reply",
-                                {"msg_type": "post", "content": post_content(part)})
+                await self.call(
+                    "POST",
+                    f"/open-apis/im/v1/messages/{message_id}/reply",
+                    {"msg_type": "post", "content": post_content(part)},
+                )
 
 
 class FeishuApiError(Exception):
@@ -233,8 +255,16 @@ class FeishuApiError(Exception):
 class FeishuFrontend:
     """Runs the bot on Feishu: receives events, processes each event id once, replies."""
 
-    def __init__(self, pinbot: Pinbot, config: FeishuConfig, api: FeishuApi, *,
-                 verification_token: str, encrypt_key: str, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        pinbot: Pinbot,
+        config: FeishuConfig,
+        api: FeishuApi,
+        *,
+        verification_token: str,
+        encrypt_key: str,
+        clock: Clock = utc_now,
+    ) -> None:
         import lark_oapi as lark  # takes seconds to import: only when Feishu is used
 
         self.pinbot = pinbot
@@ -244,9 +274,7 @@ class FeishuFrontend:
         self.bot_open_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._runner: web.AppRunner | None = None
         self.port = config.webhook_port
         self.dispatcher = (
@@ -263,12 +291,17 @@ class FeishuFrontend:
         secret = secret_from_env(config.app_secret_env, "The Feishu app secret")
         token = ""
         if config.mode == "webhook":
-            token = secret_from_env(config.verification_token_env,
-                                    "The Feishu event verification token")
-        key = secret_from_env(config.encrypt_key_env, "The Feishu encrypt key") \
-            if config.encrypt_key_env else ""
-        return cls(pinbot, config, FeishuApi(config, secret), verification_token=token,
-                   encrypt_key=key)
+            token = secret_from_env(
+                config.verification_token_env, "The Feishu event verification token"
+            )
+        key = (
+            secret_from_env(config.encrypt_key_env, "The Feishu encrypt key")
+            if config.encrypt_key_env
+            else ""
+        )
+        return cls(
+            pinbot, config, FeishuApi(config, secret), verification_token=token, encrypt_key=key
+        )
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -279,8 +312,9 @@ class FeishuFrontend:
         try:
             self.bot_open_id = await self.api.bot_open_id()
         except (FeishuApiError, httpx.HTTPError) as error:
-            log.warning("could not fetch the bot's open_id (group mentions will not trigger): "
-                        "%s", error)
+            log.warning(
+                "could not fetch the bot's open_id (group mentions will not trigger): %s", error
+            )
         if self.config.mode == "webhook":
             await self._start_webhook()
         else:
@@ -313,8 +347,7 @@ class FeishuFrontend:
             self.port = sockets[0].getsockname()[1]
 
     def _start_long_connection(self) -> None:
-        thread = threading.Thread(target=self._run_long_connection, name="feishu-ws",
-                                  daemon=True)
+        thread = threading.Thread(target=self._run_long_connection, name="feishu-ws", daemon=True)
         thread.start()
 
     def _run_long_connection(self) -> None:
@@ -325,8 +358,12 @@ class FeishuFrontend:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         ws_client.loop = loop  # the module captured whatever loop existed at import time
-        client = lark.ws.Client(self.config.app_id, self.api._app_secret,
-                                event_handler=self.dispatcher, domain=self.config.base_url)
+        client = lark.ws.Client(
+            self.config.app_id,
+            self.api._app_secret,
+            event_handler=self.dispatcher,
+            domain=self.config.base_url,
+        )
         try:
             client.start()
         except Exception:
@@ -379,7 +416,8 @@ class FeishuFrontend:
 
     async def _handle(self, event: FeishuMessage) -> None:
         if not event.event_id or not await self.pinbot.store.claim_event(
-                PLATFORM, event.event_id, now=self._clock()):
+            PLATFORM, event.event_id, now=self._clock()
+        ):
             log.info("duplicate Feishu event %s ignored", event.event_id)
             return
         raw = event.raw_text()
@@ -389,11 +427,11 @@ class FeishuFrontend:
         conversation = event.conversation()
         addressed = conversation.kind is ChatKind.DIRECT or (
             conversation.kind is ChatKind.GROUP
-            and (mentioned or self.config.group_trigger == "all"))
+            and (mentioned or self.config.group_trigger == "all")
+        )
         reply = await self.pinbot.handle(conversation, text, addressed=addressed)
         if reply:
             try:
                 await self.api.reply(event.message_id, reply)
             except (FeishuApiError, httpx.HTTPError) as error:
                 log.warning("reply to Feishu message %s failed: %s", event.message_id, error)
-

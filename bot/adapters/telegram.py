@@ -98,12 +98,19 @@ def conversation_of(message: Message) -> Conversation:
     sender_id = None if hidden or sender is None else str(sender.id)
     kinds = ("user id",)
     if chat.type == ChatType.PRIVATE:
-        return Conversation(PLATFORM, ChatKind.DIRECT, str(chat.id), sender_id,
-                            sender_id_kinds=kinds)
+        return Conversation(
+            PLATFORM, ChatKind.DIRECT, str(chat.id), sender_id, sender_id_kinds=kinds
+        )
     if chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
         topic = message.message_thread_id if message.is_topic_message else None
-        return Conversation(PLATFORM, ChatKind.GROUP, str(chat.id), sender_id,
-                            topic_id=str(topic) if topic else None, sender_id_kinds=kinds)
+        return Conversation(
+            PLATFORM,
+            ChatKind.GROUP,
+            str(chat.id),
+            sender_id,
+            topic_id=str(topic) if topic else None,
+            sender_id_kinds=kinds,
+        )
     kind = ChatKind.CHANNEL if chat.type == ChatType.CHANNEL else ChatKind.UNKNOWN
     return Conversation(PLATFORM, kind, str(chat.id), sender_id, sender_id_kinds=kinds)
 
@@ -170,8 +177,10 @@ class TelegramFrontend:
         assert updater is not None
         if self.config.mode == "webhook":
             await updater.start_webhook(
-                listen=self.config.webhook_listen, port=self.config.webhook_port,
-                url_path=self.config.webhook_path, webhook_url=self.config.webhook_url,
+                listen=self.config.webhook_listen,
+                port=self.config.webhook_port,
+                url_path=self.config.webhook_path,
+                webhook_url=self.config.webhook_url,
                 secret_token=self._webhook_secret,
             )
         else:
@@ -190,8 +199,9 @@ class TelegramFrontend:
 
     async def _register_commands(self) -> None:
         try:
-            await self.app.bot.set_my_commands(PRIVATE_COMMANDS,
-                                               scope=BotCommandScopeAllPrivateChats())
+            await self.app.bot.set_my_commands(
+                PRIVATE_COMMANDS, scope=BotCommandScopeAllPrivateChats()
+            )
             await self.app.bot.set_my_commands(GROUP_COMMANDS, scope=BotCommandScopeAllGroupChats())
         except TelegramError as error:
             log.warning("could not register the command menu: %s", error)
@@ -215,8 +225,9 @@ class TelegramFrontend:
                 return
             stream = StreamedReply(self, message)
             async with self._typing(message):
-                reply = await self.pinbot.handle(conversation, self._without_mention(text),
-                                                 on_text=stream.update)
+                reply = await self.pinbot.handle(
+                    conversation, self._without_mention(text), on_text=stream.update
+                )
             if reply:
                 await stream.finish(reply)
             return
@@ -252,12 +263,17 @@ class TelegramFrontend:
             return True
         me = self.app.bot
         replied = message.reply_to_message
-        if (replied is not None and replied.forum_topic_created is None
-                and replied.from_user is not None and replied.from_user.id == me.id):
+        if (
+            replied is not None
+            and replied.forum_topic_created is None
+            and replied.from_user is not None
+            and replied.from_user.id == me.id
+        ):
             return True
         mention = f"@{me.username}".casefold()
         for entity, value in message.parse_entities(
-                [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]).items():
+            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
+        ).items():
             if entity.type == MessageEntity.MENTION and value.casefold() == mention:
                 return True
             if entity.user is not None and entity.user.id == me.id:
@@ -277,7 +293,8 @@ class TelegramFrontend:
                     await message.chat.send_action(
                         ChatAction.TYPING,
                         message_thread_id=message.message_thread_id
-                        if message.is_topic_message else None,
+                        if message.is_topic_message
+                        else None,
                     )
                 except TelegramError as error:
                     log.debug("typing indicator failed: %s", error)
@@ -296,9 +313,13 @@ class TelegramFrontend:
     ) -> Conversation:
         """Ask Telegram whether the sender administers the group, when config allows it to count
         and the command is about shared blocks."""
-        if (not self.pinbot.config.pins.inherit_platform_admins
-                or conversation.kind is not ChatKind.GROUP or conversation.sender_id is None
-                or message.from_user is None or " shared" not in f" {text.casefold()}"):
+        if (
+            not self.pinbot.config.pins.inherit_platform_admins
+            or conversation.kind is not ChatKind.GROUP
+            or conversation.sender_id is None
+            or message.from_user is None
+            or " shared" not in f" {text.casefold()}"
+        ):
             return conversation
         key = (message.chat.id, message.from_user.id)
         cached = self._admin_cache.get(key)
@@ -327,20 +348,30 @@ class TelegramFrontend:
         for attempt in range(1, SEND_ATTEMPTS + 1):
             try:
                 return await message.reply_text(
-                    text, reply_parameters=ReplyParameters(
-                        message.message_id, allow_sending_without_reply=True),
+                    text,
+                    reply_parameters=ReplyParameters(
+                        message.message_id, allow_sending_without_reply=True
+                    ),
                 )
             except RetryAfter as error:
                 wait = _retry_after_s(error)
-                log.warning("flood control in chat %s: retrying in %.0f s (attempt %d)",
-                            message.chat.id, wait, attempt)
+                log.warning(
+                    "flood control in chat %s: retrying in %.0f s (attempt %d)",
+                    message.chat.id,
+                    wait,
+                    attempt,
+                )
                 await self._sleep(wait)
             except (Forbidden, BadRequest) as error:  # blocked, kicked, chat not found
                 log.warning("cannot write to chat %s: %s", message.chat.id, error)
                 return None
             except NetworkError as error:
-                log.warning("network error sending to chat %s: %s (attempt %d)",
-                            message.chat.id, error, attempt)
+                log.warning(
+                    "network error sending to chat %s: %s (attempt %d)",
+                    message.chat.id,
+                    error,
+                    attempt,
+                )
                 await self._sleep(attempt)  # a short, growing pause before trying again
             except TelegramError as error:
                 log.warning("sending to chat %s failed: %s", message.chat.id, error)
@@ -400,4 +431,3 @@ class StreamedReply:
         for part in parts[1:]:
             if part.strip():
                 await self._frontend.send_part(self._message, part)
-

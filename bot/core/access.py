@@ -30,11 +30,15 @@ def access_refusal(conversation: Conversation, access: AccessConfig) -> str | No
         if _user_allowed(conversation, access.allowed_users):
             return None
         who = conversation.sender_id or "unknown"
-        return (f"Sorry, this bot is private. Your id is {who} "
-                f"({conversation.platform}:direct:{who}); the operator can add it to "
-                "access.allowed_users.")
+        return (
+            f"Sorry, this bot is private. Your id is {who} "
+            f"({conversation.platform}:direct:{who}); the operator can add it to "
+            "access.allowed_users."
+        )
     if _group_allowed(conversation, access.allowed_groups):
         return None
     key = conversation.group_session_key or f"{conversation.platform}:{conversation.kind.value}"
-    return (f"Sorry, this bot is not enabled for this chat (id {conversation.chat_id}, {key}); "
-            "the operator can add it to access.allowed_groups.")
+    return (
+        f"Sorry, this bot is not enabled for this chat (id {conversation.chat_id}, {key}); "
+        "the operator can add it to access.allowed_groups."
+    )

@@ -36,7 +36,12 @@ class Pinbot:
     """Routes a message to `/pin`, the general commands, or a chat turn with the model."""
 
     def __init__(
-        self, config: Config, store: Store, model: ChatModel, *, clock: Clock = utc_now,
+        self,
+        config: Config,
+        store: Store,
+        model: ChatModel,
+        *,
+        clock: Clock = utc_now,
         bot_username: str | None = None,
     ) -> None:
         self.config = config
@@ -54,11 +59,18 @@ class Pinbot:
     def addressed_to_other_bot(self, text: str) -> bool:
         """Whether text is a command that names a different bot (`/pin@other_bot`)."""
         _, bot, _ = split_command(text)
-        return (bot is not None and self.bot_username is not None
-                and bot.casefold() != self.bot_username.casefold())
+        return (
+            bot is not None
+            and self.bot_username is not None
+            and bot.casefold() != self.bot_username.casefold()
+        )
 
     async def handle(
-        self, conversation: Conversation, text: str, *, addressed: bool = True,
+        self,
+        conversation: Conversation,
+        text: str,
+        *,
+        addressed: bool = True,
         on_text: TextSink | None = None,
     ) -> str | None:
         """Answer one message; None means the message is not for this bot.
@@ -73,11 +85,14 @@ class Pinbot:
         reply = await self._answer(conversation, text, on_text)
         if reply is not None:
             kind = "command" if self.is_command(text) else "chat"
-            log.info("handled %s session=%s ms=%.1f", kind, conversation.session_key,
-                     (time.perf_counter() - started) * 1000)
+            log.info(
+                "handled %s session=%s ms=%.1f",
+                kind,
+                conversation.session_key,
+                (time.perf_counter() - started) * 1000,
+            )
             # What people wrote is theirs: only at debug level.
-            log.debug("message session=%s text=%r reply=%r", conversation.session_key, text,
-                      reply)
+            log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply)
         return reply
 
     async def _answer(
@@ -89,8 +104,10 @@ class Pinbot:
             return refusal
         limit = self.config.limits.max_message_chars
         if len(text) > limit:  # checked before any parsing
-            return (f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
-                    "Please send a shorter one.")
+            return (
+                f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
+                "Please send a shorter one."
+            )
         if not self.is_command(text):
             if wait := self._turns.acquire(self._sender_key(conversation)):
                 return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
@@ -103,16 +120,16 @@ class Pinbot:
 
     async def move_group(self, platform: str, old_chat: str, new_chat: str) -> int:
         """Move a group's blocks, counters and history to its new chat id; returns blocks moved."""
-        return await self.store.move_group(f"{platform}:group:{old_chat}",
-                                           f"{platform}:group:{new_chat}")
+        return await self.store.move_group(
+            f"{platform}:group:{old_chat}", f"{platform}:group:{new_chat}"
+        )
 
     async def command(self, conversation: Conversation, text: str) -> str:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         if name == "pin":
             if wait := self._pin_commands.acquire(self._sender_key(conversation)):
-                return (f"You are sending /pin commands too fast. Try again in "
-                        f"{math.ceil(wait)} s.")
+                return f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
             parsed = parse_pin(rest)
             if isinstance(parsed, ParseError):
                 return parsed.message
@@ -123,7 +140,9 @@ class Pinbot:
             return whoami(conversation, self.config.pins)
         if name in ("reset", "new"):
             count = await self.chat.reset(conversation)
-            return (f"Started a new conversation: {count} earlier message(s) forgotten. "
-                    "Pinned blocks are kept.")
+            return (
+                f"Started a new conversation: {count} earlier message(s) forgotten. "
+                "Pinned blocks are kept."
+            )
         shown = name if len(name) <= 32 else name[:32] + "…"
         return f"Unknown command /{shown}. Send /pin help to manage pinned blocks."

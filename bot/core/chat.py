@@ -29,7 +29,11 @@ class ChatService:
     """Runs chat turns; turns of one conversation run in order, other conversations concurrently."""
 
     def __init__(
-        self, store: Store, pins: PinService, config: Config, model: ChatModel,
+        self,
+        store: Store,
+        pins: PinService,
+        config: Config,
+        model: ChatModel,
         clock: Clock = utc_now,
     ) -> None:
         self._store = store
@@ -51,8 +55,11 @@ class ChatService:
         """Where this conversation's history is kept: per chat (and topic), or per sender in
         groups when `chat.history_per_sender` is on."""
         key = conversation.session_key
-        if (self._config.chat.history_per_sender and conversation.kind is ChatKind.GROUP
-                and conversation.sender_id):
+        if (
+            self._config.chat.history_per_sender
+            and conversation.kind is ChatKind.GROUP
+            and conversation.sender_id
+        ):
             key = f"{key}:sender:{conversation.sender_id}"
         return key
 
@@ -100,26 +107,30 @@ class ChatService:
     async def _compacted(self, session: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
         """History within budget: older turns summarised (or dropped if that fails)."""
         chat = self._config.chat
-        plan = plan_history(entries, chat.history_max_chars, chat.history_max_turns,
-                            chat.compaction_keep_turns)
+        plan = plan_history(
+            entries, chat.history_max_chars, chat.history_max_turns, chat.compaction_keep_turns
+        )
         if not plan.needs_compaction:
             return plan.kept
         summary = None
         if chat.compaction == "summarize":
             try:
                 reply = await self._model.complete(
-                    summary_request([(e.role, e.content) for e in plan.older]))
+                    summary_request([(e.role, e.content) for e in plan.older])
+                )
                 summary = reply.text.strip() or None
             except ModelError as error:
-                log.warning("summarising history of %s failed (%s); dropping old turns",
-                            session, error)
+                log.warning(
+                    "summarising history of %s failed (%s); dropping old turns", session, error
+                )
         if summary is None:
             turns = [e.id for e in plan.older if e.role != SUMMARY_ROLE]
             await self._store.compact_history(session, turns, None, now=self._clock())
             kept_summary = [e for e in plan.older if e.role == SUMMARY_ROLE]
             return kept_summary + plan.kept
-        await self._store.compact_history(session, [e.id for e in plan.older], summary,
-                                          now=self._clock())
+        await self._store.compact_history(
+            session, [e.id for e in plan.older], summary, now=self._clock()
+        )
         return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept]
 
     async def _answer(

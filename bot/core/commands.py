@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -125,52 +126,87 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     content, pinned = _parse_content(after, allow_pinned=True)
     if not content:
         return _usage_error(name, shared, f"The block '{label}' needs content after its label.")
-    return PinCommand(Verb.ADD, shared=shared, label=label, content=content,
-                      level=_ADD_LEVELS[name], pinned=pinned)
+    return PinCommand(
+        Verb.ADD,
+        shared=shared,
+        label=label,
+        content=content,
+        level=_ADD_LEVELS[name],
+        pinned=pinned,
+    )
+
+
+def _parse_list(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    if rest.strip():
+        return _usage_error(name, shared, "list takes no arguments.")
+    return PinCommand(Verb.LIST, shared=shared)
+
+
+def _parse_clear(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    extra = rest.strip()
+    if not extra:
+        return PinCommand(Verb.CLEAR, shared=shared)
+    if extra.casefold() == "confirm":
+        return PinCommand(Verb.CLEAR, shared=shared, confirm=True)
+    return _usage_error(name, shared, "clear takes only the word 'confirm'.")
+
+
+def _parse_label_only(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    if not label:
+        return _usage_error(name, shared, "Which block? Give its label.")
+    if after.strip():
+        return _usage_error(name, shared, f"{name} takes only a label.")
+    return PinCommand(_LABEL_ONLY[name], shared=shared, label=label)
+
+
+def _parse_edit(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    content, _ = _parse_content(after, allow_pinned=False)
+    if not label or not content:
+        return _usage_error(name, shared, "edit needs a label and the new content.")
+    return PinCommand(Verb.EDIT, shared=shared, label=label, content=content)
+
+
+def _parse_level(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    target, extra = _split_first(after)
+    if not label or target.casefold() not in ("strong", "context") or extra.strip():
+        return _usage_error(name, shared, "level needs a label and 'strong' or 'context'.")
+    return PinCommand(Verb.LEVEL, shared=shared, label=label, level=Level(target.casefold()))
+
+
+def _parse_help(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    return PinCommand(Verb.HELP, shared=shared)
+
+
+def _parse_log_command(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    return _parse_log(rest, shared)
+
+
+_Parser = Callable[[str, str, bool], PinCommand | ParseError]
+_PARSERS: dict[str, _Parser] = {
+    **dict.fromkeys(_ADD_LEVELS, _parse_add),
+    **dict.fromkeys(_LABEL_ONLY, _parse_label_only),
+    "help": _parse_help,
+    "log": _parse_log_command,
+    "list": _parse_list,
+    "clear": _parse_clear,
+    "edit": _parse_edit,
+    "level": _parse_level,
+}
 
 
 def _parse_sub(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
-    if name in _ADD_LEVELS:
-        return _parse_add(name, rest, shared)
-    if name == "help":
-        return PinCommand(Verb.HELP, shared=shared)
-    if name == "log":
-        return _parse_log(rest, shared)
-    if name == "list":
-        if rest.strip():
-            return _usage_error(name, shared, "list takes no arguments.")
-        return PinCommand(Verb.LIST, shared=shared)
-    if name == "clear":
-        extra = rest.strip()
-        if not extra:
-            return PinCommand(Verb.CLEAR, shared=shared)
-        if extra.casefold() == "confirm":
-            return PinCommand(Verb.CLEAR, shared=shared, confirm=True)
-        return _usage_error(name, shared, "clear takes only the word 'confirm'.")
-    label, after = _split_first(rest)
-    if name in _LABEL_ONLY:
-        if not label:
-            return _usage_error(name, shared, "Which block? Give its label.")
-        if after.strip():
-            return _usage_error(name, shared, f"{name} takes only a label.")
-        return PinCommand(_LABEL_ONLY[name], shared=shared, label=label)
-    if name == "edit":
-        content, _ = _parse_content(after, allow_pinned=False)
-        if not label or not content:
-            return _usage_error(name, shared, "edit needs a label and the new content.")
-        return PinCommand(Verb.EDIT, shared=shared, label=label, content=content)
-    if name == "level":
-        target, extra = _split_first(after)
-        if not label or target.casefold() not in ("strong", "context") or extra.strip():
-            return _usage_error(name, shared, "level needs a label and 'strong' or 'context'.")
-        return PinCommand(Verb.LEVEL, shared=shared, label=label, level=Level(target.casefold()))
-    return _unknown(name, shared)
+    parser = _PARSERS.get(name)
+    return _unknown(name, shared) if parser is None else parser(name, rest, shared)
 
 
 def _parse_log(rest: str, shared: bool) -> PinCommand | ParseError:
     if not shared:
-        return ParseError("The change log is kept for shared blocks only.\n"
-                          "Usage: /pin shared log [N]")
+        return ParseError(
+            "The change log is kept for shared blocks only.\nUsage: /pin shared log [N]"
+        )
     count = rest.strip()
     if not count:
         return PinCommand(Verb.LOG, shared=True, count=LOG_DEFAULT)

@@ -54,6 +54,7 @@ def pin_help(*, shared: bool, group: bool, label_limit: int = 20) -> str:
         default="context" if group else "strong",
         strong_note="; needs permission in groups" if group else "",
         shared_line="/pin shared help                     Shared blocks of this group\n"
-        if group else "",
+        if group
+        else "",
         label_limit=label_limit,
     )

@@ -63,6 +63,7 @@ def history_messages(entries: Sequence[HistoryEntry]) -> list[Message]:
     """History as chat messages; a summary becomes a user message that says what it is."""
     return [
         {"role": "user", "content": SUMMARY_PREFIX + entry.content}
-        if entry.role == SUMMARY_ROLE else {"role": entry.role, "content": entry.content}
+        if entry.role == SUMMARY_ROLE
+        else {"role": entry.role, "content": entry.content}
         for entry in entries
     ]

@@ -22,8 +22,10 @@ def expired(block: Block, now: datetime, calls_before: int, pins: PinsConfig) ->
     if idle_for >= timedelta(days=pins.idle_hard_retention_days):
         return True
     further_calls = calls_before - (block.idle_calls or 0)
-    return (idle_for >= timedelta(days=pins.idle_retention_days)
-            and further_calls >= pins.idle_retention_calls)
+    return (
+        idle_for >= timedelta(days=pins.idle_retention_days)
+        and further_calls >= pins.idle_retention_calls
+    )
 
 
 class Lifecycle:

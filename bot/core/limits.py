@@ -36,7 +36,10 @@ class RateLimiter:
 
     def _forget_full(self, now: float) -> None:
         """Drop buckets that have refilled: they behave exactly like new ones."""
-        full = [key for key, (tokens, when) in self._buckets.items()
-                if tokens + (now - when) * self._rate >= self._capacity]
+        full = [
+            key
+            for key, (tokens, when) in self._buckets.items()
+            if tokens + (now - when) * self._rate >= self._capacity
+        ]
         for key in full:
             del self._buckets[key]

@@ -24,9 +24,9 @@ class Role(StrEnum):
 class Action(StrEnum):
     """The kinds of pin operation that permissions distinguish."""
 
-    PERSONAL = "personal"          # own context blocks, list, remove, clear
+    PERSONAL = "personal"  # own context blocks, list, remove, clear
     PERSONAL_STRONG = "personal strong"  # create or change an own strong block
-    SHARED_READ = "shared read"    # shared list, shared help
+    SHARED_READ = "shared read"  # shared list, shared help
     SHARED_WRITE = "shared write"  # every other shared subcommand
 
 
@@ -84,8 +84,9 @@ def names_group(entry: str, conversation: Conversation) -> bool:
 
 def group_whitelisted(conversation: Conversation, pins: PinsConfig) -> bool:
     """Whether the group passes `group_whitelist` (ids or group session keys; empty: all)."""
-    return not pins.group_whitelist or any(names_group(entry, conversation)
-                                           for entry in pins.group_whitelist)
+    return not pins.group_whitelist or any(
+        names_group(entry, conversation) for entry in pins.group_whitelist
+    )
 
 
 def resolve_access(conversation: Conversation, pins: PinsConfig) -> Access:
@@ -101,14 +102,23 @@ def resolve_access(conversation: Conversation, pins: PinsConfig) -> Access:
     if not conversation.chat_id:
         return Access(None, "Pins are refused here: this group message carries no group id.")
     if not conversation.sender_id:
-        return Access(None, "Pins are refused: this message has no sender id (anonymous admins "
-                            "and channels posting into the group cannot use pins).")
+        return Access(
+            None,
+            "Pins are refused: this message has no sender id (anonymous admins "
+            "and channels posting into the group cannot use pins).",
+        )
     if not pins.enable_in_group:
-        return Access(None, "Pins are disabled in groups. The bot's operator can enable them "
-                            "with pins.enable_in_group: true.")
+        return Access(
+            None,
+            "Pins are disabled in groups. The bot's operator can enable them "
+            "with pins.enable_in_group: true.",
+        )
     if not group_whitelisted(conversation, pins):
-        return Access(None, "Pins are not enabled for this group. The bot's operator can add "
-                            f"'{conversation.group_session_key}' to pins.group_whitelist.")
+        return Access(
+            None,
+            "Pins are not enabled for this group. The bot's operator can add "
+            f"'{conversation.group_session_key}' to pins.group_whitelist.",
+        )
     if _listed(pins.group_shared_admin_ids, conversation) or (
         pins.inherit_platform_admins and conversation.platform_admin
     ):
@@ -134,8 +144,12 @@ def refusal_for(role: Role, action: Action) -> str:
     if role is Role.DM_USER and action in (Action.SHARED_READ, Action.SHARED_WRITE):
         return "Shared blocks exist only in groups; in a private chat use /pin without 'shared'."
     if action is Action.PERSONAL_STRONG:
-        return ("Only strong users may create or change strong blocks in this group. The bot's "
-                "operator can add your id to pins.group_strong_user_ids (or "
-                "pins.group_shared_admin_ids). You can still use /pin add-context.")
-    return ("Only shared admins may change this group's shared blocks. The bot's operator can "
-            "add your id to pins.group_shared_admin_ids. Everyone may use /pin shared list.")
+        return (
+            "Only strong users may create or change strong blocks in this group. The bot's "
+            "operator can add your id to pins.group_strong_user_ids (or "
+            "pins.group_shared_admin_ids). You can still use /pin add-context."
+        )
+    return (
+        "Only shared admins may change this group's shared blocks. The bot's operator can "
+        "add your id to pins.group_shared_admin_ids. Everyone may use /pin shared list."
+    )

@@ -78,13 +78,21 @@ class PinService:
         if command.shared and role is Role.DM_USER:
             return refusal_for(role, Action.SHARED_READ)
         if command.verb is Verb.HELP:
-            return pin_help(shared=command.shared, group=role is not Role.DM_USER,
-                            label_limit=self._pins.max_label_length)
+            return pin_help(
+                shared=command.shared,
+                group=role is not Role.DM_USER,
+                label_limit=self._pins.max_label_length,
+            )
         scope = conversation.shared_scope if command.shared else conversation.personal_scope
         if scope is None:  # resolve_access guarantees both scopes for the roles it grants
             return "Pins are not available here."
-        target = _Target(scope, command.shared, role, conversation.kind is ChatKind.GROUP,
-                         conversation.sender_id or "")
+        target = _Target(
+            scope,
+            command.shared,
+            role,
+            conversation.kind is ChatKind.GROUP,
+            conversation.sender_id or "",
+        )
         reading = command.verb in (Verb.LIST, Verb.LOG)
         if command.shared and not reading and not may(role, Action.SHARED_WRITE):
             return refusal_for(role, Action.SHARED_WRITE)
@@ -98,13 +106,29 @@ class PinService:
             return await self._add(target, command)
         return await self._change(target, command)
 
-    def _audit(self, target: _Target, action: str, label: str, old: str | None,
-               new: str | None, now: datetime) -> tuple[AuditEntry, ...]:
+    def _audit(
+        self,
+        target: _Target,
+        action: str,
+        label: str,
+        old: str | None,
+        new: str | None,
+        now: datetime,
+    ) -> tuple[AuditEntry, ...]:
         """The audit entry for a change, when the change is to shared blocks."""
         if not target.shared:
             return ()
-        return (AuditEntry(group_scope=target.scope, actor=target.actor, action=action,
-                           label=label, old_content=old, new_content=new, at=now),)
+        return (
+            AuditEntry(
+                group_scope=target.scope,
+                actor=target.actor,
+                action=action,
+                label=label,
+                old_content=old,
+                new_content=new,
+                at=now,
+            ),
+        )
 
     async def _audited(self, target: _Target, now: datetime) -> None:
         """Keep a group's audit trail within its retention after a shared change."""
@@ -132,10 +156,12 @@ class PinService:
         kind = credential_kind(f"{label} {content}")
         if kind is None:
             return None
-        return (f"Not saved: this looks like {kind}. Blocks in a group can be revealed to every "
-                "member (the model may repeat them), so do not pin secrets here; keep them "
-                "out of chats. (The operator can turn this check off with "
-                "pins.refuse_secrets_in_groups: false.)")
+        return (
+            f"Not saved: this looks like {kind}. Blocks in a group can be revealed to every "
+            "member (the model may repeat them), so do not pin secrets here; keep them "
+            "out of chats. (The operator can turn this check off with "
+            "pins.refuse_secrets_in_groups: false.)"
+        )
 
     def _strong_refusal(self, target: _Target) -> str | None:
         if target.shared or may(target.role, Action.PERSONAL_STRONG):
@@ -144,12 +170,16 @@ class PinService:
 
     async def _add(self, target: _Target, command: PinCommand) -> str:
         label, content = command.label or "", command.content or ""
-        problem = (label_problem(label, self._pins) or content_problem(content, self._pins)
-                   or self._secret_problem(target, label, content))
+        problem = (
+            label_problem(label, self._pins)
+            or content_problem(content, self._pins)
+            or self._secret_problem(target, label, content)
+        )
         if problem:
             return problem
-        level = command.level or (Level.STRONG if target.role is Role.DM_USER
-                                  and not target.shared else Level.CONTEXT)
+        level = command.level or (
+            Level.STRONG if target.role is Role.DM_USER and not target.shared else Level.CONTEXT
+        )
         if level is Level.STRONG and (refusal := self._strong_refusal(target)):
             return refusal
         state = State.PINNED if command.pinned else State.ACTIVE
@@ -160,7 +190,9 @@ class PinService:
             # only to explain a refusal.
             now = self._clock()
             if await self._store.insert_block(
-                new, now=now, max_blocks=self._pins.max_blocks_per_session,
+                new,
+                now=now,
+                max_blocks=self._pins.max_blocks_per_session,
                 max_total_chars=self._pins.max_total_chars,
                 audit=self._audit(target, action, label, None, content, now),
             ):
@@ -177,32 +209,42 @@ class PinService:
     ) -> str | None:
         """Why a block cannot be added to these blocks, or None if it can."""
         if (existing := find_block(blocks, label)) is not None:
-            return (f"A block labelled '{existing.label}' already exists in {target.noun()}. "
-                    f"Use {self._cmd(target, 'edit')} {existing.label} <new content> "
-                    "to change it.")
+            return (
+                f"A block labelled '{existing.label}' already exists in {target.noun()}. "
+                f"Use {self._cmd(target, 'edit')} {existing.label} <new content> "
+                "to change it."
+            )
         if len(blocks) >= self._pins.max_blocks_per_session:
-            return (f"{target.noun().capitalize()} already hold "
-                    f"{self._pins.max_blocks_per_session} blocks, the limit. Remove one with "
-                    f"{self._cmd(target, 'remove')} <label> first.")
+            return (
+                f"{target.noun().capitalize()} already hold "
+                f"{self._pins.max_blocks_per_session} blocks, the limit. Remove one with "
+                f"{self._cmd(target, 'remove')} <label> first."
+            )
         return self._budget_problem(blocks, None, content)
 
     async def _change(self, target: _Target, command: PinCommand) -> str:
         label = command.label or ""
         verb = command.verb
-        if verb is Verb.EDIT and (problem := (
+        if verb is Verb.EDIT and (
+            problem := (
                 content_problem(command.content or "", self._pins)
-                or self._secret_problem(target, label, command.content or ""))):
+                or self._secret_problem(target, label, command.content or "")
+            )
+        ):
             return problem
         for _ in range(_ATTEMPTS):
             blocks = await self._store.blocks([target.scope])
             block = find_block(blocks, label)
             if block is None:
-                return (f"There is no block labelled '{label}' in {target.noun()}. "
-                        f"Send {self._cmd(target, 'list')} to see them.")
+                return (
+                    f"There is no block labelled '{label}' in {target.noun()}. "
+                    f"Send {self._cmd(target, 'list')} to see them."
+                )
             if verb is Verb.REMOVE:
                 now = self._clock()
-                if await self._store.delete_block(block, self._audit(
-                        target, "remove", block.label, block.content, None, now)):
+                if await self._store.delete_block(
+                    block, self._audit(target, "remove", block.label, block.content, None, now)
+                ):
                     await self._audited(target, now)
                     return f"Removed block '{block.label}'."
                 continue
@@ -238,11 +280,12 @@ class PinService:
             change, action = {"state": state}, f"state {state.value}"
             reply = self._state_reply(block.label, state)
         now = self._clock()
-        audit = self._audit(target, action, block.label, block.content,
-                            change.get("content", block.content), now)
-        if not await self._store.update_block(block, now=now, audit=audit,
-                                              max_total_chars=self._pins.max_total_chars,
-                                              **change):
+        audit = self._audit(
+            target, action, block.label, block.content, change.get("content", block.content), now
+        )
+        if not await self._store.update_block(
+            block, now=now, audit=audit, max_total_chars=self._pins.max_total_chars, **change
+        ):
             return None
         await self._audited(target, now)
         return reply
@@ -250,11 +293,13 @@ class PinService:
     def _state_reply(self, label: str, state: State) -> str:
         if state is State.IDLE:
             pins = self._pins
-            return (f"Block '{label}' is now idle: it is no longer sent to the model, and it is "
-                    f"deleted after {pins.idle_retention_days} idle days and "
-                    f"{pins.idle_retention_calls} further model calls, or after "
-                    f"{pins.idle_hard_retention_days} idle days. /pin activate {label} undoes "
-                    "this.")
+            return (
+                f"Block '{label}' is now idle: it is no longer sent to the model, and it is "
+                f"deleted after {pins.idle_retention_days} idle days and "
+                f"{pins.idle_retention_calls} further model calls, or after "
+                f"{pins.idle_hard_retention_days} idle days. /pin activate {label} undoes "
+                "this."
+            )
         if state is State.PINNED:
             return f"Block '{label}' is now pinned: sent to the model and kept until you remove it."
         return f"Block '{label}' is now active."
@@ -268,8 +313,10 @@ class PinService:
         total = sum(len(b.content) for b in blocks if b is not replaced) + len(content)
         if total <= budget:
             return None
-        return (f"That would bring these blocks to {total} characters, over the budget of "
-                f"{budget} (pins.max_total_chars). Shorten or remove a block first.")
+        return (
+            f"That would bring these blocks to {total} characters, over the budget of "
+            f"{budget} (pins.max_total_chars). Shorten or remove a block first."
+        )
 
     async def _clear(self, target: _Target, confirm: bool) -> str:
         cmd = self._cmd(target, "clear")
@@ -278,14 +325,18 @@ class PinService:
             if not blocks:
                 return f"There are no blocks to clear in {target.noun()}."
             pinned = sum(1 for b in blocks if b.state is State.PINNED)
-            return (f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "
-                    f"them pinned. Send {cmd} confirm to delete them all.")
+            return (
+                f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "
+                f"them pinned. Send {cmd} confirm to delete them all."
+            )
         now = self._clock()
         audit: tuple[AuditEntry, ...] = ()
         if target.shared:
-            audit = tuple(entry for block in await self._store.blocks([target.scope])
-                          for entry in self._audit(target, "clear", block.label, block.content,
-                                                   None, now))
+            audit = tuple(
+                entry
+                for block in await self._store.blocks([target.scope])
+                for entry in self._audit(target, "clear", block.label, block.content, None, now)
+            )
         count = await self._store.clear_scope(target.scope, audit)
         await self._audited(target, now)
         return f"Deleted {count} block(s) from {target.noun()}."
@@ -293,8 +344,10 @@ class PinService:
     async def _list(self, target: _Target) -> str:
         blocks = await self._store.blocks([target.scope])
         if not blocks:
-            return (f"There are no blocks in {target.noun()}. Add one with "
-                    f"{self._cmd(target, 'add')} <label> <content>.")
+            return (
+                f"There are no blocks in {target.noun()}. Add one with "
+                f"{self._cmd(target, 'add')} <label> <content>."
+            )
         limit = self._pins.max_blocks_per_session
         lines = [f"{target.noun().capitalize()} ({len(blocks)} of {limit}):"]
         live = injected(blocks)
@@ -310,8 +363,10 @@ class PinService:
             tokens = estimate_tokens(blocks, "shared" if target.shared else "personal")
             lines.append(f"These blocks add about {tokens} tokens to every request.")
             if tokens > threshold:
-                lines.append(f"Warning: that is over the warning threshold of {threshold} tokens; "
-                             "consider shortening, idling or removing blocks.")
+                lines.append(
+                    f"Warning: that is over the warning threshold of {threshold} tokens; "
+                    "consider shortening, idling or removing blocks."
+                )
         return "\n".join(lines)
 
     @staticmethod
@@ -328,8 +383,14 @@ class PinService:
         return _Target(scope, False, access.role, conversation.kind is ChatKind.GROUP)
 
     async def agent_set(
-        self, conversation: Conversation, label: str, content: str, *,
-        level: Level | None, pinned: bool, priority: int | None,
+        self,
+        conversation: Conversation,
+        label: str,
+        content: str,
+        *,
+        level: Level | None,
+        pinned: bool,
+        priority: int | None,
     ) -> str:
         """Create or update a block of the speaker's personal scope for the model; returns what
         happened, or why not, in English. Pinned blocks are never changed this way."""
@@ -337,26 +398,37 @@ class PinService:
         if isinstance(target, str):
             return f"Refused: {target}"
         content = content.strip()
-        problem = (label_problem(label, self._pins) or content_problem(content, self._pins)
-                   or self._secret_problem(target, label, content))
+        problem = (
+            label_problem(label, self._pins)
+            or content_problem(content, self._pins)
+            or self._secret_problem(target, label, content)
+        )
         if problem:
             return f"Refused: {problem}"
         for _ in range(_ATTEMPTS):
             blocks = await self._store.blocks([target.scope])
             existing = find_block(blocks, label)
             if existing is None:
-                reply = await self._agent_insert(target, blocks, label, content, level, pinned,
-                                                 priority or 0)
+                reply = await self._agent_insert(
+                    target, blocks, label, content, level, pinned, priority or 0
+                )
             else:
-                reply = await self._agent_update(target, blocks, existing, content, level,
-                                                 pinned, priority)
+                reply = await self._agent_update(
+                    target, blocks, existing, content, level, pinned, priority
+                )
             if reply is not None:
                 return reply
         return f"Refused: {_RETRY_LATER}"
 
     async def _agent_insert(
-        self, target: _Target, blocks: list[Block], label: str, content: str,
-        level: Level | None, pinned: bool, priority: int,
+        self,
+        target: _Target,
+        blocks: list[Block],
+        label: str,
+        content: str,
+        level: Level | None,
+        pinned: bool,
+        priority: int,
     ) -> str | None:
         level = level or (Level.STRONG if target.role is Role.DM_USER else Level.CONTEXT)
         if level is Level.STRONG and (refusal := self._strong_refusal(target)):
@@ -364,30 +436,53 @@ class PinService:
         if refusal := self._add_refusal(target, blocks, label, content):
             return f"Refused: {refusal}"
         state = State.PINNED if pinned else State.ACTIVE
-        new = NewBlock(scope=target.scope, label=label, content=content, level=level,
-                       state=state, priority=priority)
-        if await self._store.insert_block(new, now=self._clock(),
-                                          max_blocks=self._pins.max_blocks_per_session,
-                                          max_total_chars=self._pins.max_total_chars):
-            return (f"Saved {level.value} block '{label}'"
-                    f"{' (pinned)' if pinned else ''}; it applies from the next turn.")
+        new = NewBlock(
+            scope=target.scope,
+            label=label,
+            content=content,
+            level=level,
+            state=state,
+            priority=priority,
+        )
+        if await self._store.insert_block(
+            new,
+            now=self._clock(),
+            max_blocks=self._pins.max_blocks_per_session,
+            max_total_chars=self._pins.max_total_chars,
+        ):
+            return (
+                f"Saved {level.value} block '{label}'"
+                f"{' (pinned)' if pinned else ''}; it applies from the next turn."
+            )
         return None
 
     async def _agent_update(
-        self, target: _Target, blocks: list[Block], block: Block, content: str,
-        level: Level | None, pinned: bool, priority: int | None,
+        self,
+        target: _Target,
+        blocks: list[Block],
+        block: Block,
+        content: str,
+        level: Level | None,
+        pinned: bool,
+        priority: int | None,
     ) -> str | None:
         if block.state is State.PINNED:
-            return (f"Refused: block '{block.label}' is pinned; only the user can change or "
-                    "remove it, with /pin.")
+            return (
+                f"Refused: block '{block.label}' is pinned; only the user can change or "
+                "remove it, with /pin."
+            )
         touches_strong = block.level is Level.STRONG or level is Level.STRONG
         if touches_strong and (refusal := self._strong_refusal(target)):
             return f"Refused: {refusal}"
         if problem := self._budget_problem(blocks, block, content):
             return f"Refused: {problem}"
         done = await self._store.update_block(
-            block, now=self._clock(), max_total_chars=self._pins.max_total_chars,
-            content=content, level=level, state=State.PINNED if pinned else None,
+            block,
+            now=self._clock(),
+            max_total_chars=self._pins.max_total_chars,
+            content=content,
+            level=level,
+            state=State.PINNED if pinned else None,
             priority=priority,
         )
         return f"Updated block '{block.label}'; it applies from the next turn." if done else None
@@ -413,7 +508,9 @@ class PinService:
         if block is None:
             return f"There is no block labelled '{label}'."
         if block.state is State.PINNED:
-            return (f"Refused: block '{block.label}' is pinned; only the user can remove it, "
-                    "with /pin remove.")
+            return (
+                f"Refused: block '{block.label}' is pinned; only the user can remove it, "
+                "with /pin remove."
+            )
         await self._store.delete_block(block)
         return f"Deleted block '{block.label}'."

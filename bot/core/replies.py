@@ -23,9 +23,7 @@ def _hard_split(line: str, limit: int, measure: Callable[[str], int]) -> list[st
     return pieces
 
 
-def split_message(
-    text: str, limit: int, measure: Callable[[str], int] = len
-) -> list[str]:
+def split_message(text: str, limit: int, measure: Callable[[str], int] = len) -> list[str]:
     """Split text into parts of at most limit (as measure counts), on line boundaries where
     possible; a single longer line is split hard. Nothing is dropped but the line breaks that
     fall between two parts."""

@@ -18,8 +18,17 @@ from storage.sqlite import Store, label_key
 FORMAT = "pinbot-blocks"
 VERSION = 1
 _SCOPE = re.compile(r"^[^:\s]+:(?:direct:[^:\s]+|group:[^:\s]+(?:::u:[^:\s]+)?)$")
-_FIELDS = {"label", "content", "level", "state", "priority", "created_at", "updated_at",
-           "idle_since", "idle_calls"}
+_FIELDS = {
+    "label",
+    "content",
+    "level",
+    "state",
+    "priority",
+    "created_at",
+    "updated_at",
+    "idle_since",
+    "idle_calls",
+}
 
 
 def _time(value: datetime | None) -> str | None:
@@ -28,19 +37,30 @@ def _time(value: datetime | None) -> str | None:
 
 def block_json(block: Block) -> dict[str, Any]:
     """One block as it appears in an export."""
-    return {"label": block.label, "content": block.content, "level": block.level.value,
-            "state": block.state.value, "priority": block.priority,
-            "created_at": _time(block.created_at), "updated_at": _time(block.updated_at),
-            "idle_since": _time(block.idle_since), "idle_calls": block.idle_calls}
+    return {
+        "label": block.label,
+        "content": block.content,
+        "level": block.level.value,
+        "state": block.state.value,
+        "priority": block.priority,
+        "created_at": _time(block.created_at),
+        "updated_at": _time(block.updated_at),
+        "idle_since": _time(block.idle_since),
+        "idle_calls": block.idle_calls,
+    }
 
 
 async def export_document(store: Store, now: datetime) -> dict[str, Any]:
     """The whole store as one JSON-ready document."""
     scopes = await store.export_scopes()
     return {
-        "format": FORMAT, "version": VERSION, "exported_at": _time(now),
-        "scopes": {scope: {"model_calls": calls, "blocks": [block_json(b) for b in blocks]}
-                   for scope, (calls, blocks) in sorted(scopes.items())},
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": _time(now),
+        "scopes": {
+            scope: {"model_calls": calls, "blocks": [block_json(b) for b in blocks]}
+            for scope, (calls, blocks) in sorted(scopes.items())
+        },
     }
 
 
@@ -53,13 +73,15 @@ class ImportPlan:
     changes: list[str] = field(default_factory=list)
 
 
-def _parse_time(value: Any, where: str, name: str, problems: list[str],
-                optional: bool = False) -> datetime | None:
+def _parse_time(
+    value: Any, where: str, name: str, problems: list[str], optional: bool = False
+) -> datetime | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        problems.append(f"{where}: {name} must be an ISO 8601 time such as "
-                        "2026-01-01T12:00:00+00:00")
+        problems.append(
+            f"{where}: {name} must be an ISO 8601 time such as 2026-01-01T12:00:00+00:00"
+        )
         return None
     try:
         moment = datetime.fromisoformat(value)
@@ -72,24 +94,15 @@ def _parse_time(value: Any, where: str, name: str, problems: list[str],
     return moment
 
 
-def _parse_block(item: Any, scope: str, index: int, pins: PinsConfig,
-                 problems: list[str]) -> Block | None:
-    where = f"scope '{scope}', block #{index + 1}"
-    if not isinstance(item, dict):
-        problems.append(f"{where}: must be an object with label, content, level and state")
-        return None
-    label = item.get("label")
-    if isinstance(label, str):
-        where = f"scope '{scope}', block '{label}'"
-    before = len(problems)
-    unknown = sorted(set(item) - _FIELDS)
-    if unknown:
-        problems.append(f"{where}: unknown field(s) {', '.join(unknown)}")
+def _check_text(
+    item: dict[str, Any], scope: str, where: str, pins: PinsConfig, problems: list[str]
+) -> None:
+    """The label and content rules of /pin, and no credentials in group scopes."""
+    label, content = item.get("label"), item.get("content")
     if not isinstance(label, str):
         problems.append(f"{where}: label must be a string")
     elif problem := label_problem(label, pins):
         problems.append(f"{where}: {problem}")
-    content = item.get("content")
     if not isinstance(content, str):
         problems.append(f"{where}: content must be a string")
     elif content != content.strip():
@@ -99,19 +112,45 @@ def _parse_block(item: Any, scope: str, index: int, pins: PinsConfig,
     elif "::u:" in scope or ":group:" in scope:
         kind = credential_kind(content) if pins.refuse_secrets_in_groups else None
         if kind:
-            problems.append(f"{where}: the content looks like {kind}; group blocks can be "
-                            "revealed to every member (pins.refuse_secrets_in_groups)")
-    level, state = item.get("level"), item.get("state", "active")
+            problems.append(
+                f"{where}: the content looks like {kind}; group blocks can be "
+                "revealed to every member (pins.refuse_secrets_in_groups)"
+            )
+
+
+def _check_kinds(level: Any, state: Any, priority: Any, where: str, problems: list[str]) -> None:
     if level not in ("strong", "context"):
         problems.append(f"{where}: level must be 'strong' or 'context'")
     if state not in ("active", "idle", "pinned"):
         problems.append(f"{where}: state must be 'active', 'idle' or 'pinned'")
-    priority = item.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         problems.append(f"{where}: priority must be a whole number")
+
+
+def _parse_block(
+    item: Any, scope: str, index: int, pins: PinsConfig, problems: list[str]
+) -> Block | None:
+    where = f"scope '{scope}', block #{index + 1}"
+    if not isinstance(item, dict):
+        problems.append(f"{where}: must be an object with label, content, level and state")
+        return None
+    label, content = item.get("label"), item.get("content")
+    if isinstance(label, str):
+        where = f"scope '{scope}', block '{label}'"
+    before = len(problems)
+    unknown = sorted(set(item) - _FIELDS)
+    if unknown:
+        problems.append(f"{where}: unknown field(s) {', '.join(unknown)}")
+    _check_text(item, scope, where, pins, problems)
+    level, state = item.get("level"), item.get("state", "active")
+    priority = item.get("priority", 0)
+    _check_kinds(level, state, priority, where, problems)
     created = _parse_time(item.get("created_at"), where, "created_at", problems)
-    updated = (_parse_time(item["updated_at"], where, "updated_at", problems)
-               if "updated_at" in item else created)
+    updated = (
+        _parse_time(item["updated_at"], where, "updated_at", problems)
+        if "updated_at" in item
+        else created
+    )
     idle_since = _parse_time(item.get("idle_since"), where, "idle_since", problems, True)
     idle_calls = item.get("idle_calls")
     if idle_calls is not None and (not isinstance(idle_calls, int) or idle_calls < 0):
@@ -120,49 +159,65 @@ def _parse_block(item: Any, scope: str, index: int, pins: PinsConfig,
         problems.append(f"{where}: an idle block needs idle_since")
     if len(problems) > before or created is None or updated is None:
         return None
-    return Block(id=0, scope=scope, label=str(label), content=str(content),
-                 level=Level(str(level)),
-                 state=State(state), priority=int(priority), created_at=created,
-                 updated_at=updated, idle_since=idle_since if state == "idle" else None,
-                 idle_calls=(idle_calls or 0) if state == "idle" else None)
+    return Block(
+        id=0,
+        scope=scope,
+        label=str(label),
+        content=str(content),
+        level=Level(str(level)),
+        state=State(state),
+        priority=int(priority),
+        created_at=created,
+        updated_at=updated,
+        idle_since=idle_since if state == "idle" else None,
+        idle_calls=(idle_calls or 0) if state == "idle" else None,
+    )
 
 
-def _check_scope(scope: str, blocks: list[Block], pins: PinsConfig,
-                 problems: list[str]) -> None:
+def _check_scope(scope: str, blocks: list[Block], pins: PinsConfig, problems: list[str]) -> None:
     seen: set[str] = set()
     for block in blocks:
         if label_key(block.label) in seen:
-            problems.append(f"scope '{scope}': the label '{block.label}' appears twice "
-                            "(labels are matched ignoring case)")
+            problems.append(
+                f"scope '{scope}': the label '{block.label}' appears twice "
+                "(labels are matched ignoring case)"
+            )
         seen.add(label_key(block.label))
     if len(blocks) > pins.max_blocks_per_session:
-        problems.append(f"scope '{scope}': {len(blocks)} blocks; the limit is "
-                        f"{pins.max_blocks_per_session} (pins.max_blocks_per_session)")
+        problems.append(
+            f"scope '{scope}': {len(blocks)} blocks; the limit is "
+            f"{pins.max_blocks_per_session} (pins.max_blocks_per_session)"
+        )
     total = sum(len(b.content) for b in blocks)
     if pins.max_total_chars and total > pins.max_total_chars:
-        problems.append(f"scope '{scope}': {total} characters of content; the budget is "
-                        f"{pins.max_total_chars} (pins.max_total_chars)")
+        problems.append(
+            f"scope '{scope}': {total} characters of content; the budget is "
+            f"{pins.max_total_chars} (pins.max_total_chars)"
+        )
 
 
 def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
     """Check a whole import document; every problem found is listed, none stops the search."""
     plan = ImportPlan()
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        plan.problems.append(f"not a pinbot export: the top level needs \"format\": \"{FORMAT}\"")
+        plan.problems.append(f'not a pinbot export: the top level needs "format": "{FORMAT}"')
         return plan
     if document.get("version") != VERSION:
-        plan.problems.append(f"unsupported version {document.get('version')!r}; "
-                             f"this pinbot reads version {VERSION}")
+        plan.problems.append(
+            f"unsupported version {document.get('version')!r}; this pinbot reads version {VERSION}"
+        )
         return plan
     scopes = document.get("scopes")
     if not isinstance(scopes, dict):
-        plan.problems.append("\"scopes\" must be an object of scope keys")
+        plan.problems.append('"scopes" must be an object of scope keys')
         return plan
     for written, body in scopes.items():
         scope = strip_agent_prefix(written)  # as everywhere a session key is read
         if not _SCOPE.match(scope):
-            plan.problems.append(f"scope '{scope}': not a scope key (e.g. telegram:direct:42, "
-                                 "telegram:group:-100123, telegram:group:-100123::u:42)")
+            plan.problems.append(
+                f"scope '{scope}': not a scope key (e.g. telegram:direct:42, "
+                "telegram:group:-100123, telegram:group:-100123::u:42)"
+            )
             continue
         if not isinstance(body, dict) or not isinstance(body.get("blocks", []), list):
             plan.problems.append(f"scope '{scope}': must be an object with a \"blocks\" list")
@@ -171,8 +226,10 @@ def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
         if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
             plan.problems.append(f"scope '{scope}': model_calls must be a whole number >= 0")
             calls = 0
-        parsed = [_parse_block(item, scope, i, pins, plan.problems)
-                  for i, item in enumerate(body.get("blocks", []))]
+        parsed = [
+            _parse_block(item, scope, i, pins, plan.problems)
+            for i, item in enumerate(body.get("blocks", []))
+        ]
         blocks = [b for b in parsed if b is not None]
         _check_scope(scope, blocks, pins, plan.problems)
         plan.scopes[scope] = (calls, blocks)
@@ -188,10 +245,14 @@ async def describe_changes(store: Store, plan: ImportPlan) -> list[str]:
         after = {label_key(b.label): block_json(b) for b in blocks}
         added = sorted(after[k]["label"] for k in after.keys() - before.keys())
         removed = sorted(before[k]["label"] for k in before.keys() - after.keys())
-        changed = sorted(after[k]["label"] for k in after.keys() & before.keys()
-                         if after[k] != before[k])
+        changed = sorted(
+            after[k]["label"] for k in after.keys() & before.keys() if after[k] != before[k]
+        )
         if added or removed or changed:
-            parts = [f"{name} {', '.join(labels)}" for name, labels in
-                     (("add", added), ("change", changed), ("remove", removed)) if labels]
+            parts = [
+                f"{name} {', '.join(labels)}"
+                for name, labels in (("add", added), ("change", changed), ("remove", removed))
+                if labels
+            ]
             lines.append(f"{scope}: " + "; ".join(parts))
     return lines

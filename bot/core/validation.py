@@ -22,8 +22,10 @@ def label_problem(label: str, pins: PinsConfig) -> str | None:
     if not label:
         return "A label cannot be empty."
     if len(label) > pins.max_label_length:
-        return (f"The label is {len(label)} characters long; the limit is "
-                f"{pins.max_label_length}. Choose a shorter label.")
+        return (
+            f"The label is {len(label)} characters long; the limit is "
+            f"{pins.max_label_length}. Choose a shorter label."
+        )
     if any(char.isspace() for char in label):
         return "A label cannot contain spaces or line breaks. Use '-' or '_' instead."
     bad = _bad_character(label, set())
@@ -39,10 +41,14 @@ def content_problem(content: str, pins: PinsConfig) -> str | None:
     if not content:
         return "The content is empty. Write the text to pin after the label."
     if len(content) > pins.max_content_length:
-        return (f"The content is {len(content)} characters long; the limit is "
-                f"{pins.max_content_length}. Shorten it and try again.")
+        return (
+            f"The content is {len(content)} characters long; the limit is "
+            f"{pins.max_content_length}. Shorten it and try again."
+        )
     bad = _bad_character(content, _ALLOWED_CONTROLS)
     if bad:
-        return (f"The content contains a control character ({bad}); only line breaks and tabs "
-                "are allowed. Remove it and try again.")
+        return (
+            f"The content contains a control character ({bad}); only line breaks and tabs "
+            "are allowed. Remove it and try again."
+        )
     return None

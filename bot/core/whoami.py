@@ -21,13 +21,20 @@ def whoami(conversation: Conversation, pins: PinsConfig) -> str:
     kinds = conversation.sender_id_kinds or ("id",) + ("alias",) * (len(ids) - 1)
     lines = [f"Platform: {conversation.platform}"]
     if ids:
-        lines.append("Your ids: " + ", ".join(f"{value} ({kind})"
-                                              for value, kind in zip(ids, kinds, strict=False)))
+        lines.append(
+            "Your ids: "
+            + ", ".join(f"{value} ({kind})" for value, kind in zip(ids, kinds, strict=False))
+        )
     else:
         lines.append("Your ids: none (this message has no sender id)")
-    lines.append(f"Chat: {conversation.kind.value}"
-                 + (f" {conversation.chat_id}" if conversation.kind is not ChatKind.DIRECT
-                    and conversation.chat_id else ""))
+    lines.append(
+        f"Chat: {conversation.kind.value}"
+        + (
+            f" {conversation.chat_id}"
+            if conversation.kind is not ChatKind.DIRECT and conversation.chat_id
+            else ""
+        )
+    )
     lines.append(f"Session key: {conversation.session_key}")
     if conversation.group_session_key:
         lines.append(f"Group session key: {conversation.group_session_key}")
@@ -35,15 +42,18 @@ def whoami(conversation: Conversation, pins: PinsConfig) -> str:
     if access.role is None:
         lines.append(f"Pins here: off. {access.refusal}")
     else:
-        lines.append(f"Pins here: on. You are a {access.role.value}: you may use "
-                     f"{_MAY[access.role]}.")
+        lines.append(
+            f"Pins here: on. You are a {access.role.value}: you may use {_MAY[access.role]}."
+        )
     group = conversation.group_session_key
     if group and ids:
         everywhere = ", ".join(ids)
         here = ", ".join(f"{group}::u:{value}" for value in ids)
-        lines.append("To make you a shared admin, add one of these to "
-                     "pins.group_shared_admin_ids (for a strong user, to "
-                     "pins.group_strong_user_ids):")
+        lines.append(
+            "To make you a shared admin, add one of these to "
+            "pins.group_shared_admin_ids (for a strong user, to "
+            "pins.group_strong_user_ids):"
+        )
         lines.append(f"  in every enabled group: {everywhere}")
         lines.append(f"  in this group only: {here}")
     return "\n".join(lines)

@@ -40,8 +40,11 @@ class ModelReply:
         message: Message = {"role": "assistant", "content": self.text or None}
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": call.id, "type": "function",
-                 "function": {"name": call.name, "arguments": call.arguments}}
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
                 for call in self.tool_calls
             ]
         return message
@@ -51,7 +54,10 @@ class ChatModel(Protocol):
     """An OpenAI-style chat completion backend."""
 
     async def complete(
-        self, messages: list[Message], *, tools: list[Tool] | None = None,
+        self,
+        messages: list[Message],
+        *,
+        tools: list[Tool] | None = None,
         on_text: TextSink | None = None,
     ) -> ModelReply:
         """Answer the conversation, or raise ModelError. When the backend streams, on_text is

@@ -22,8 +22,9 @@ def _blocks_seen(messages: list[Message]) -> list[str]:
                 rf"^\[{re.escape(marker)} block (strong|context) (shared|personal) label=(.*)\]$",
                 re.M,
             )
-            seen.extend(f"{label} ({level}, {scope})" for level, scope, label in
-                        header.findall(content))
+            seen.extend(
+                f"{label} ({level}, {scope})" for level, scope, label in header.findall(content)
+            )
     return seen
 
 
@@ -35,8 +36,9 @@ def _user_words(message: Message) -> str:
 
 
 def _summary(transcript: str) -> str:
-    said = [line[len("user: "):][:80] for line in transcript.splitlines()
-            if line.startswith("user: ")]
+    said = [
+        line[len("user: ") :][:80] for line in transcript.splitlines() if line.startswith("user: ")
+    ]
     return "[offline summary] the user said: " + " | ".join(said)
 
 
@@ -44,7 +46,10 @@ class OfflineChatModel:
     """Answers with the blocks it received, the history length and the user's words."""
 
     async def complete(
-        self, messages: list[Message], *, tools: list[Tool] | None = None,
+        self,
+        messages: list[Message],
+        *,
+        tools: list[Tool] | None = None,
         on_text: TextSink | None = None,
     ) -> ModelReply:
         """A deterministic reply describing the request (or summarising it, when asked to)."""
@@ -54,8 +59,10 @@ class OfflineChatModel:
         history = sum(1 for m in messages[1:-1] if m.get("role") in ("user", "assistant"))
         said = _user_words(messages[-1]) if messages else ""
         listed = "; ".join(blocks) if blocks else "none"
-        return ModelReply(f"[offline model] pinned blocks: {listed}. "
-                          f"Earlier messages: {history}. You said: {said}")
+        return ModelReply(
+            f"[offline model] pinned blocks: {listed}. "
+            f"Earlier messages: {history}. You said: {said}"
+        )
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -33,7 +33,10 @@ class OpenAIChatModel:
         return cls(config, api_key)
 
     async def complete(
-        self, messages: list[Message], *, tools: list[Tool] | None = None,
+        self,
+        messages: list[Message],
+        *,
+        tools: list[Tool] | None = None,
         on_text: TextSink | None = None,
     ) -> ModelReply:
         """One chat completion (streamed when `llm.stream` is on and on_text is given); every
@@ -44,7 +47,8 @@ class OpenAIChatModel:
                 reply = await self._streamed(messages, extra, on_text)
             else:
                 response = await self._client.chat.completions.create(
-                    model=self._config.model, messages=messages,  # type: ignore[arg-type]
+                    model=self._config.model,
+                    messages=messages,  # type: ignore[arg-type]
                     **extra,
                 )
                 reply = _reply_of(response)
@@ -61,8 +65,10 @@ class OpenAIChatModel:
         stream = cast(
             "openai.AsyncStream[ChatCompletionChunk]",
             await self._client.chat.completions.create(
-                model=self._config.model, messages=messages,  # type: ignore[arg-type]
-                stream=True, **extra,
+                model=self._config.model,
+                messages=messages,  # type: ignore[arg-type]
+                stream=True,
+                **extra,
             ),
         )
         text = ""
@@ -81,8 +87,9 @@ class OpenAIChatModel:
                 if fragment.function is not None:
                     call["name"] += fragment.function.name or ""
                     call["arguments"] += fragment.function.arguments or ""
-        tool_calls = [ToolCall(c["id"], c["name"], c["arguments"])
-                      for _, c in sorted(calls.items())]
+        tool_calls = [
+            ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
+        ]
         return ModelReply(text, tool_calls)
 
     async def close(self) -> None:
@@ -94,8 +101,11 @@ def _reply_of(response: Any) -> ModelReply:
     choice = response.choices[0] if response.choices else None
     if choice is None:
         return ModelReply("")
-    calls = [ToolCall(call.id, call.function.name, call.function.arguments or "")
-             for call in choice.message.tool_calls or [] if call.type == "function"]
+    calls = [
+        ToolCall(call.id, call.function.name, call.function.arguments or "")
+        for call in choice.message.tool_calls or []
+        if call.type == "function"
+    ]
     return ModelReply(choice.message.content or "", calls)
 
 
@@ -104,15 +114,20 @@ def _model_error(error: openai.OpenAIError) -> ModelError:
     if isinstance(error, openai.APITimeoutError):
         return ModelError("The model did not answer in time. Please try again.", "timeout")
     if isinstance(error, openai.AuthenticationError):
-        return ModelError("The model refused the bot's credentials; the operator must check the "
-                          "API key.", "authentication failed")
+        return ModelError(
+            "The model refused the bot's credentials; the operator must check the API key.",
+            "authentication failed",
+        )
     if isinstance(error, openai.RateLimitError):
-        return ModelError("The model is busy (rate limited). Please try again in a moment.",
-                          "rate limited")
+        return ModelError(
+            "The model is busy (rate limited). Please try again in a moment.", "rate limited"
+        )
     if isinstance(error, openai.APIConnectionError):
-        return ModelError("The model could not be reached. Please try again later.",
-                          "connection failed")
+        return ModelError(
+            "The model could not be reached. Please try again later.", "connection failed"
+        )
     if isinstance(error, openai.APIStatusError):
-        return ModelError("The model failed to answer. Please try again later.",
-                          f"status {error.status_code}")
+        return ModelError(
+            "The model failed to answer. Please try again later.", f"status {error.status_code}"
+        )
     return ModelError("The model failed to answer. Please try again later.", type(error).__name__)

@@ -17,5 +17,7 @@ ROLE_NAMES = {"user": "user", "assistant": "assistant", "summary": "earlier summ
 def summary_request(entries: Sequence[tuple[str, str]]) -> list[Message]:
     """The messages that ask for a summary of (role, content) history entries."""
     transcript = "\n".join(f"{ROLE_NAMES.get(role, role)}: {content}" for role, content in entries)
-    return [{"role": "system", "content": SUMMARY_INSTRUCTIONS},
-            {"role": "user", "content": transcript}]
+    return [
+        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "user", "content": transcript},
+    ]

@@ -30,24 +30,40 @@ class CountingModel:
         pass
 
 
-@pytest.mark.parametrize(("speaker", "allowed"), [
-    (dm("42"), True), (dm("43"), False), (group("43"), True), (group("42", chat="-7"), False),
-    (group("42", chat="-8"), True), (group("42", chat="-9"), True),
-])
-async def test_access_lists(make_bot: BotFactory, store: Store, speaker: Conversation,
-                            allowed: bool) -> None:
+@pytest.mark.parametrize(
+    ("speaker", "allowed"),
+    [
+        (dm("42"), True),
+        (dm("43"), False),
+        (group("43"), True),
+        (group("42", chat="-7"), False),
+        (group("42", chat="-8"), True),
+        (group("42", chat="-9"), True),
+    ],
+)
+async def test_access_lists(
+    make_bot: BotFactory, store: Store, speaker: Conversation, allowed: bool
+) -> None:
     model = CountingModel()
-    bot = make_bot(model, access={"allowed_users": [42, "console:direct:44"],
-                                  "allowed_groups": [GROUP_KEY, "-8", "agent:x:console:group:-9"]},
-                   pins={"enable_in_group": True})
+    bot = make_bot(
+        model,
+        access={
+            "allowed_users": [42, "console:direct:44"],
+            "allowed_groups": [GROUP_KEY, "-8", "agent:x:console:group:-9"],
+        },
+        pins={"enable_in_group": True},
+    )
     chat = await bot.handle(speaker, "hello")
     command = await bot.handle(speaker, "/pin add a b")
     if allowed:
         assert chat == "ok" and (command or "").startswith("Saved")
         return
     assert chat and "Sorry" in chat and "access.allowed_" in chat
-    assert (speaker.sender_id or "") in chat if speaker.kind is ChatKind.DIRECT else \
-        speaker.chat_id in chat  # names the id the operator would add
+    assert (
+        (speaker.sender_id or "") in chat
+        if speaker.kind is ChatKind.DIRECT
+        else (speaker.chat_id or "") in chat
+    )  # names the id the operator would add
     assert command == chat
     assert model.calls == 0
     assert await store.export_scopes() == {}
@@ -84,11 +100,17 @@ async def test_whoami_in_a_topic_with_pins_off(make_bot: BotFactory) -> None:
 
 async def test_whoami_for_a_scoped_admin_with_feishu_ids(make_bot: BotFactory) -> None:
     feishu_group = "feishu:group:oc_1"
-    speaker = Conversation("feishu", ChatKind.GROUP, "oc_1", "ou_9", sender_aliases=("u_9",
-                                                                                      "on_9"),
-                           sender_id_kinds=("open_id", "user_id", "union_id"))
-    bot = make_bot(pins={"enable_in_group": True,
-                         "group_shared_admin_ids": [f"{feishu_group}::u:on_9"]})
+    speaker = Conversation(
+        "feishu",
+        ChatKind.GROUP,
+        "oc_1",
+        "ou_9",
+        sender_aliases=("u_9", "on_9"),
+        sender_id_kinds=("open_id", "user_id", "union_id"),
+    )
+    bot = make_bot(
+        pins={"enable_in_group": True, "group_shared_admin_ids": [f"{feishu_group}::u:on_9"]}
+    )
     reply = await bot.handle(speaker, "/whoami") or ""
     assert "Your ids: ou_9 (open_id), u_9 (user_id), on_9 (union_id)" in reply
     assert "You are a shared admin" in reply
@@ -107,19 +129,22 @@ async def test_whoami_never_shows_other_ids(make_bot: BotFactory) -> None:
 ADMIN_PINS = {"enable_in_group": True, "group_shared_admin_ids": ["7", "8"]}
 
 
-async def test_every_kind_of_shared_change_is_logged(make_bot: BotFactory, store: Store,
-                                                     clock: FakeClock) -> None:
+async def test_every_kind_of_shared_change_is_logged(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = make_bot(pins=ADMIN_PINS)
     admin, other = group("7"), group("8")
-    for speaker, command in ((admin, "/pin shared add rules Be kind"),
-                             (other, "/pin shared edit rules Be very kind"),
-                             (admin, "/pin shared level rules strong"),
-                             (admin, "/pin shared idle rules"),
-                             (admin, "/pin shared pin rules"),
-                             (admin, "/pin shared add faq FAQ --pinned"),
-                             (admin, "/pin shared remove faq"),
-                             (admin, "/pin shared add tmp x"),
-                             (other, "/pin shared clear confirm")):
+    for speaker, command in (
+        (admin, "/pin shared add rules Be kind"),
+        (other, "/pin shared edit rules Be very kind"),
+        (admin, "/pin shared level rules strong"),
+        (admin, "/pin shared idle rules"),
+        (admin, "/pin shared pin rules"),
+        (admin, "/pin shared add faq FAQ --pinned"),
+        (admin, "/pin shared remove faq"),
+        (admin, "/pin shared add tmp x"),
+        (other, "/pin shared clear confirm"),
+    ):
         assert not (await bot.handle(speaker, command) or "").startswith(("Only", "There")), command
         clock.advance(minutes=1)
     await bot.handle(group("42"), "/pin shared add sneaky x")  # refused: no entry
@@ -152,8 +177,9 @@ async def test_audit_retention(make_bot: BotFactory, store: Store, clock: FakeCl
     assert [e.label for e in await store.audit_log(GROUP_KEY, 50)] == ["new"]
 
 
-async def test_audit_survives_restart_and_moves_with_migration(make_bot: BotFactory,
-                                                                store: Store) -> None:
+async def test_audit_survives_restart_and_moves_with_migration(
+    make_bot: BotFactory, store: Store
+) -> None:
     bot = make_bot(pins=ADMIN_PINS)
     await bot.handle(group("7"), "/pin shared add rules Be kind")
     await bot.move_group("console", "-100123", "-100999")

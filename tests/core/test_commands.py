@@ -10,66 +10,83 @@ from bot.core.commands import ParseError, PinCommand, Verb, parse_pin
 from storage.models import Level
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", PinCommand(Verb.HELP)),
-    ("help", PinCommand(Verb.HELP)),
-    ("add rules Be brief", PinCommand(Verb.ADD, label="rules", content="Be brief")),
-    ("ADD rules Be brief", PinCommand(Verb.ADD, label="rules", content="Be brief")),
-    ("add-strong r x", PinCommand(Verb.ADD, label="r", content="x", level=Level.STRONG)),
-    ("add-context r x", PinCommand(Verb.ADD, label="r", content="x", level=Level.CONTEXT)),
-    ("add r keep this --pinned", PinCommand(Verb.ADD, label="r", content="keep this",
-                                            pinned=True)),
-    ("add r -- keep this --pinned", PinCommand(Verb.ADD, label="r",
-                                               content="keep this --pinned")),
-    ("add r --  --", PinCommand(Verb.ADD, label="r", content="--")),
-    ("add r line one\nline two\n", PinCommand(Verb.ADD, label="r",
-                                              content="line one\nline two")),
-    ("add 规则 用中文回答", PinCommand(Verb.ADD, label="规则", content="用中文回答")),
-    ("add r a--pinned", PinCommand(Verb.ADD, label="r", content="a--pinned")),
-    ("level r strong", PinCommand(Verb.LEVEL, label="r", level=Level.STRONG)),
-    ("level r Context", PinCommand(Verb.LEVEL, label="r", level=Level.CONTEXT)),
-    ("list", PinCommand(Verb.LIST)),
-    ("edit r new text", PinCommand(Verb.EDIT, label="r", content="new text")),
-    ("edit r -- -- starts with dashes", PinCommand(Verb.EDIT, label="r",
-                                                   content="-- starts with dashes")),
-    ("remove r", PinCommand(Verb.REMOVE, label="r")),
-    ("idle r", PinCommand(Verb.IDLE, label="r")),
-    ("activate r", PinCommand(Verb.ACTIVATE, label="r")),
-    ("pin r", PinCommand(Verb.PIN, label="r")),
-    ("unpin r", PinCommand(Verb.UNPIN, label="r")),
-    ("clear", PinCommand(Verb.CLEAR)),
-    ("clear confirm", PinCommand(Verb.CLEAR, confirm=True)),
-    ("shared", PinCommand(Verb.HELP, shared=True)),
-    ("shared help", PinCommand(Verb.HELP, shared=True)),
-    ("shared list", PinCommand(Verb.LIST, shared=True)),
-    ("shared add r x", PinCommand(Verb.ADD, shared=True, label="r", content="x")),
-    ("shared add-strong r x --pinned", PinCommand(Verb.ADD, shared=True, label="r",
-                                                  content="x", level=Level.STRONG,
-                                                  pinned=True)),
-    ("shared clear confirm", PinCommand(Verb.CLEAR, shared=True, confirm=True)),
-    ("shared remove r", PinCommand(Verb.REMOVE, shared=True, label="r")),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", PinCommand(Verb.HELP)),
+        ("help", PinCommand(Verb.HELP)),
+        ("add rules Be brief", PinCommand(Verb.ADD, label="rules", content="Be brief")),
+        ("ADD rules Be brief", PinCommand(Verb.ADD, label="rules", content="Be brief")),
+        ("add-strong r x", PinCommand(Verb.ADD, label="r", content="x", level=Level.STRONG)),
+        ("add-context r x", PinCommand(Verb.ADD, label="r", content="x", level=Level.CONTEXT)),
+        (
+            "add r keep this --pinned",
+            PinCommand(Verb.ADD, label="r", content="keep this", pinned=True),
+        ),
+        (
+            "add r -- keep this --pinned",
+            PinCommand(Verb.ADD, label="r", content="keep this --pinned"),
+        ),
+        ("add r --  --", PinCommand(Verb.ADD, label="r", content="--")),
+        (
+            "add r line one\nline two\n",
+            PinCommand(Verb.ADD, label="r", content="line one\nline two"),
+        ),
+        ("add 规则 用中文回答", PinCommand(Verb.ADD, label="规则", content="用中文回答")),
+        ("add r a--pinned", PinCommand(Verb.ADD, label="r", content="a--pinned")),
+        ("level r strong", PinCommand(Verb.LEVEL, label="r", level=Level.STRONG)),
+        ("level r Context", PinCommand(Verb.LEVEL, label="r", level=Level.CONTEXT)),
+        ("list", PinCommand(Verb.LIST)),
+        ("edit r new text", PinCommand(Verb.EDIT, label="r", content="new text")),
+        (
+            "edit r -- -- starts with dashes",
+            PinCommand(Verb.EDIT, label="r", content="-- starts with dashes"),
+        ),
+        ("remove r", PinCommand(Verb.REMOVE, label="r")),
+        ("idle r", PinCommand(Verb.IDLE, label="r")),
+        ("activate r", PinCommand(Verb.ACTIVATE, label="r")),
+        ("pin r", PinCommand(Verb.PIN, label="r")),
+        ("unpin r", PinCommand(Verb.UNPIN, label="r")),
+        ("clear", PinCommand(Verb.CLEAR)),
+        ("clear confirm", PinCommand(Verb.CLEAR, confirm=True)),
+        ("shared", PinCommand(Verb.HELP, shared=True)),
+        ("shared help", PinCommand(Verb.HELP, shared=True)),
+        ("shared list", PinCommand(Verb.LIST, shared=True)),
+        ("shared add r x", PinCommand(Verb.ADD, shared=True, label="r", content="x")),
+        (
+            "shared add-strong r x --pinned",
+            PinCommand(
+                Verb.ADD, shared=True, label="r", content="x", level=Level.STRONG, pinned=True
+            ),
+        ),
+        ("shared clear confirm", PinCommand(Verb.CLEAR, shared=True, confirm=True)),
+        ("shared remove r", PinCommand(Verb.REMOVE, shared=True, label="r")),
+    ],
+)
 def test_parses(text: str, expected: PinCommand) -> None:
     assert parse_pin(text) == expected
 
 
-@pytest.mark.parametrize(("text", "usage"), [
-    ("add", "/pin add <label> <content>"),
-    ("add r", "/pin add <label> <content>"),
-    ("add r --pinned", "/pin add <label> <content>"),
-    ("add r --", "/pin add <label> <content>"),
-    ("add-strong r", "/pin add-strong <label>"),
-    ("shared add r", "/pin shared add <label>"),
-    ("level r", "/pin level <label> strong|context"),
-    ("level r loud", "/pin level <label> strong|context"),
-    ("level r strong extra", "/pin level"),
-    ("list extra", "/pin list"),
-    ("edit r", "/pin edit <label> <new content>"),
-    ("remove", "/pin remove <label>"),
-    ("remove a b", "/pin remove <label>"),
-    ("idle", "/pin idle <label>"),
-    ("clear now", "/pin clear"),
-])
+@pytest.mark.parametrize(
+    ("text", "usage"),
+    [
+        ("add", "/pin add <label> <content>"),
+        ("add r", "/pin add <label> <content>"),
+        ("add r --pinned", "/pin add <label> <content>"),
+        ("add r --", "/pin add <label> <content>"),
+        ("add-strong r", "/pin add-strong <label>"),
+        ("shared add r", "/pin shared add <label>"),
+        ("level r", "/pin level <label> strong|context"),
+        ("level r loud", "/pin level <label> strong|context"),
+        ("level r strong extra", "/pin level"),
+        ("list extra", "/pin list"),
+        ("edit r", "/pin edit <label> <new content>"),
+        ("remove", "/pin remove <label>"),
+        ("remove a b", "/pin remove <label>"),
+        ("idle", "/pin idle <label>"),
+        ("clear now", "/pin clear"),
+    ],
+)
 def test_parse_errors_show_the_correct_form(text: str, usage: str) -> None:
     result = parse_pin(text)
     assert isinstance(result, ParseError)
@@ -86,9 +103,32 @@ def test_double_shared_is_an_error() -> None:
     assert isinstance(parse_pin("shared shared list"), ParseError)
 
 
-words = st.sampled_from(["add", "add-strong", "add-context", "level", "list", "edit", "remove",
-                         "idle", "activate", "pin", "unpin", "clear", "confirm", "shared",
-                         "help", "--", "--pinned", "strong", "context", " ", "\n", "\t"])
+words = st.sampled_from(
+    [
+        "add",
+        "add-strong",
+        "add-context",
+        "level",
+        "list",
+        "edit",
+        "remove",
+        "idle",
+        "activate",
+        "pin",
+        "unpin",
+        "clear",
+        "confirm",
+        "shared",
+        "help",
+        "--",
+        "--pinned",
+        "strong",
+        "context",
+        " ",
+        "\n",
+        "\t",
+    ]
+)
 
 
 @settings(max_examples=400)

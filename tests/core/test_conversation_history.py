@@ -30,14 +30,18 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def bots(tmp_path: Path, fake_openai: FakeOpenAI,
-               clock: FakeClock) -> AsyncIterator[Any]:
+async def bots(tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock) -> AsyncIterator[Any]:
     opened: list[tuple[Store, OpenAIChatModel]] = []
 
     async def open_bot(**sections: Any) -> Pinbot:
-        llm = {"backend": "openai", "base_url": fake_openai.base_url,
-               "api_key_env": "PINBOT_TEST_KEY", "system_prompt": SYSTEM, "max_retries": 0,
-               **sections.pop("llm", {})}
+        llm = {
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "api_key_env": "PINBOT_TEST_KEY",
+            "system_prompt": SYSTEM,
+            "max_retries": 0,
+            **sections.pop("llm", {}),
+        }
         config = make_config(llm=llm, **sections)
         store = await Store.open(tmp_path / "bot.sqlite3")
         model = OpenAIChatModel.from_config(config.llm)
@@ -69,7 +73,8 @@ async def test_history_survives_a_restart(bots: Any, fake_openai: FakeOpenAI) ->
 
 
 async def test_group_history_is_shared_or_per_sender_and_topics_are_apart(
-        bots: Any, fake_openai: FakeOpenAI) -> None:
+    bots: Any, fake_openai: FakeOpenAI
+) -> None:
     bot = await bots()
     await bot.handle(group("1"), "from one")
     await bot.handle(group("2"), "from two")
@@ -98,9 +103,11 @@ async def test_reset_clears_history_but_not_blocks(bots: Any, fake_openai: FakeO
 
 
 async def test_compaction_summarises_and_blocks_survive_many_compactions(
-        bots: Any, fake_openai: FakeOpenAI) -> None:
-    bot = await bots(chat={"history_max_turns": 3, "compaction_keep_turns": 1,
-                           "history_max_chars": 100000})
+    bots: Any, fake_openai: FakeOpenAI
+) -> None:
+    bot = await bots(
+        chat={"history_max_turns": 3, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    )
     await bot.handle(dm(), "/pin add rule Always cite sources --pinned")
     summaries = 0
     for turn in range(1, 13):
@@ -117,9 +124,11 @@ async def test_compaction_summarises_and_blocks_survive_many_compactions(
 
 
 async def test_summary_request_and_the_request_after_it_are_exact(
-        bots: Any, fake_openai: FakeOpenAI) -> None:
-    bot = await bots(chat={"history_max_turns": 2, "compaction_keep_turns": 1,
-                           "history_max_chars": 100000})
+    bots: Any, fake_openai: FakeOpenAI
+) -> None:
+    bot = await bots(
+        chat={"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    )
     for word in ("one", "two", "three"):
         await bot.handle(dm(), word)
     assert contents(fake_openai.messages())[1:] == ["one", "reply 1", "two", "reply 2", "three"]
@@ -140,16 +149,29 @@ async def test_summary_request_and_the_request_after_it_are_exact(
     ]
     await bot.handle(dm(), "five")
     assert contents(fake_openai.messages())[1:] == [
-        SUMMARY_PREFIX + "They said one and two.", "three", "reply 3", "four", "answer four",
-        "five"]
+        SUMMARY_PREFIX + "They said one and two.",
+        "three",
+        "reply 3",
+        "four",
+        "answer four",
+        "five",
+    ]
     stored = await bot.store.history("console:direct:42")
-    assert [e.role for e in stored] == ["summary", "user", "assistant", "user", "assistant",
-                                        "user", "assistant"]
+    assert [e.role for e in stored] == [
+        "summary",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
 
 
 async def test_failed_summary_drops_the_oldest_turns(bots: Any, fake_openai: FakeOpenAI) -> None:
-    bot = await bots(chat={"history_max_turns": 2, "compaction_keep_turns": 1,
-                           "history_max_chars": 100000})
+    bot = await bots(
+        chat={"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    )
     for word in ("one", "two", "three"):
         await bot.handle(dm(), word)
 
@@ -174,9 +196,10 @@ def tool_results(request: dict[str, Any]) -> dict[str, str]:
 async def test_agent_tools_set_get_delete(bots: Any, fake_openai: FakeOpenAI) -> None:
     bot = await bots(llm={"agent_tools": True})
     fake_openai.script = [
-        tool_calls(("pin_set", {"label": "task", "content": "Migrate v3 to v4",
-                                "priority": 50}),
-                   ("pin_get", {})),
+        tool_calls(
+            ("pin_set", {"label": "task", "content": "Migrate v3 to v4", "priority": 50}),
+            ("pin_get", {}),
+        ),
         completion("Noted."),
     ]
     assert await bot.handle(dm(), "remember the task") == "Noted."
@@ -185,9 +208,15 @@ async def test_agent_tools_set_get_delete(bots: Any, fake_openai: FakeOpenAI) ->
     assert "pin-" not in first["messages"][0]["content"]  # nothing pinned yet
     results = tool_results(second)
     assert results["call_1"].startswith("Saved strong block 'task'")
-    assert json.loads(results["call_2"]) == [{"label": "task", "content": "Migrate v3 to v4",
-                                              "level": "strong", "state": "active",
-                                              "priority": 50}]
+    assert json.loads(results["call_2"]) == [
+        {
+            "label": "task",
+            "content": "Migrate v3 to v4",
+            "level": "strong",
+            "state": "active",
+            "priority": 50,
+        }
+    ]
     assert second["messages"][-3]["tool_calls"][0]["function"]["name"] == "pin_set"
     await bot.handle(dm(), "next turn")
     assert "label=task]\nMigrate v3 to v4" in fake_openai.messages()[0]["content"]
@@ -197,20 +226,28 @@ async def test_agent_tools_set_get_delete(bots: Any, fake_openai: FakeOpenAI) ->
     assert await bot.store.blocks(["console:direct:42"]) == []
     # history holds the user's words and final answers only
     assert [e.content for e in await bot.store.history("console:direct:42")] == [
-        "remember the task", "Noted.", "next turn", "reply 3", "forget it", "Done."]
+        "remember the task",
+        "Noted.",
+        "next turn",
+        "reply 3",
+        "forget it",
+        "Done.",
+    ]
 
 
 async def test_agent_tools_refusals(bots: Any, fake_openai: FakeOpenAI) -> None:
     bot = await bots(llm={"agent_tools": True}, pins={"enable_in_group": True})
     await bot.handle(dm(), "/pin add safety Never run rm -rf --pinned")
     fake_openai.script = [
-        tool_calls(("pin_delete", {"label": "safety"}),
-                   ("pin_set", {"label": "safety", "content": "anything goes"}),
-                   ("pin_set", {"label": "x", "content": "y", "scope": "shared"}),
-                   ("pin_set", {"label": "bad label", "content": "y"}),
-                   ("pin_set", {"label": "x"}),
-                   ("pin_launch", {}),
-                   ("pin_get", {"label": 5})),
+        tool_calls(
+            ("pin_delete", {"label": "safety"}),
+            ("pin_set", {"label": "safety", "content": "anything goes"}),
+            ("pin_set", {"label": "x", "content": "y", "scope": "shared"}),
+            ("pin_set", {"label": "bad label", "content": "y"}),
+            ("pin_set", {"label": "x"}),
+            ("pin_launch", {}),
+            ("pin_get", {"label": 5}),
+        ),
         completion("ok"),
     ]
     await bot.handle(dm(), "clean up")
@@ -224,30 +261,38 @@ async def test_agent_tools_refusals(bots: Any, fake_openai: FakeOpenAI) -> None:
     assert results["call_7"].startswith("Refused: invalid arguments")
     (block,) = await bot.store.blocks(["console:direct:42"])
     assert block.content == "Never run rm -rf"
-    fake_openai.script = [tool_calls(("pin_set", {"label": "g", "content": "c",
-                                                  "level": "strong"}),
-                                     ("pin_set", {"label": "h", "content": "c"})),
-                          completion("ok")]
+    fake_openai.script = [
+        tool_calls(
+            ("pin_set", {"label": "g", "content": "c", "level": "strong"}),
+            ("pin_set", {"label": "h", "content": "c"}),
+        ),
+        completion("ok"),
+    ]
     await bot.handle(group("42"), "in a group")
     results = tool_results(fake_openai.requests[-1])
     assert "pins.group_strong_user_ids" in results["call_1"]
     assert results["call_2"].startswith("Saved context block 'h'")
-    assert [b.label for b in await bot.store.blocks(["console:group:-100123::u:42",
-                                                     "console:group:-100123"])] == ["h"]
+    assert [
+        b.label
+        for b in await bot.store.blocks(["console:group:-100123::u:42", "console:group:-100123"])
+    ] == ["h"]
 
 
 async def test_tool_rounds_are_bounded(bots: Any, fake_openai: FakeOpenAI) -> None:
     bot = await bots(llm={"agent_tools": True, "max_tool_rounds": 2})
-    fake_openai.respond = lambda body: (tool_calls(("pin_get", {})) if body.get("tools")
-                                        else completion("final"))
+    fake_openai.respond = lambda body: (
+        tool_calls(("pin_get", {})) if body.get("tools") else completion("final")
+    )
     assert await bot.handle(dm(), "loop forever") == "final"
     assert [("tools" in r) for r in fake_openai.requests] == [True, True, False]
 
 
 async def test_streamed_answer_with_tool_calls(bots: Any, fake_openai: FakeOpenAI) -> None:
     bot = await bots(llm={"agent_tools": True, "stream": True})
-    fake_openai.script = [tool_calls(("pin_set", {"label": "streamed", "content": "via SSE"})),
-                          completion("All saved, thanks for waiting.")]
+    fake_openai.script = [
+        tool_calls(("pin_set", {"label": "streamed", "content": "via SSE"})),
+        completion("All saved, thanks for waiting."),
+    ]
     seen: list[str] = []
 
     async def on_text(text: str) -> None:
@@ -258,8 +303,9 @@ async def test_streamed_answer_with_tool_calls(bots: Any, fake_openai: FakeOpenA
     assert all(r["stream"] for r in fake_openai.requests)
     assert seen[-1] == reply and len(seen) > 3 and all(reply.startswith(s) for s in seen)
     assert [b.label for b in await bot.store.blocks(["console:direct:42"])] == ["streamed"]
-    assert re.match(r"Saved strong block 'streamed'", tool_results(fake_openai.requests[-1])
-                    ["call_1"])
+    assert re.match(
+        r"Saved strong block 'streamed'", tool_results(fake_openai.requests[-1])["call_1"]
+    )
 
 
 async def test_turns_of_one_conversation_run_in_order(bots: Any, fake_openai: FakeOpenAI) -> None:
@@ -272,8 +318,13 @@ async def test_turns_of_one_conversation_run_in_order(bots: Any, fake_openai: Fa
     other = asyncio.create_task(bot.handle(dm("7"), "elsewhere"))
     await fake_openai.wait_for_requests(2)  # "first" and the other chat's, not "second"
     assert sorted(contents(r["messages"])[-1] for r in fake_openai.requests) == [
-        "elsewhere", "first"]
+        "elsewhere",
+        "first",
+    ]
     fake_openai.release.set()
     await asyncio.gather(first, second, other)
-    assert contents(fake_openai.requests[-1]["messages"])[1:] == ["first", "reply 1", "second"] \
-        or contents(fake_openai.requests[-1]["messages"])[1:] == ["first", "reply 2", "second"]
+    assert contents(fake_openai.requests[-1]["messages"])[1:] == [
+        "first",
+        "reply 1",
+        "second",
+    ] or contents(fake_openai.requests[-1]["messages"])[1:] == ["first", "reply 2", "second"]

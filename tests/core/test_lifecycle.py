@@ -20,22 +20,35 @@ NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
 def idle(days: float, idle_calls: int = 0, state: State = State.IDLE) -> Block:
-    return Block(id=1, scope="s", label="b", content="c", level=Level.CONTEXT, state=state,
-                 priority=0, created_at=NOW, updated_at=NOW,
-                 idle_since=NOW - timedelta(days=days), idle_calls=idle_calls)
+    return Block(
+        id=1,
+        scope="s",
+        label="b",
+        content="c",
+        level=Level.CONTEXT,
+        state=state,
+        priority=0,
+        created_at=NOW,
+        updated_at=NOW,
+        idle_since=NOW - timedelta(days=days),
+        idle_calls=idle_calls,
+    )
 
 
-@pytest.mark.parametrize(("block", "calls_before", "due"), [
-    (idle(6.99), 100, False),          # enough calls, too few days
-    (idle(7), 9, False),               # enough days, too few further calls
-    (idle(7), 10, True),               # both
-    (idle(7, idle_calls=5), 14, False),  # calls count from the idle mark
-    (idle(7, idle_calls=5), 15, True),
-    (idle(29.9), 0, False),
-    (idle(30), 0, True),               # hard retention, whatever the calls
-    (idle(400, state=State.PINNED), 1000, False),
-    (idle(400, state=State.ACTIVE), 1000, False),
-])
+@pytest.mark.parametrize(
+    ("block", "calls_before", "due"),
+    [
+        (idle(6.99), 100, False),  # enough calls, too few days
+        (idle(7), 9, False),  # enough days, too few further calls
+        (idle(7), 10, True),  # both
+        (idle(7, idle_calls=5), 14, False),  # calls count from the idle mark
+        (idle(7, idle_calls=5), 15, True),
+        (idle(29.9), 0, False),
+        (idle(30), 0, True),  # hard retention, whatever the calls
+        (idle(400, state=State.PINNED), 1000, False),
+        (idle(400, state=State.ACTIVE), 1000, False),
+    ],
+)
 def test_expiry_rule(block: Block, calls_before: int, due: bool) -> None:
     assert expired(block, NOW, calls_before, PinsConfig()) is due
 
@@ -53,8 +66,9 @@ async def labels(store: Store) -> list[str]:
     return sorted(b.label for b in await store.blocks([DM_SCOPE]))
 
 
-async def test_idle_block_goes_after_days_and_calls(make_bot: BotFactory, store: Store,
-                                                    clock: FakeClock) -> None:
+async def test_idle_block_goes_after_days_and_calls(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = await idle_block(make_bot)
     for _ in range(10):
         reply = await bot.handle(dm(), "hi")
@@ -67,8 +81,9 @@ async def test_idle_block_goes_after_days_and_calls(make_bot: BotFactory, store:
     assert await labels(store) == ["keep", "safe"]
 
 
-async def test_idle_block_stays_with_days_but_too_few_calls(make_bot: BotFactory, store: Store,
-                                                            clock: FakeClock) -> None:
+async def test_idle_block_stays_with_days_but_too_few_calls(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=8)
     for _ in range(10):
@@ -78,8 +93,9 @@ async def test_idle_block_stays_with_days_but_too_few_calls(make_bot: BotFactory
     assert await labels(store) == ["keep", "safe"]
 
 
-async def test_idle_block_goes_after_hard_retention(make_bot: BotFactory, store: Store,
-                                                    clock: FakeClock) -> None:
+async def test_idle_block_goes_after_hard_retention(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=29)
     await bot.handle(dm(), "hi")
@@ -93,8 +109,9 @@ async def test_idle_block_goes_after_hard_retention(make_bot: BotFactory, store:
     assert await labels(store) == ["keep", "safe"]  # active and pinned never go by themselves
 
 
-async def test_cleanup_happens_only_at_a_model_request(make_bot: BotFactory, store: Store,
-                                                       clock: FakeClock) -> None:
+async def test_cleanup_happens_only_at_a_model_request(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=31)
     await bot.handle(dm(), "/pin list")
@@ -104,7 +121,8 @@ async def test_cleanup_happens_only_at_a_model_request(make_bot: BotFactory, sto
 
 
 async def test_reactivated_block_is_safe_and_reidling_restarts_the_clock(
-        make_bot: BotFactory, store: Store, clock: FakeClock) -> None:
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=20)
     await bot.handle(dm(), "/pin activate gone")
@@ -114,8 +132,9 @@ async def test_reactivated_block_is_safe_and_reidling_restarts_the_clock(
     assert await labels(store) == ["gone", "keep", "safe"]
 
 
-async def test_shared_scope_counts_every_members_calls(make_bot: BotFactory, store: Store,
-                                                       clock: FakeClock) -> None:
+async def test_shared_scope_counts_every_members_calls(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     pins = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
     bot = make_bot(pins=pins)
     await bot.handle(group("7"), "/pin shared add old stale")
@@ -126,5 +145,3 @@ async def test_shared_scope_counts_every_members_calls(make_bot: BotFactory, sto
     assert await store.blocks(["console:group:-100123"]) == []
     assert await store.model_calls("console:group:-100123") == 11
     assert await store.model_calls("console:group:-100123::u:100") == 1
-
-

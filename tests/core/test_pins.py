@@ -23,22 +23,24 @@ async def blocks(store: Store, scope: str = DM_SCOPE) -> list[tuple[Any, ...]]:
 
 
 async def test_dm_add_defaults_strong_and_group_add_defaults_context(
-        make_bot: BotFactory, store: Store) -> None:
+    make_bot: BotFactory, store: Store
+) -> None:
     bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
     assert "Saved strong block 'r'" in (await bot.handle(dm(), "/pin add r Be brief") or "")
     assert "Saved context block 'g'" in (await bot.handle(group(), "/pin add g Note") or "")
-    assert "Saved context block 's'" in (await bot.handle(group("7"), "/pin shared add s x")
-                                         or "")
+    assert "Saved context block 's'" in (await bot.handle(group("7"), "/pin shared add s x") or "")
     assert await blocks(store) == [("r", "Be brief", Level.STRONG, State.ACTIVE, 0)]
     assert await blocks(store, "console:group:-100123::u:42") == [
-        ("g", "Note", Level.CONTEXT, State.ACTIVE, 0)]
+        ("g", "Note", Level.CONTEXT, State.ACTIVE, 0)
+    ]
 
 
 async def test_full_command_cycle_in_a_dm(make_bot: BotFactory, store: Store) -> None:
     bot = make_bot()
     await bot.handle(dm(), "/pin add-context proj 项目 is pinbot\nsecond line --pinned")
-    assert await blocks(store) == [("proj", "项目 is pinbot\nsecond line", Level.CONTEXT,
-                                    State.PINNED, 0)]
+    assert await blocks(store) == [
+        ("proj", "项目 is pinbot\nsecond line", Level.CONTEXT, State.PINNED, 0)
+    ]
     await bot.handle(dm(), "/pin level PROJ strong")
     await bot.handle(dm(), "/pin edit proj -- new --pinned")
     await bot.handle(dm(), "/pin unpin proj")
@@ -65,22 +67,26 @@ async def test_edit_keeps_creation_order(make_bot: BotFactory, store: Store) -> 
     assert listing.index("1. new") < listing.index("2. old")
 
 
-@pytest.mark.parametrize(("command", "fragment"), [
-    ("/pin add " + "x" * 21 + " c", "limit is 20"),
-    ("/pin add lbl " + "y" * 501, "limit is 500"),
-    ("/pin add lbl bad\x07bell", "control character (U+0007)"),
-    ("/pin add bad\x00lbl c", "control character (U+0000)"),
-    ("/pin add --weird c", "cannot start with '--'"),
-    ("/pin add r", "needs content"),
-    ("/pin edit nope text", "no block labelled 'nope'"),
-    ("/pin remove nope", "no block labelled 'nope'"),
-    ("/pin level nope strong", "no block labelled 'nope'"),
-    ("/pin frobnicate", "Unknown subcommand"),
-    ("/pin edit keep " + "z" * 501, "limit is 500"),
-    ("/pin add KEEP dup", "already exists"),
-])
+@pytest.mark.parametrize(
+    ("command", "fragment"),
+    [
+        ("/pin add " + "x" * 21 + " c", "limit is 20"),
+        ("/pin add lbl " + "y" * 501, "limit is 500"),
+        ("/pin add lbl bad\x07bell", "control character (U+0007)"),
+        ("/pin add bad\x00lbl c", "control character (U+0000)"),
+        ("/pin add --weird c", "cannot start with '--'"),
+        ("/pin add r", "needs content"),
+        ("/pin edit nope text", "no block labelled 'nope'"),
+        ("/pin remove nope", "no block labelled 'nope'"),
+        ("/pin level nope strong", "no block labelled 'nope'"),
+        ("/pin frobnicate", "Unknown subcommand"),
+        ("/pin edit keep " + "z" * 501, "limit is 500"),
+        ("/pin add KEEP dup", "already exists"),
+    ],
+)
 async def test_bad_input_gets_a_clear_reply_and_changes_nothing(
-        make_bot: BotFactory, store: Store, command: str, fragment: str) -> None:
+    make_bot: BotFactory, store: Store, command: str, fragment: str
+) -> None:
     bot = make_bot()
     await bot.handle(dm(), "/pin add keep original")
     before = await blocks(store)
@@ -100,8 +106,9 @@ async def test_limit_of_blocks_per_scope(make_bot: BotFactory, store: Store) -> 
 
 async def test_fifty_concurrent_pin_adds_leave_twenty(make_bot: BotFactory, store: Store) -> None:
     bot = make_bot()
-    replies = await asyncio.gather(*(bot.handle(dm(), f"/pin add b{i} text {i}")
-                                     for i in range(50)))
+    replies = await asyncio.gather(
+        *(bot.handle(dm(), f"/pin add b{i} text {i}") for i in range(50))
+    )
     assert sum(1 for r in replies if r and r.startswith("Saved")) == 20
     assert len(await store.blocks([DM_SCOPE])) == 20
 
@@ -117,8 +124,9 @@ async def test_character_budget_on_add_and_edit(make_bot: BotFactory, store: Sto
     assert [b[1] for b in await blocks(store)] == ["1234567890"]
 
 
-async def test_list_shows_everything_and_the_token_estimate(make_bot: BotFactory,
-                                                            store: Store) -> None:
+async def test_list_shows_everything_and_the_token_estimate(
+    make_bot: BotFactory, store: Store
+) -> None:
     bot = make_bot(pins={"token_warning_threshold": 10})
     await bot.handle(dm(), "/pin add rules Antworte auf Deutsch.\nZweite Zeile")
     await bot.handle(dm(), "/pin add-context note " + "n" * 60)
@@ -149,9 +157,15 @@ _nasty = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(_nasty, st.sampled_from(["add", "edit", "k", "--", "--pinned",
-                                                   "shared", "level", "strong"])),
-                max_size=6).map(" ".join))
+@given(
+    st.lists(
+        st.one_of(
+            _nasty,
+            st.sampled_from(["add", "edit", "k", "--", "--pinned", "shared", "level", "strong"]),
+        ),
+        max_size=6,
+    ).map(" ".join)
+)
 def test_any_pin_text_gets_a_reply_and_never_raises(text: str) -> None:
     async def run() -> None:
         async with await Store.open(":memory:") as store:

@@ -46,8 +46,9 @@ class FakeFeishu:
         if body != {"app_id": APP_ID, "app_secret": APP_SECRET}:
             return web.json_response({"code": 10014, "msg": "app secret invalid"})
         self.current_token = f"t-token-{next(self.tokens)}"
-        return web.json_response({"code": 0, "msg": "ok", "expire": 7200,
-                                  "tenant_access_token": self.current_token})
+        return web.json_response(
+            {"code": 0, "msg": "ok", "expire": 7200, "tenant_access_token": self.current_token}
+        )
 
     def _authorised(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
@@ -57,8 +58,13 @@ class FakeFeishu:
     async def _bot_info(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
             return web.json_response({"code": 99991663, "msg": "invalid token"})
-        return web.json_response({"code": 0, "msg": "ok", "bot": {
-            "activate_status": 2, "app_name": "pinbot", "open_id": BOT_OPEN_ID}})
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "ok",
+                "bot": {"activate_status": 2, "app_name": "pinbot", "open_id": BOT_OPEN_ID},
+            }
+        )
 
     async def _reply(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
@@ -69,8 +75,9 @@ class FakeFeishu:
         self.replies.append({"message_id": request.match_info["message_id"], **body})
         async with self._changed:
             self._changed.notify_all()
-        return web.json_response({"code": 0, "msg": "success",
-                                  "data": {"message_id": f"om_reply_{len(self.replies)}"}})
+        return web.json_response(
+            {"code": 0, "msg": "success", "data": {"message_id": f"om_reply_{len(self.replies)}"}}
+        )
 
     async def wait_for_replies(self, count: int, timeout: float = 10) -> None:
         async def waiter() -> None:
@@ -103,12 +110,22 @@ class FakeFeishu:
 _ids = itertools.count(1)
 
 
-def receive_event(text: str | None, *, chat_type: str = "p2p", chat_id: str = "oc_chat1",
-                  open_id: str | None = "ou_user1", user_id: str = "u_user1",
-                  union_id: str = "on_user1", mentions: list[dict[str, Any]] | None = None,
-                  thread_id: str = "", root_id: str = "", event_id: str | None = None,
-                  token: str = VERIFICATION_TOKEN, message_type: str = "text",
-                  content: str | None = None) -> dict[str, Any]:
+def receive_event(
+    text: str | None,
+    *,
+    chat_type: str = "p2p",
+    chat_id: str = "oc_chat1",
+    open_id: str | None = "ou_user1",
+    user_id: str = "u_user1",
+    union_id: str = "on_user1",
+    mentions: list[dict[str, Any]] | None = None,
+    thread_id: str = "",
+    root_id: str = "",
+    event_id: str | None = None,
+    token: str = VERIFICATION_TOKEN,
+    message_type: str = "text",
+    content: str | None = None,
+) -> dict[str, Any]:
     """An `im.message.receive_v1` event as Feishu POSTs it (schema 2.0)."""
     number = next(_ids)
     sender_id = {"union_id": union_id, "user_id": user_id, "open_id": open_id}
@@ -116,26 +133,43 @@ def receive_event(text: str | None, *, chat_type: str = "p2p", chat_id: str = "o
         del sender_id["open_id"]
     return {
         "schema": "2.0",
-        "header": {"event_id": event_id or f"ev_{number}", "token": token,
-                   "create_time": "1767225600000", "event_type": "im.message.receive_v1",
-                   "tenant_key": "tenant_1", "app_id": APP_ID},
+        "header": {
+            "event_id": event_id or f"ev_{number}",
+            "token": token,
+            "create_time": "1767225600000",
+            "event_type": "im.message.receive_v1",
+            "tenant_key": "tenant_1",
+            "app_id": APP_ID,
+        },
         "event": {
             "sender": {"sender_id": sender_id, "sender_type": "user", "tenant_key": "tenant_1"},
-            "message": {"message_id": f"om_{number}", "root_id": root_id, "parent_id": root_id,
-                        "create_time": "1767225600000", "update_time": "1767225600000",
-                        "chat_id": chat_id, "thread_id": thread_id, "chat_type": chat_type,
-                        "message_type": message_type,
-                        "content": content if content is not None
-                        else json.dumps({"text": text}, ensure_ascii=False),
-                        "mentions": mentions or [],
-                        "user_agent": "Mozilla/5.0"},
+            "message": {
+                "message_id": f"om_{number}",
+                "root_id": root_id,
+                "parent_id": root_id,
+                "create_time": "1767225600000",
+                "update_time": "1767225600000",
+                "chat_id": chat_id,
+                "thread_id": thread_id,
+                "chat_type": chat_type,
+                "message_type": message_type,
+                "content": content
+                if content is not None
+                else json.dumps({"text": text}, ensure_ascii=False),
+                "mentions": mentions or [],
+                "user_agent": "Mozilla/5.0",
+            },
         },
     }
 
 
 def mention(key: str, open_id: str, name: str) -> dict[str, Any]:
-    return {"key": key, "id": {"union_id": f"on_{name}", "user_id": f"u_{name}",
-                               "open_id": open_id}, "name": name, "tenant_key": "tenant_1"}
+    return {
+        "key": key,
+        "id": {"union_id": f"on_{name}", "user_id": f"u_{name}", "open_id": open_id},
+        "name": name,
+        "tenant_key": "tenant_1",
+    }
 
 
 def url_verification(token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
@@ -152,8 +186,12 @@ def encrypt(payload: dict[str, Any], key: str) -> dict[str, str]:
     return {"encrypt": base64.b64encode(data).decode()}
 
 
-def signature_headers(body: bytes, key: str, timestamp: str = "1767225600",
-                      nonce: str = "n0nce") -> dict[str, str]:
+def signature_headers(
+    body: bytes, key: str, timestamp: str = "1767225600", nonce: str = "n0nce"
+) -> dict[str, str]:
     digest = hashlib.sha256((timestamp + nonce + key).encode() + body).hexdigest()
-    return {"X-Lark-Request-Timestamp": timestamp, "X-Lark-Request-Nonce": nonce,
-            "X-Lark-Signature": digest}
+    return {
+        "X-Lark-Request-Timestamp": timestamp,
+        "X-Lark-Request-Nonce": nonce,
+        "X-Lark-Signature": digest,
+    }

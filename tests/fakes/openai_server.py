@@ -17,9 +17,13 @@ Responder = Callable[[dict[str, Any]], Any]
 def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
     """A chat.completion response body with one choice."""
     return {
-        "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": text}}],
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
@@ -30,8 +34,11 @@ def tool_calls(*calls: tuple[str, dict[str, Any]], text: str | None = None) -> d
     message = body["choices"][0]["message"]
     message["content"] = text
     message["tool_calls"] = [
-        {"id": f"call_{i}", "type": "function",
-         "function": {"name": name, "arguments": json.dumps(arguments)}}
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
         for i, (name, arguments) in enumerate(calls, start=1)
     ]
     body["choices"][0]["finish_reason"] = "tool_calls"
@@ -42,23 +49,45 @@ def stream_chunks(body: dict[str, Any], piece: int = 5) -> list[dict[str, Any]]:
     """The SSE chunks a real server streams for a completion: content in small deltas, tool calls
     as an id-and-name fragment followed by argument fragments."""
     message = body["choices"][0]["message"]
-    base = {"id": body["id"], "object": "chat.completion.chunk", "created": 0,
-            "model": body["model"]}
+    base = {
+        "id": body["id"],
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": body["model"],
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     content = message.get("content") or ""
-    chunks += [chunk({"content": content[i:i + piece]}) for i in range(0, len(content), piece)]
+    chunks += [chunk({"content": content[i : i + piece]}) for i in range(0, len(content), piece)]
     for index, call in enumerate(message.get("tool_calls") or []):
-        chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                             "function": {"name": call["function"]["name"],
-                                                          "arguments": ""}}]}))
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         arguments = call["function"]["arguments"]
-        chunks += [chunk({"tool_calls": [{"index": index,
-                                          "function": {"arguments": arguments[i:i + piece]}}]})
-                   for i in range(0, len(arguments), piece)]
+        chunks += [
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "function": {"arguments": arguments[i : i + piece]}}
+                    ]
+                }
+            )
+            for i in range(0, len(arguments), piece)
+        ]
     chunks.append(chunk({}, body["choices"][0]["finish_reason"]))
     return chunks
 
@@ -122,6 +151,7 @@ class FakeOpenAI:
 
     async def wait_for_requests(self, count: int, timeout: float = 10) -> None:
         """Wait until count requests have arrived (the timeout is a safety net, not a pause)."""
+
         async def waiter() -> None:
             async with self._received:
                 await self._received.wait_for(lambda: len(self.requests) >= count)

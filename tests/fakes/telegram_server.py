@@ -15,14 +15,32 @@ from aiohttp import web
 
 from tests.fakes.http import serve
 
-BOT_USER = {"id": 999, "is_bot": True, "first_name": "Pin", "username": "pin_bot",
-            "can_join_groups": True, "can_read_all_group_messages": False,
-            "supports_inline_queries": False}
+BOT_USER = {
+    "id": 999,
+    "is_bot": True,
+    "first_name": "Pin",
+    "username": "pin_bot",
+    "can_join_groups": True,
+    "can_read_all_group_messages": False,
+    "supports_inline_queries": False,
+}
 TOKEN = "123456:TEST-TOKEN-SECRET"
-ADMIN_RIGHTS = {name: True for name in (
-    "can_be_edited", "can_manage_chat", "can_delete_messages", "can_manage_video_chats",
-    "can_restrict_members", "can_promote_members", "can_change_info", "can_invite_users",
-    "can_post_stories", "can_edit_stories", "can_delete_stories")}
+ADMIN_RIGHTS = {
+    name: True
+    for name in (
+        "can_be_edited",
+        "can_manage_chat",
+        "can_delete_messages",
+        "can_manage_video_chats",
+        "can_restrict_members",
+        "can_promote_members",
+        "can_change_info",
+        "can_invite_users",
+        "can_post_stories",
+        "can_edit_stories",
+        "can_delete_stories",
+    )
+}
 
 
 class FakeTelegram:
@@ -73,14 +91,18 @@ class FakeTelegram:
 
     def sent(self, chat_id: int | None = None) -> list[dict[str, Any]]:
         """Every sendMessage call (to chat_id, if given), in order."""
-        return [params for method, params in self.calls if method == "sendMessage"
-                and (chat_id is None or params.get("chat_id") == chat_id)]
+        return [
+            params
+            for method, params in self.calls
+            if method == "sendMessage" and (chat_id is None or params.get("chat_id") == chat_id)
+        ]
 
     def called(self, method: str) -> list[dict[str, Any]]:
         return [params for name, params in self.calls if name == method]
 
     async def wait_for(self, condition: Callable[[], bool], timeout: float = 10) -> None:
         """Wait until condition holds after some call (a safety timeout only, never a pause)."""
+
         async def waiter() -> None:
             async with self._changed:
                 await self._changed.wait_for(condition)
@@ -102,8 +124,9 @@ class FakeTelegram:
 
     async def _handle(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != TOKEN:
-            return web.json_response({"ok": False, "error_code": 404,
-                                      "description": "Not Found"}, status=404)
+            return web.json_response(
+                {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
+            )
         method = request.match_info["method"]
         params = await self._params(request)
         if method in self.hold:
@@ -127,15 +150,23 @@ class FakeTelegram:
             return await self._get_updates(params)
         if method in ("sendMessage", "editMessageText"):
             chat_id = int(params["chat_id"])
-            return {"message_id": next(self._ids), "date": 0, "from": BOT_USER,
-                    "chat": {"id": chat_id, "type": self.chat_types.get(chat_id, "private")},
-                    "text": params.get("text", "")}
+            return {
+                "message_id": next(self._ids),
+                "date": 0,
+                "from": BOT_USER,
+                "chat": {"id": chat_id, "type": self.chat_types.get(chat_id, "private")},
+                "text": params.get("text", ""),
+            }
         if method == "getChatMember":
             chat_id, user_id = int(params["chat_id"]), int(params["user_id"])
             user = {"id": user_id, "is_bot": False, "first_name": "U"}
             if (chat_id, user_id) in self.admins:
-                return {"status": "administrator", "user": user, "is_anonymous": False,
-                        **ADMIN_RIGHTS}
+                return {
+                    "status": "administrator",
+                    "user": user,
+                    "is_anonymous": False,
+                    **ADMIN_RIGHTS,
+                }
             return {"status": "member", "user": user}
         return True
 
@@ -171,8 +202,12 @@ class FakeTelegram:
 
     async def _control_times(self, request: web.Request) -> web.Response:
         """For each chat: when its first update was pushed and its first reply arrived."""
-        return web.json_response({str(chat): [self.pushed_at.get(chat), sent]
-                                  for chat, sent in self.first_sent_at.items()})
+        return web.json_response(
+            {
+                str(chat): [self.pushed_at.get(chat), sent]
+                for chat, sent in self.first_sent_at.items()
+            }
+        )
 
     async def start(self, port: int = 0) -> FakeTelegram:
         app = web.Application()
@@ -189,6 +224,7 @@ class FakeTelegram:
 
 
 # --- real-format updates ------------------------------------------------------------------------
+
 
 def user(uid: int, name: str = "User") -> dict[str, Any]:
     return {"id": uid, "is_bot": False, "first_name": name}
@@ -222,20 +258,36 @@ def _entities(text: str) -> list[dict[str, Any]]:
 
 def service(chat: dict[str, Any], sender: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
     """An update carrying a service message (no text), e.g. migrate_to_chat_id."""
-    body: dict[str, Any] = {"message_id": next(_message_ids), "date": 1767225600, "chat": chat,
-                            **fields}
+    body: dict[str, Any] = {
+        "message_id": next(_message_ids),
+        "date": 1767225600,
+        "chat": chat,
+        **fields,
+    }
     if sender is not None:
         body["from"] = sender
     return {"message": body}
 
 
-def message(chat: dict[str, Any], text: str, sender: dict[str, Any] | None, *,
-            kind: str = "message", thread_id: int | None = None,
-            reply_to: dict[str, Any] | None = None,
-            sender_chat: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def message(
+    chat: dict[str, Any],
+    text: str,
+    sender: dict[str, Any] | None,
+    *,
+    kind: str = "message",
+    thread_id: int | None = None,
+    reply_to: dict[str, Any] | None = None,
+    sender_chat: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """An update carrying one text message, with bot_command and mention entities filled in."""
-    body: dict[str, Any] = {"message_id": next(_message_ids), "date": 1767225600, "chat": chat,
-                            "text": text, **extra}
+    body: dict[str, Any] = {
+        "message_id": next(_message_ids),
+        "date": 1767225600,
+        "chat": chat,
+        "text": text,
+        **extra,
+    }
     if sender is not None:
         body["from"] = sender
     if sender_chat is not None:

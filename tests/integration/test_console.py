@@ -17,12 +17,19 @@ from tests.fakes.openai_server import FakeOpenAI
 PINBOT = str(Path(sys.executable).parent / "pinbot")
 
 
-async def console(config: Path, lines: list[str], *args: str,
-                  env: dict[str, str] | None = None) -> tuple[int, str, str]:
+async def console(
+    config: Path, lines: list[str], *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        PINBOT, "console", "--config", str(config), *args,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})},
+        PINBOT,
+        "console",
+        "--config",
+        str(config),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     out, err = await process.communicate("".join(f"{line}\n" for line in lines).encode())
     assert process.returncode is not None
@@ -38,25 +45,33 @@ def write_config(tmp_path: Path, **sections: Any) -> Path:
 
 async def stored(tmp_path: Path, scope: str) -> list[tuple[str, str, str, str]]:
     async with await Store.open(tmp_path / "pins.sqlite3") as store:
-        return [(b.label, b.content, b.level.value, b.state.value)
-                for b in await store.blocks([scope])]
+        return [
+            (b.label, b.content, b.level.value, b.state.value) for b in await store.blocks([scope])
+        ]
 
 
 async def test_dm_session_on_the_offline_backend(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    code, out, err = await console(config, [
-        "/pin add tone Réponds brièvement.",
-        "/pin add-context proj pinbot -- notes --pinned",
-        "/pin list",
-        "hello model",
-        "/pin nonsense",
-    ], "--user", "42")
+    code, out, err = await console(
+        config,
+        [
+            "/pin add tone Réponds brièvement.",
+            "/pin add-context proj pinbot -- notes --pinned",
+            "/pin list",
+            "hello model",
+            "/pin nonsense",
+        ],
+        "--user",
+        "42",
+    )
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "Saved strong block 'tone'."
     assert lines[1].startswith("Saved context block 'proj', pinned")
-    assert ("[offline model] pinned blocks: tone (strong, personal); proj (context, personal). "
-            "Earlier messages: 0. You said: hello model") in lines
+    assert (
+        "[offline model] pinned blocks: tone (strong, personal); proj (context, personal). "
+        "Earlier messages: 0. You said: hello model"
+    ) in lines
     assert "Unknown subcommand 'nonsense'" in out
     assert await stored(tmp_path, "console:direct:42") == [
         ("tone", "Réponds brièvement.", "strong", "active"),
@@ -65,45 +80,79 @@ async def test_dm_session_on_the_offline_backend(tmp_path: Path) -> None:
 
 
 async def test_group_roles_with_scoped_entries_across_runs(tmp_path: Path) -> None:
-    config = write_config(tmp_path, pins={
-        "enable_in_group": True,
-        "group_shared_admin_ids": ["console:group:-100123::u:42"],
-        "group_strong_user_ids": [77],
-    })
+    config = write_config(
+        tmp_path,
+        pins={
+            "enable_in_group": True,
+            "group_shared_admin_ids": ["console:group:-100123::u:42"],
+            "group_strong_user_ids": [77],
+        },
+    )
     group = ("--group", "-100123")
-    code, out, _ = await console(config, ["/pin shared add-strong house Be kind.",
-                                          "/pin add-strong mine Admin's rule"],
-                                 "--user", "42", *group)
+    code, out, _ = await console(
+        config,
+        ["/pin shared add-strong house Be kind.", "/pin add-strong mine Admin's rule"],
+        "--user",
+        "42",
+        *group,
+    )
     assert code == 0 and out.count("Saved strong block") == 2
-    code, out, _ = await console(config, ["/pin shared add x y", "/pin add-strong s t",
-                                          "/pin add note my note", "/pin shared list",
-                                          "hi from a topic"],
-                                 "--user", "43", *group, "--topic", "7")
+    code, out, _ = await console(
+        config,
+        [
+            "/pin shared add x y",
+            "/pin add-strong s t",
+            "/pin add note my note",
+            "/pin shared list",
+            "hi from a topic",
+        ],
+        "--user",
+        "43",
+        *group,
+        "--topic",
+        "7",
+    )
     assert code == 0
     assert "Only shared admins" in out and "pins.group_strong_user_ids" in out
     assert "1. house (strong, active)\nBe kind." in out
-    assert ("pinned blocks: house (strong, shared); note (context, personal). "
-            "Earlier messages: 0. You said: hi from a topic") in out
+    assert (
+        "pinned blocks: house (strong, shared); note (context, personal). "
+        "Earlier messages: 0. You said: hi from a topic"
+    ) in out
     code, out, _ = await console(config, ["/pin add-strong s t"], "--user", "77", *group)
     assert out.startswith("Saved strong block 's'")
     assert await stored(tmp_path, "console:group:-100123") == [
-        ("house", "Be kind.", "strong", "active")]
+        ("house", "Be kind.", "strong", "active")
+    ]
     assert await stored(tmp_path, "console:group:-100123::u:43") == [
-        ("note", "my note", "context", "active")]
+        ("note", "my note", "context", "active")
+    ]
 
 
-async def test_console_against_an_openai_compatible_server(tmp_path: Path,
-                                                           fake_openai: FakeOpenAI) -> None:
-    config = write_config(tmp_path, llm={
-        "backend": "openai", "base_url": fake_openai.base_url, "model": "m",
-        "api_key_env": "PINBOT_CONSOLE_KEY", "system_prompt": "", "max_retries": 0})
-    code, out, err = await console(config, ["first", "second"], "--user", "42",
-                                   env={"PINBOT_CONSOLE_KEY": "sk-console"})
+async def test_console_against_an_openai_compatible_server(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    config = write_config(
+        tmp_path,
+        llm={
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "model": "m",
+            "api_key_env": "PINBOT_CONSOLE_KEY",
+            "system_prompt": "",
+            "max_retries": 0,
+        },
+    )
+    code, out, err = await console(
+        config, ["first", "second"], "--user", "42", env={"PINBOT_CONSOLE_KEY": "sk-console"}
+    )
     assert code == 0, err
     assert out.splitlines() == ["reply 1", "reply 2"]
-    assert fake_openai.messages() == [{"role": "user", "content": "first"},
-                                      {"role": "assistant", "content": "reply 1"},
-                                      {"role": "user", "content": "second"}]
+    assert fake_openai.messages() == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "reply 1"},
+        {"role": "user", "content": "second"},
+    ]
     assert "sk-console" not in err
 
 
@@ -114,27 +163,45 @@ async def test_missing_api_key_stops_start_up_naming_the_variable(tmp_path: Path
 
 
 async def test_config_errors_name_the_key_and_the_file(tmp_path: Path) -> None:
-    for bad, key in ([{"pins": {"max_blocks_per_sesion": 3}}, "pins.max_blocks_per_sesion"],
-                     [{"pins": {"max_content_length": -1}}, "pins.max_content_length"],
-                     [{"pins": {"enable_in_group": "maybe"}}, "pins.enable_in_group"],
-                     [{"llm": {"backend": "magic"}}, "llm.backend"]):
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"pins": {"max_blocks_per_sesion": 3}}, "pins.max_blocks_per_sesion"),
+        ({"pins": {"max_content_length": -1}}, "pins.max_content_length"),
+        ({"pins": {"enable_in_group": "maybe"}}, "pins.enable_in_group"),
+        ({"llm": {"backend": "magic"}}, "llm.backend"),
+    ]
+    for bad, key in cases:
         config = write_config(tmp_path, **bad)
         code, out, err = await console(config, ["/pin list"], "--user", "1")
         assert code == 2 and out == ""
         assert key in err and str(config) in err
 
 
-async def test_a_crash_mid_turn_loses_no_committed_history(tmp_path: Path,
-                                                           fake_openai: FakeOpenAI) -> None:
+async def test_a_crash_mid_turn_loses_no_committed_history(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
     import signal
 
-    config = write_config(tmp_path, llm={
-        "backend": "openai", "base_url": fake_openai.base_url, "api_key_env": "PINBOT_KEY",
-        "system_prompt": "", "max_retries": 0})
+    config = write_config(
+        tmp_path,
+        llm={
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "api_key_env": "PINBOT_KEY",
+            "system_prompt": "",
+            "max_retries": 0,
+        },
+    )
     process = await asyncio.create_subprocess_exec(
-        PINBOT, "console", "--config", str(config), "--user", "42",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PINBOT_KEY": "k"},
+        PINBOT,
+        "console",
+        "--config",
+        str(config),
+        "--user",
+        "42",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PINBOT_KEY": "k"},
     )
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(b"/pin add rule kept\nfirst\n")
@@ -149,18 +216,22 @@ async def test_a_crash_mid_turn_loses_no_committed_history(tmp_path: Path,
     await process.wait()
     fake_openai.release.set()
     async with await Store.open(tmp_path / "pins.sqlite3") as store:
-        assert [e.content for e in await store.history("console:direct:42")] == [
-            "first", "reply 1"]
+        assert [e.content for e in await store.history("console:direct:42")] == ["first", "reply 1"]
         assert [b.label for b in await store.blocks(["console:direct:42"])] == ["rule"]
         assert await store.integrity_ok()
 
 
-async def test_console_refuses_users_outside_the_access_list(tmp_path: Path,
-                                                             fake_openai: FakeOpenAI) -> None:
-    config = write_config(tmp_path, access={"allowed_users": ["7"]}, llm={
-        "backend": "openai", "base_url": fake_openai.base_url, "api_key_env": "PINBOT_KEY"})
-    code, out, _ = await console(config, ["hello", "/pin add a b"], "--user", "8",
-                                 env={"PINBOT_KEY": "k"})
+async def test_console_refuses_users_outside_the_access_list(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    config = write_config(
+        tmp_path,
+        access={"allowed_users": ["7"]},
+        llm={"backend": "openai", "base_url": fake_openai.base_url, "api_key_env": "PINBOT_KEY"},
+    )
+    code, out, _ = await console(
+        config, ["hello", "/pin add a b"], "--user", "8", env={"PINBOT_KEY": "k"}
+    )
     assert code == 0 and out.count("Your id is 8 (console:direct:8)") == 2
     assert fake_openai.requests == []
     assert await stored(tmp_path, "console:direct:8") == []
@@ -170,7 +241,10 @@ async def test_console_refuses_users_outside_the_access_list(tmp_path: Path,
 
 async def test_bad_identities_are_refused(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    for args in (("--user", "a:b"), ("--user", "1", "--group", "x y"),
-                 ("--user", "1", "--topic", "3")):
+    for args in (
+        ("--user", "a:b"),
+        ("--user", "1", "--group", "x y"),
+        ("--user", "1", "--topic", "3"),
+    ):
         code, out, err = await console(config, ["hi"], *args)
         assert code == 2 and out == "" and ("ids cannot" in err or "--topic needs --group" in err)

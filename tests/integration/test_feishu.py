@@ -50,12 +50,19 @@ class Harness:
         self.store = store
         self.url = f"http://127.0.0.1:{frontend.port}/feishu/events"
 
-    async def post(self, payload: dict[str, Any], headers: dict[str, str] | None = None,
-                   raw: bytes | None = None) -> tuple[int, Any]:
+    async def post(
+        self,
+        payload: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> tuple[int, Any]:
         body = raw if raw is not None else json.dumps(payload).encode()
-        async with aiohttp.ClientSession() as session, session.post(
-                self.url, data=body, headers={"Content-Type": "application/json",
-                                              **(headers or {})}) as response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                self.url, data=body, headers={"Content-Type": "application/json", **(headers or {})}
+            ) as response,
+        ):
             text = await response.text()
             return response.status, json.loads(text) if text else None
 
@@ -75,19 +82,28 @@ async def fake_feishu() -> AsyncIterator[FakeFeishu]:
 
 
 @pytest.fixture
-async def start_feishu(fake_feishu: FakeFeishu, store: Store,
-                       clock: FakeClock) -> AsyncIterator[Any]:
+async def start_feishu(
+    fake_feishu: FakeFeishu, store: Store, clock: FakeClock
+) -> AsyncIterator[Any]:
     running: list[FeishuFrontend] = []
 
-    async def start(*, encrypt_key: str = "", on: Store | None = None,
-                    **sections: Any) -> Harness:
-        feishu = {"app_id": APP_ID, "base_url": fake_feishu.base_url,
-                  "webhook_port": free_port(), **sections.pop("feishu", {})}
+    async def start(*, encrypt_key: str = "", on: Store | None = None, **sections: Any) -> Harness:
+        feishu = {
+            "app_id": APP_ID,
+            "base_url": fake_feishu.base_url,
+            "webhook_port": free_port(),
+            **sections.pop("feishu", {}),
+        }
         config = make_config(feishu=feishu, **sections)
         pinbot = Pinbot(config, on or store, OfflineChatModel(), clock=clock)
-        frontend = FeishuFrontend(pinbot, config.feishu, FeishuApi(config.feishu, APP_SECRET),
-                                  verification_token=VERIFICATION_TOKEN,
-                                  encrypt_key=encrypt_key, clock=clock)
+        frontend = FeishuFrontend(
+            pinbot,
+            config.feishu,
+            FeishuApi(config.feishu, APP_SECRET),
+            verification_token=VERIFICATION_TOKEN,
+            encrypt_key=encrypt_key,
+            clock=clock,
+        )
         await frontend.start()
         running.append(frontend)
         return Harness(frontend, fake_feishu, on or store)
@@ -113,47 +129,58 @@ async def test_url_verification_and_token_check(start_feishu: Any) -> None:
 async def test_p2p_pin_and_chat(start_feishu: Any, fake_feishu: FakeFeishu) -> None:
     bot = await start_feishu()
     assert bot.frontend.bot_open_id == BOT_OPEN_ID
-    texts = await bot.send(receive_event("/pin add tone 请简短回答 <at user_id=\"all\">"))
+    texts = await bot.send(receive_event('/pin add tone 请简短回答 <at user_id="all">'))
     assert texts == ["Saved strong block 'tone'."]
     texts = await bot.send(receive_event("你好"))
     assert "pinned blocks: tone (strong, personal)" in texts[-1]
     assert texts[-1].endswith("You said: 你好")
     (block,) = await bot.store.blocks(["feishu:direct:ou_user1"])
-    assert block.content == "请简短回答 <at user_id=\"all\">"
+    assert block.content == '请简短回答 <at user_id="all">'
     reply = fake_feishu.replies[0]
     assert reply["msg_type"] == "post" and reply["message_id"].startswith("om_")
     await bot.send(receive_event("/pin list"))
     listing = json.loads(fake_feishu.replies[-1]["content"])["zh_cn"]["content"]
-    assert [{"tag": "text", "text": "请简短回答 <at user_id=\"all\">"}] in listing  # literal text
+    assert [{"tag": "text", "text": '请简短回答 <at user_id="all">'}] in listing  # literal text
     assert len(fake_feishu.token_requests) == 1  # one cached token for every call
     assert set(fake_feishu.auth_headers) == {"Bearer t-token-1"}
 
 
 async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
-    bot = await start_feishu(pins={"enable_in_group": True,
-                                   "group_shared_admin_ids": ["u_admin"]})
-    group = {"chat_type": "group", "chat_id": "oc_group"}
+    bot = await start_feishu(pins={"enable_in_group": True, "group_shared_admin_ids": ["u_admin"]})
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
     await bot.send(receive_event("just talking", **group))
     assert bot.server.replies == []
     other = mention("@_user_2", "ou_other", "Zhang")
-    texts = await bot.send(receive_event("@_user_1 hello @_user_2", mentions=[BOT, other],
-                                         **group))
+    texts = await bot.send(receive_event("@_user_1 hello @_user_2", mentions=[BOT, other], **group))
     assert texts[-1].endswith("You said: hello @Zhang")
-    texts = await bot.send(receive_event("@_user_1 /pin shared add rules Be kind",
-                                         mentions=[BOT], open_id="ou_admin", user_id="u_admin",
-                                         **group))
+    texts = await bot.send(
+        receive_event(
+            "@_user_1 /pin shared add rules Be kind",
+            mentions=[BOT],
+            open_id="ou_admin",
+            user_id="u_admin",
+            **group,
+        )
+    )
     assert texts[-1] == "Saved context block 'rules'."
-    texts = await bot.send(receive_event("@_user_1 /pin add mine in a thread", mentions=[BOT],
-                                         thread_id="omt_1", **group))
+    texts = await bot.send(
+        receive_event(
+            "@_user_1 /pin add mine in a thread", mentions=[BOT], thread_id="omt_1", **group
+        )
+    )
     assert texts[-1] == "Saved context block 'mine'."
-    texts = await bot.send(receive_event("@_user_1 what now", mentions=[BOT],
-                                         root_id="om_root", **group))
+    texts = await bot.send(
+        receive_event("@_user_1 what now", mentions=[BOT], root_id="om_root", **group)
+    )
     assert "rules (context, shared); mine (context, personal)" in texts[-1]
     assert [b.label for b in await bot.store.blocks(["feishu:group:oc_group"])] == ["rules"]
-    assert [b.label for b in await bot.store.blocks(
-        ["feishu:group:oc_group::u:ou_user1"])] == ["mine"]
-    assert [e.content for e in await bot.store.history(
-        "feishu:group:oc_group:topic:om_root")] == ["what now", texts[-1]]
+    assert [b.label for b in await bot.store.blocks(["feishu:group:oc_group::u:ou_user1"])] == [
+        "mine"
+    ]
+    assert [e.content for e in await bot.store.history("feishu:group:oc_group:topic:om_root")] == [
+        "what now",
+        texts[-1],
+    ]
 
 
 async def test_group_trigger_all(start_feishu: Any) -> None:
@@ -172,20 +199,27 @@ async def test_missing_sender_and_other_chat_types_are_refused(start_feishu: Any
 
 
 async def test_allowlists_match_any_of_the_three_ids(start_feishu: Any) -> None:
-    bot = await start_feishu(pins={"enable_in_group": True,
-                                   "group_shared_admin_ids": ["on_union9"],
-                                   "group_strong_user_ids": ["feishu:group:oc_g::u:u_strong"]})
-    group = {"chat_type": "group", "chat_id": "oc_g"}
-    texts = await bot.send(receive_event("/pin shared add x y", open_id="ou_9",
-                                         union_id="on_union9", **group))
+    bot = await start_feishu(
+        pins={
+            "enable_in_group": True,
+            "group_shared_admin_ids": ["on_union9"],
+            "group_strong_user_ids": ["feishu:group:oc_g::u:u_strong"],
+        }
+    )
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_g"}
+    texts = await bot.send(
+        receive_event("/pin shared add x y", open_id="ou_9", union_id="on_union9", **group)
+    )
     assert texts[-1].startswith("Saved")
-    texts = await bot.send(receive_event("/pin add-strong s t", open_id="ou_7",
-                                         user_id="u_strong", **group))
+    texts = await bot.send(
+        receive_event("/pin add-strong s t", open_id="ou_7", user_id="u_strong", **group)
+    )
     assert texts[-1].startswith("Saved strong")
     texts = await bot.send(receive_event("/pin add-strong s t", open_id="ou_8", **group))
     assert "pins.group_strong_user_ids" in texts[-1]
     assert [b.scope for b in await bot.store.blocks(["feishu:group:oc_g::u:ou_7"])] == [
-        "feishu:group:oc_g::u:ou_7"]  # scopes are keyed by open_id
+        "feishu:group:oc_g::u:ou_7"
+    ]  # scopes are keyed by open_id
 
 
 async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
@@ -204,12 +238,12 @@ async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
     challenge = json.dumps(encrypt(url_verification(), ENCRYPT_KEY)).encode()
     assert await bot.post({}, raw=challenge) == (200, {"challenge": "challenge-code-123"})
     await bot.frontend.idle()
-    assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == [
-        "secret-ok"]
+    assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == ["secret-ok"]
 
 
 async def test_duplicate_events_are_processed_once_even_after_a_restart(
-        start_feishu: Any, tmp_path: Any) -> None:
+    start_feishu: Any, tmp_path: Any
+) -> None:
     path = tmp_path / "restart.sqlite3"
     first_store = await Store.open(path)
     bot = await start_feishu(on=first_store)
@@ -245,7 +279,8 @@ async def test_long_connection_hand_off_from_another_thread(start_feishu: Any) -
 
 
 async def test_api_errors_are_logged_and_never_stop_the_bot(
-        start_feishu: Any, fake_feishu: FakeFeishu, caplog: pytest.LogCaptureFixture) -> None:
+    start_feishu: Any, fake_feishu: FakeFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
     bot = await start_feishu()
     fake_feishu.reply_errors.append({"code": 230002, "msg": "bot not in chat"})
     await bot.send(receive_event("/pin list"))
@@ -270,7 +305,9 @@ def test_leading_bot_mention_is_removed_and_others_resolved() -> None:
     mentions = (Mention("@_user_1", BOT_OPEN_ID, "pinbot"), Mention("@_user_2", "ou_x", "Li"))
     assert resolve_mentions("@_user_1 /pin list", mentions, BOT_OPEN_ID) == ("/pin list", True)
     assert resolve_mentions("hi @_user_2 and @_user_1", mentions, BOT_OPEN_ID) == (
-        "hi @Li and @pinbot", True)
+        "hi @Li and @pinbot",
+        True,
+    )
     assert resolve_mentions("@_user_2 hi", mentions, BOT_OPEN_ID) == ("@Li hi", True)
     assert resolve_mentions("@_user_2 hi", mentions[1:], BOT_OPEN_ID) == ("@Li hi", False)
 
@@ -285,18 +322,21 @@ async def test_cli_needs_app_id_and_secret(tmp_path: Any) -> None:
     config.write_text(f"storage: {{path: {tmp_path / 'db.sqlite3'}}}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FEISHU_")}
     process = await asyncio.create_subprocess_exec(
-        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env)
+        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env
+    )
     _, err = await process.communicate()
     assert process.returncode == 2 and b"feishu.app_id" in err
     config.write_text(config.read_text() + "feishu: {app_id: cli_x}\n")
     process = await asyncio.create_subprocess_exec(
-        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env)
+        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env
+    )
     _, err = await process.communicate()
     assert process.returncode == 2 and b"FEISHU_APP_SECRET" in err
 
 
 async def test_websocket_mode_runs_the_client_in_its_own_thread(
-        start_feishu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    start_feishu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import lark_oapi as lark
 
     payload = json.dumps(receive_event("/pin add from-ws x")).encode()
@@ -306,8 +346,9 @@ async def test_websocket_mode_runs_the_client_in_its_own_thread(
         """Stands in for lark.ws.Client: start() blocks its thread and delivers one event the
         way the real client does, through the dispatcher's _do_without_validation."""
 
-        def __init__(self, app_id: str, app_secret: str, *, event_handler: Any,
-                     domain: str) -> None:
+        def __init__(
+            self, app_id: str, app_secret: str, *, event_handler: Any, domain: str
+        ) -> None:
             seen.update(app_id=app_id, domain=domain)
             self.handler = event_handler
 

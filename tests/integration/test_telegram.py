@@ -54,8 +54,11 @@ class Harness:
         mid = body["message_id"]
 
         def replies() -> list[dict[str, Any]]:
-            return [p for p in self.server.sent()
-                    if p.get("reply_parameters", {}).get("message_id") == mid]
+            return [
+                p
+                for p in self.server.sent()
+                if p.get("reply_parameters", {}).get("message_id") == mid
+            ]
 
         await self.server.wait_for(lambda: len(replies()) >= count)
         assert pushed
@@ -79,13 +82,19 @@ async def fake_telegram() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
-async def start_bot(fake_telegram: FakeTelegram, store: Store,
-                    clock: FakeClock) -> AsyncIterator[StartBot]:
+async def start_bot(
+    fake_telegram: FakeTelegram, store: Store, clock: FakeClock
+) -> AsyncIterator[StartBot]:
     running: list[tuple[TelegramFrontend, Any]] = []
 
-    async def start(model: Any = None, *, telegram: dict[str, Any] | None = None,
-                    webhook_secret: str | None = None, monotonic: Any = None,
-                    **sections: Any) -> Harness:
+    async def start(
+        model: Any = None,
+        *,
+        telegram: dict[str, Any] | None = None,
+        webhook_secret: str | None = None,
+        monotonic: Any = None,
+        **sections: Any,
+    ) -> Harness:
         settings = {"base_url": fake_telegram.base_url, "poll_timeout_s": 1, **(telegram or {})}
         config = make_config(telegram=settings, **sections)
         model = model or OfflineChatModel()
@@ -97,8 +106,9 @@ async def start_bot(fake_telegram: FakeTelegram, store: Store,
             await asyncio.sleep(0)
 
         extra = {"monotonic": monotonic} if monotonic else {}
-        frontend = TelegramFrontend(pinbot, config.telegram, TOKEN, webhook_secret=webhook_secret,
-                                    sleep=fake_sleep, **extra)
+        frontend = TelegramFrontend(
+            pinbot, config.telegram, TOKEN, webhook_secret=webhook_secret, sleep=fake_sleep, **extra
+        )
         await frontend.start()
         running.append((frontend, model))
         harness = Harness(fake_telegram, frontend, store)
@@ -115,12 +125,14 @@ async def blocks(store: Store, scope: str) -> list[tuple[str, str, str]]:
     return [(b.label, b.content, b.level.value) for b in await store.blocks([scope])]
 
 
-async def test_dm_pin_and_chat(start_bot: StartBot, fake_telegram: FakeTelegram,
-                               store: Store) -> None:
+async def test_dm_pin_and_chat(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
     bot = await start_bot()
     me = user(42)
     assert await bot.reply_to(message(private_chat(42), "/pin add tone Be brief.", me)) == [
-        "Saved strong block 'tone'."]
+        "Saved strong block 'tone'."
+    ]
     (reply,) = await bot.reply_to(message(private_chat(42), "hello there", me))
     assert "pinned blocks: tone (strong, personal)" in reply and "You said: hello there" in reply
     assert await blocks(store, "telegram:direct:42") == [("tone", "Be brief.", "strong")]
@@ -130,8 +142,11 @@ async def test_dm_pin_and_chat(start_bot: StartBot, fake_telegram: FakeTelegram,
     assert fake_telegram.called("sendChatAction")[0]["action"] == "typing"
 
 
-PINS = {"enable_in_group": True, "group_shared_admin_ids": [f"{GROUP_KEY}::u:7"],
-        "group_strong_user_ids": [5]}
+PINS = {
+    "enable_in_group": True,
+    "group_shared_admin_ids": [f"{GROUP_KEY}::u:7"],
+    "group_strong_user_ids": [5],
+}
 
 
 async def test_group_roles_with_both_allowlist_forms(start_bot: StartBot, store: Store) -> None:
@@ -166,8 +181,9 @@ async def test_pins_disabled_and_whitelist(start_bot: StartBot, store: Store) ->
     assert await store.blocks([f"{GROUP_KEY}::u:1"]) == []
 
 
-async def test_forum_topics_share_the_group_scope(start_bot: StartBot,
-                                                  fake_telegram: FakeTelegram) -> None:
+async def test_forum_topics_share_the_group_scope(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
     bot = await start_bot(pins=PINS)
     forum = group_chat(GROUP, forum=True)
     await bot.reply_to(message(forum, "/pin shared add faq Read the FAQ", user(7), thread_id=3))
@@ -181,31 +197,32 @@ async def test_forum_topics_share_the_group_scope(start_bot: StartBot,
     assert fake_telegram.sent()[-1]["message_thread_id"] == 5
 
 
-async def test_anonymous_admin_and_channel_are_refused(start_bot: StartBot,
-                                                       store: Store) -> None:
+async def test_anonymous_admin_and_channel_are_refused(start_bot: StartBot, store: Store) -> None:
     bot = await start_bot(pins=PINS)
     chat = group_chat(GROUP)
-    anonymous = message(chat, "/pin shared add a b", user(1087968824, "Group"),
-                        sender_chat=chat)
+    anonymous = message(chat, "/pin shared add a b", user(1087968824, "Group"), sender_chat=chat)
     (reply,) = await bot.reply_to(anonymous)
     assert "no sender id" in reply
     channel = {"id": -100777, "type": "channel", "title": "News"}
     linked = message(chat, "/pin add a b", user(777000, "Telegram"), sender_chat=channel)
     (reply,) = await bot.reply_to(linked)
     assert "no sender id" in reply
-    (reply,) = await bot.reply_to(message(channel, "/pin add a b", None, kind="channel_post",
-                                          sender_chat=channel))
+    (reply,) = await bot.reply_to(
+        message(channel, "/pin add a b", None, kind="channel_post", sender_chat=channel)
+    )
     assert "channels" in reply
     assert await store.blocks([GROUP_KEY]) == []
 
 
 async def test_commands_for_other_bots_and_edits_are_ignored(
-        start_bot: StartBot, fake_telegram: FakeTelegram, store: Store) -> None:
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
     bot = await start_bot()
     me, chat = user(42), private_chat(42)
     fake_telegram.push(message(chat, "/pin@other_bot add a b", me))
-    fake_telegram.push(message(chat, "/pin add c d", me, kind="edited_message",
-                               edit_date=1767225601))
+    fake_telegram.push(
+        message(chat, "/pin add c d", me, kind="edited_message", edit_date=1767225601)
+    )
     (reply,) = await bot.reply_to(message(chat, "/pin@Pin_Bot add e f", me))
     assert reply == "Saved strong block 'e'."
     await bot.settle()
@@ -213,8 +230,9 @@ async def test_commands_for_other_bots_and_edits_are_ignored(
     assert [b[0] for b in await blocks(store, "telegram:direct:42")] == ["e"]
 
 
-async def test_long_replies_are_split_on_lines_and_arrive_whole(start_bot: StartBot,
-                                                                store: Store) -> None:
+async def test_long_replies_are_split_on_lines_and_arrive_whole(
+    start_bot: StartBot, store: Store
+) -> None:
     bot = await start_bot()
     me, chat = user(42), private_chat(42)
     for i in range(20):
@@ -230,11 +248,18 @@ async def test_long_replies_are_split_on_lines_and_arrive_whole(start_bot: Start
 
 
 async def test_slow_model_in_one_chat_does_not_delay_another(
-        start_bot: StartBot, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    start_bot: StartBot,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
-    settings = {"backend": "openai", "base_url": fake_openai.base_url,
-                "api_key_env": "PINBOT_TEST_KEY", "max_retries": 0}
+    settings = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_TEST_KEY",
+        "max_retries": 0,
+    }
     model = OpenAIChatModel.from_config(make_config(llm=settings).llm)
     bot = await start_bot(model, llm=settings)
     fake_openai.release = asyncio.Event()
@@ -249,8 +274,9 @@ async def test_slow_model_in_one_chat_does_not_delay_another(
     assert fake_telegram.sent(1)[0]["text"] == "reply 1"
 
 
-async def test_one_chats_updates_apply_in_order(start_bot: StartBot,
-                                                fake_telegram: FakeTelegram) -> None:
+async def test_one_chats_updates_apply_in_order(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
     bot = await start_bot()
     me, chat = user(42), private_chat(42)
     for i in range(10):
@@ -258,16 +284,20 @@ async def test_one_chats_updates_apply_in_order(start_bot: StartBot,
         fake_telegram.push(message(chat, f"/pin remove b{i}", me))
     await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 20)
     texts = [p["text"] for p in fake_telegram.sent()]
-    assert texts == [t for i in range(10) for t in
-                     (f"Saved strong block 'b{i}'.", f"Removed block 'b{i}'.")]
+    assert texts == [
+        t for i in range(10) for t in (f"Saved strong block 'b{i}'.", f"Removed block 'b{i}'.")
+    ]
     assert await bot.store.blocks(["telegram:direct:42"]) == []
 
 
-async def test_supergroup_migration_moves_everything_once(start_bot: StartBot,
-                                                          store: Store) -> None:
+async def test_supergroup_migration_moves_everything_once(
+    start_bot: StartBot, store: Store
+) -> None:
     old, new = -4001, -1004001
-    bot = await start_bot(pins={"enable_in_group": True, "group_shared_admin_ids": [7]},
-                          telegram={"group_trigger": "all"})
+    bot = await start_bot(
+        pins={"enable_in_group": True, "group_shared_admin_ids": [7]},
+        telegram={"group_trigger": "all"},
+    )
     chat = group_chat(old, kind="group")
     await bot.reply_to(message(chat, "/pin shared add rules Be nice", user(7)))
     await bot.reply_to(message(chat, "/pin add mine My note", user(42)))
@@ -280,7 +310,9 @@ async def test_supergroup_migration_moves_everything_once(start_bot: StartBot,
     assert await store.blocks([f"telegram:group:{old}", f"telegram:group:{old}::u:42"]) == []
     assert await store.model_calls(f"telegram:group:{new}") == 1
     assert [e.content for e in await store.history(f"telegram:group:{new}")] == [
-        "hello", (await store.history(f"telegram:group:{new}"))[1].content]
+        "hello",
+        (await store.history(f"telegram:group:{new}"))[1].content,
+    ]
     (reply,) = await bot.reply_to(message(group_chat(new), "again", user(42)))
     assert "rules (context, shared); mine (context, personal)" in reply
     assert "Earlier messages: 2" in reply
@@ -293,8 +325,13 @@ async def test_group_triggers(start_bot: StartBot, fake_telegram: FakeTelegram) 
     fake_telegram.push(message(chat, "hey @someone_else", user(1)))
     (reply,) = await bot.reply_to(message(chat, "@pin_bot what now?", user(1)))
     assert reply.endswith("You said: what now?")
-    bot_message = {"message_id": 1, "date": 0, "chat": chat, "from": {
-        "id": 999, "is_bot": True, "first_name": "Pin", "username": "pin_bot"}, "text": "earlier"}
+    bot_message = {
+        "message_id": 1,
+        "date": 0,
+        "chat": chat,
+        "from": {"id": 999, "is_bot": True, "first_name": "Pin", "username": "pin_bot"},
+        "text": "earlier",
+    }
     (reply,) = await bot.reply_to(message(chat, "and then?", user(1), reply_to=bot_message))
     assert reply.endswith("You said: and then?")
     await bot.settle()
@@ -307,11 +344,15 @@ async def test_group_trigger_all(start_bot: StartBot) -> None:
     assert reply.endswith("You said: anyone?")
 
 
-async def test_inherited_platform_admins(start_bot: StartBot, fake_telegram: FakeTelegram,
-                                         store: Store) -> None:
+async def test_inherited_platform_admins(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
     now = [0.0]
-    bot = await start_bot(pins={"enable_in_group": True, "inherit_platform_admins": True},
-                          telegram={"admin_cache_ttl_s": 60}, monotonic=lambda: now[0])
+    bot = await start_bot(
+        pins={"enable_in_group": True, "inherit_platform_admins": True},
+        telegram={"admin_cache_ttl_s": 60},
+        monotonic=lambda: now[0],
+    )
     chat = group_chat(GROUP)
     fake_telegram.admins.add((GROUP, 7))
     (reply,) = await bot.reply_to(message(chat, "/pin shared add a from admin", user(7)))
@@ -327,8 +368,9 @@ async def test_inherited_platform_admins(start_bot: StartBot, fake_telegram: Fak
     assert [b[0] for b in await blocks(store, GROUP_KEY)] == ["a", "c"]
 
 
-async def test_platform_admins_count_for_nothing_by_default(start_bot: StartBot,
-                                                            fake_telegram: FakeTelegram) -> None:
+async def test_platform_admins_count_for_nothing_by_default(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
     bot = await start_bot(pins={"enable_in_group": True})
     fake_telegram.admins.add((GROUP, 7))
     (reply,) = await bot.reply_to(message(group_chat(GROUP), "/pin shared add a b", user(7)))
@@ -337,8 +379,8 @@ async def test_platform_admins_count_for_nothing_by_default(start_bot: StartBot,
 
 
 async def test_api_errors_are_logged_without_the_token_and_never_stop_the_bot(
-        start_bot: StartBot, fake_telegram: FakeTelegram,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    start_bot: StartBot, fake_telegram: FakeTelegram, capsys: pytest.CaptureFixture[str]
+) -> None:
     setup_logging(LoggingConfig(level="debug"))
     REDACTOR.add(TOKEN)
     try:
@@ -370,14 +412,19 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def test_webhook_mode_needs_the_secret_token(start_bot: StartBot,
-                                                   fake_telegram: FakeTelegram,
-                                                   store: Store) -> None:
+async def test_webhook_mode_needs_the_secret_token(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
     port = free_port()
-    await start_bot(telegram={"mode": "webhook", "webhook_port": port,
-                                    "webhook_path": "hook", "webhook_url":
-                                    "https://bot.example.test/hook"},
-                          webhook_secret="s3cret-token")
+    await start_bot(
+        telegram={
+            "mode": "webhook",
+            "webhook_port": port,
+            "webhook_path": "hook",
+            "webhook_url": "https://bot.example.test/hook",
+        },
+        webhook_secret="s3cret-token",
+    )
     (webhook,) = fake_telegram.called("setWebhook")
     assert webhook["url"] == "https://bot.example.test/hook"
     assert webhook["secret_token"] == "s3cret-token"
@@ -387,11 +434,13 @@ async def test_webhook_mode_needs_the_secret_token(start_bot: StartBot,
     async with aiohttp.ClientSession() as session:
         async with session.post(url, json=forged) as response:
             assert response.status == 403
-        async with session.post(url, json=forged, headers={
-                "X-Telegram-Bot-Api-Secret-Token": "wrong"}) as response:
+        async with session.post(
+            url, json=forged, headers={"X-Telegram-Bot-Api-Secret-Token": "wrong"}
+        ) as response:
             assert response.status == 403
-        async with session.post(url, json=honest, headers={
-                "X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}) as response:
+        async with session.post(
+            url, json=honest, headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
+        ) as response:
             assert response.status == 200
     await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 1)
     assert fake_telegram.sent()[0]["text"] == "Saved strong block 'honest'."
@@ -400,8 +449,11 @@ async def test_webhook_mode_needs_the_secret_token(start_bot: StartBot,
 
 async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
     process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "pinbot"), "telegram",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        str(Path(sys.executable).parent / "pinbot"),
+        "telegram",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if k != "TELEGRAM_BOT_TOKEN"},
     )
     _, err = await process.communicate()
@@ -409,11 +461,19 @@ async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
 
 
 async def test_streaming_edits_one_message_at_a_bounded_rate(
-        start_bot: StartBot, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    start_bot: StartBot,
+    fake_openai: FakeOpenAI,
+    fake_telegram: FakeTelegram,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
-    settings = {"backend": "openai", "base_url": fake_openai.base_url,
-                "api_key_env": "PINBOT_TEST_KEY", "max_retries": 0, "stream": True}
+    settings = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_TEST_KEY",
+        "max_retries": 0,
+        "stream": True,
+    }
     model = OpenAIChatModel.from_config(make_config(llm=settings).llm)
     ticks = [0.0]
 
@@ -447,8 +507,9 @@ async def test_streaming_edits_one_message_at_a_bounded_rate(
 
 
 async def test_access_lists_on_telegram(start_bot: StartBot, store: Store) -> None:
-    bot = await start_bot(access={"allowed_users": [42], "allowed_groups": [GROUP]},
-                          pins={"enable_in_group": True})
+    bot = await start_bot(
+        access={"allowed_users": [42], "allowed_groups": [GROUP]}, pins={"enable_in_group": True}
+    )
     (reply,) = await bot.reply_to(message(private_chat(43), "hello", user(43)))
     assert "Your id is 43 (telegram:direct:43)" in reply and "access.allowed_users" in reply
     (reply,) = await bot.reply_to(message(group_chat(-1005), "/pin add a b", user(42)))
@@ -458,31 +519,47 @@ async def test_access_lists_on_telegram(start_bot: StartBot, store: Store) -> No
     (reply,) = await bot.reply_to(message(group_chat(GROUP), "/pin add a b", user(43)))
     assert reply.startswith("Saved")
     assert await store.history("telegram:direct:43") == []
-    assert await store.export_scopes() == {f"{GROUP_KEY}::u:43": (0, await store.blocks(
-        [f"{GROUP_KEY}::u:43"]))}
+    assert await store.export_scopes() == {
+        f"{GROUP_KEY}::u:43": (0, await store.blocks([f"{GROUP_KEY}::u:43"]))
+    }
 
 
-async def test_pinbot_telegram_process_end_to_end(tmp_path: Path, fake_telegram: FakeTelegram,
-                                                  fake_openai: FakeOpenAI) -> None:
+async def test_pinbot_telegram_process_end_to_end(
+    tmp_path: Path, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
     import signal
 
     import yaml
 
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "storage": {"path": str(tmp_path / "tg.sqlite3")},
-        "telegram": {"base_url": fake_telegram.base_url + "/", "poll_timeout_s": 1},
-        "llm": {"backend": "openai", "base_url": fake_openai.base_url, "model": "m",
-                "api_key_env": "PINBOT_E2E_KEY", "system_prompt": "S"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"path": str(tmp_path / "tg.sqlite3")},
+                "telegram": {"base_url": fake_telegram.base_url + "/", "poll_timeout_s": 1},
+                "llm": {
+                    "backend": "openai",
+                    "base_url": fake_openai.base_url,
+                    "model": "m",
+                    "api_key_env": "PINBOT_E2E_KEY",
+                    "system_prompt": "S",
+                },
+            }
+        )
+    )
     process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "pinbot"), "telegram", "--config", str(config),
+        str(Path(sys.executable).parent / "pinbot"),
+        "telegram",
+        "--config",
+        str(config),
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "PINBOT_E2E_KEY": "sk-e2e"})
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "PINBOT_E2E_KEY": "sk-e2e"},
+    )
     try:
         await fake_telegram.wait_for(lambda: bool(fake_telegram.called("setMyCommands")), 20)
-        fake_telegram.push(message(private_chat(3), "/pin add-context ref Use metric units",
-                                   user(3)))
+        fake_telegram.push(
+            message(private_chat(3), "/pin add-context ref Use metric units", user(3))
+        )
         fake_telegram.push(message(private_chat(3), "How far is it?", user(3)))
         await fake_telegram.wait_for(lambda: len(fake_telegram.sent(3)) == 2, 20)
         process.send_signal(signal.SIGTERM)
@@ -490,19 +567,18 @@ async def test_pinbot_telegram_process_end_to_end(tmp_path: Path, fake_telegram:
     finally:
         if process.returncode is None:
             process.kill()
-    assert [m["text"] for m in fake_telegram.sent(3)] == ["Saved context block 'ref'.",
-                                                          "reply 1"]
+    assert [m["text"] for m in fake_telegram.sent(3)] == ["Saved context block 'ref'.", "reply 1"]
     (request,) = fake_openai.requests
-    assert request["model"] == "m" and request["messages"][0] == {"role": "system",
-                                                                  "content": "S"}
+    assert request["model"] == "m" and request["messages"][0] == {"role": "system", "content": "S"}
     user_message = request["messages"][1]["content"]
     assert "label=ref]\nUse metric units\n" in user_message
     assert user_message.endswith("\n\nHow far is it?")
     assert b"sk-e2e" not in err and TOKEN.encode() not in err
 
 
-async def test_network_errors_are_retried_with_a_pause(start_bot: StartBot,
-                                                       fake_telegram: FakeTelegram) -> None:
+async def test_network_errors_are_retried_with_a_pause(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
     bot = await start_bot()
     fake_telegram.fail("sendMessage", 502, "Bad Gateway")
     fake_telegram.fail("sendMessage", 502, "Bad Gateway")

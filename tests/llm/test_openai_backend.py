@@ -21,9 +21,16 @@ SYSTEM = "You are a test assistant."
 
 
 def llm(server: FakeOpenAI, **extra: Any) -> dict[str, Any]:
-    return {"backend": "openai", "base_url": server.base_url, "model": "fake-model",
-            "api_key_env": "PINBOT_TEST_KEY", "system_prompt": SYSTEM, "timeout_s": 5,
-            "max_retries": 0, **extra}
+    return {
+        "backend": "openai",
+        "base_url": server.base_url,
+        "model": "fake-model",
+        "api_key_env": "PINBOT_TEST_KEY",
+        "system_prompt": SYSTEM,
+        "timeout_s": 5,
+        "max_retries": 0,
+        **extra,
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -31,11 +38,13 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
 
 
-def openai_bot(make_bot: BotFactory, server: FakeOpenAI, pins: dict[str, Any] | None = None,
-               **extra: Any) -> Any:
+def openai_bot(
+    make_bot: BotFactory, server: FakeOpenAI, pins: dict[str, Any] | None = None, **extra: Any
+) -> Any:
     config = make_config(llm=llm(server, **extra))
-    return make_bot(OpenAIChatModel.from_config(config.llm), llm=llm(server, **extra),
-                    pins=pins or {})
+    return make_bot(
+        OpenAIChatModel.from_config(config.llm), llm=llm(server, **extra), pins=pins or {}
+    )
 
 
 def marker_of(messages: list[dict[str, Any]]) -> str:
@@ -46,14 +55,21 @@ def marker_of(messages: list[dict[str, Any]]) -> str:
 
 def section(m: str, level: str, blocks: list[tuple[str, str, str]]) -> str:
     """The wrapper render.py must produce, written out independently."""
-    title, rules = (("pinned rules", STRONG_RULES) if level == "strong"
-                    else ("pinned reference material", CONTEXT_RULES))
-    body = "\n".join(f"[{m} block {level} {scope} label={label}]\n{content}\n[{m} end block]"
-                     for scope, label, content in blocks)
-    return (f"[{m} {title}]\n{rules}\nEach block starts with a line "
-            f"\"[{m} block <level> <scope> label=<label>]\" and ends with \"[{m} end block]\"; "
-            f"this section ends with \"[{m} end {title}]\". Only lines with exactly this marker "
-            f"are boundaries: everything else is block content.\n{body}\n[{m} end {title}]")
+    title, rules = (
+        ("pinned rules", STRONG_RULES)
+        if level == "strong"
+        else ("pinned reference material", CONTEXT_RULES)
+    )
+    body = "\n".join(
+        f"[{m} block {level} {scope} label={label}]\n{content}\n[{m} end block]"
+        for scope, label, content in blocks
+    )
+    return (
+        f"[{m} {title}]\n{rules}\nEach block starts with a line "
+        f'"[{m} block <level> <scope> label=<label>]" and ends with "[{m} end block]"; '
+        f'this section ends with "[{m} end {title}]". Only lines with exactly this marker '
+        f"are boundaries: everything else is block content.\n{body}\n[{m} end {title}]"
+    )
 
 
 def strong_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
@@ -64,13 +80,16 @@ def context_section(m: str, blocks: list[tuple[str, str, str]]) -> str:
     return section(m, "context", blocks)
 
 
-async def test_no_blocks_means_the_plain_request(make_bot: BotFactory,
-                                                 fake_openai: FakeOpenAI) -> None:
+async def test_no_blocks_means_the_plain_request(
+    make_bot: BotFactory, fake_openai: FakeOpenAI
+) -> None:
     bot = openai_bot(make_bot, fake_openai)
     assert await bot.handle(dm(), "hello") == "reply 1"
     assert fake_openai.requests[0]["model"] == "fake-model"
-    assert fake_openai.messages() == [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": "hello"}]
+    assert fake_openai.messages() == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "hello"},
+    ]
     assert fake_openai.headers[0]["Authorization"] == "Bearer sk-test-secret"
 
 
@@ -84,18 +103,27 @@ async def test_dm_blocks_arrive_exactly(make_bot: BotFactory, fake_openai: FakeO
     messages = fake_openai.messages()
     m = marker_of(messages)
     assert messages == [
-        {"role": "system",
-         "content": f"{SYSTEM}\n\n" + strong_section(m, [("personal", "tone", "Antworte knapp.")])},
-        {"role": "user",
-         "content": context_section(m, [("personal", "proj", "Project:\npinbot")])
-         + "\n\nWie geht's?"},
+        {
+            "role": "system",
+            "content": f"{SYSTEM}\n\n"
+            + strong_section(m, [("personal", "tone", "Antworte knapp.")]),
+        },
+        {
+            "role": "user",
+            "content": context_section(m, [("personal", "proj", "Project:\npinbot")])
+            + "\n\nWie geht's?",
+        },
     ]
 
 
-async def test_group_request_has_shared_then_own_blocks_only(make_bot: BotFactory,
-                                                             fake_openai: FakeOpenAI) -> None:
-    pins = {"enable_in_group": True, "group_shared_admin_ids": ["console:group:-100123::u:7"],
-            "group_strong_user_ids": ["5"]}
+async def test_group_request_has_shared_then_own_blocks_only(
+    make_bot: BotFactory, fake_openai: FakeOpenAI
+) -> None:
+    pins = {
+        "enable_in_group": True,
+        "group_shared_admin_ids": ["console:group:-100123::u:7"],
+        "group_strong_user_ids": ["5"],
+    }
     bot = openai_bot(make_bot, fake_openai, pins)
     await bot.handle(group("7"), "/pin shared add-strong house No profanity.")
     await bot.handle(group("7"), "/pin shared add faq FAQ text")
@@ -106,56 +134,86 @@ async def test_group_request_has_shared_then_own_blocks_only(make_bot: BotFactor
     messages = fake_openai.messages()
     m = marker_of(messages)
     assert messages == [
-        {"role": "system", "content": f"{SYSTEM}\n\n" + strong_section(
-            m, [("shared", "house", "No profanity."), ("personal", "mine", "Call me Ana.")])},
-        {"role": "user", "content": context_section(
-            m, [("shared", "faq", "FAQ text"), ("personal", "note", "Ana's note")]) + "\n\nhi"},
+        {
+            "role": "system",
+            "content": f"{SYSTEM}\n\n"
+            + strong_section(
+                m, [("shared", "house", "No profanity."), ("personal", "mine", "Call me Ana.")]
+            ),
+        },
+        {
+            "role": "user",
+            "content": context_section(
+                m, [("shared", "faq", "FAQ text"), ("personal", "note", "Ana's note")]
+            )
+            + "\n\nhi",
+        },
     ]
 
 
-async def test_injection_disabled_sends_the_plain_request(make_bot: BotFactory,
-                                                          fake_openai: FakeOpenAI) -> None:
+async def test_injection_disabled_sends_the_plain_request(
+    make_bot: BotFactory, fake_openai: FakeOpenAI
+) -> None:
     bot = openai_bot(make_bot, fake_openai, {"allow_prompt_injection": False})
     await bot.handle(dm(), "/pin add tone Be brief")
     await bot.handle(dm(), "hello")
-    assert fake_openai.messages() == [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": "hello"}]
+    assert fake_openai.messages() == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "hello"},
+    ]
 
 
 async def test_history_holds_own_words_and_replies_not_wrappers(
-        make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
+    make_bot: BotFactory, fake_openai: FakeOpenAI
+) -> None:
     bot = openai_bot(make_bot, fake_openai)
     await bot.handle(dm(), "/pin add-context ref Some reference")
     await bot.handle(dm(), "first")
     await bot.handle(dm(), "/pin list")
     await bot.handle(dm(), "second")
     messages = fake_openai.messages()
-    assert messages[1:3] == [{"role": "user", "content": "first"},
-                             {"role": "assistant", "content": "reply 1"}]
+    assert messages[1:3] == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "reply 1"},
+    ]
     assert messages[3]["content"].endswith("\n\nsecond")
     assert len(messages) == 4
 
 
-async def test_history_budget_drops_oldest_turns(make_bot: BotFactory, fake_openai: FakeOpenAI,
-                                                 store: Store) -> None:
+async def test_history_budget_drops_oldest_turns(
+    make_bot: BotFactory, fake_openai: FakeOpenAI, store: Store
+) -> None:
     config = make_config(llm=llm(fake_openai))
-    bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=llm(fake_openai),
-                   chat={"history_max_turns": 2, "compaction": "drop",
-                         "compaction_keep_turns": 2})
+    bot = make_bot(
+        OpenAIChatModel.from_config(config.llm),
+        llm=llm(fake_openai),
+        chat={"history_max_turns": 2, "compaction": "drop", "compaction_keep_turns": 2},
+    )
     for word in ("one", "two", "three", "four"):
         await bot.handle(dm(), word)
     assert [m["content"] for m in fake_openai.messages()] == [
-        SYSTEM, "two", "reply 2", "three", "reply 3", "four"]
+        SYSTEM,
+        "two",
+        "reply 2",
+        "three",
+        "reply 3",
+        "four",
+    ]
     assert len(await store.history("console:direct:42")) == 6  # 2 turns kept + the newest
 
 
-@pytest.mark.parametrize(("status", "fragment"), [
-    (500, "failed to answer"), (503, "failed to answer"), (429, "rate limited"),
-    (401, "credentials"),
-])
+@pytest.mark.parametrize(
+    ("status", "fragment"),
+    [
+        (500, "failed to answer"),
+        (503, "failed to answer"),
+        (429, "rate limited"),
+        (401, "credentials"),
+    ],
+)
 async def test_failing_backend_gives_one_clear_message_and_no_history(
-        make_bot: BotFactory, fake_openai: FakeOpenAI, store: Store, status: int,
-        fragment: str) -> None:
+    make_bot: BotFactory, fake_openai: FakeOpenAI, store: Store, status: int, fragment: str
+) -> None:
     bot = openai_bot(make_bot, fake_openai)
     fake_openai.status = status
     reply = await bot.handle(dm(), "hello")
@@ -166,8 +224,7 @@ async def test_failing_backend_gives_one_clear_message_and_no_history(
     assert fake_openai.messages()[1:] == [{"role": "user", "content": "again"}]
 
 
-async def test_retries_are_bounded_by_config(make_bot: BotFactory,
-                                             fake_openai: FakeOpenAI) -> None:
+async def test_retries_are_bounded_by_config(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
     bot = openai_bot(make_bot, fake_openai, max_retries=1)
     fake_openai.status = 500
     await bot.handle(dm(), "hello")
@@ -188,8 +245,12 @@ async def test_refused_connection(make_bot: BotFactory, store: Store) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    settings = {"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1",
-                "api_key_env": "PINBOT_TEST_KEY", "max_retries": 0}
+    settings = {
+        "backend": "openai",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "api_key_env": "PINBOT_TEST_KEY",
+        "max_retries": 0,
+    }
     config = make_config(llm=settings)
     bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=settings)
     reply = await bot.handle(dm(), "hello")

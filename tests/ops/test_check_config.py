@@ -13,16 +13,24 @@ import yaml
 PINBOT = str(Path(sys.executable).parent / "pinbot")
 
 
-async def check(tmp_path: Path, settings: dict[str, Any], *args: str,
-                env: dict[str, str] | None = None) -> tuple[int, str]:
+async def check(
+    tmp_path: Path, settings: dict[str, Any], *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("TELEGRAM_", "FEISHU_", "OPENAI_"))}
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "FEISHU_", "OPENAI_"))
+    }
     process = await asyncio.create_subprocess_exec(
-        PINBOT, "check-config", "--config", str(config), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env={**clean, **(env or {})})
+        PINBOT,
+        "check-config",
+        "--config",
+        str(config),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**clean, **(env or {})},
+    )
     out, _ = await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode()
@@ -40,24 +48,36 @@ async def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
     settings = {
         "storage": {"path": str(locked / "sub" / "db.sqlite3")},
         "llm": {"backend": "openai", "api_key_env": "PINBOT_CHECK_KEY"},
-        "pins": {"group_shared_admin_ids": ["telegram:direct:5::u:1", 7],
-                 "group_strong_user_ids": ["a:b"], "group_whitelist": ["x:y"]},
+        "pins": {
+            "group_shared_admin_ids": ["telegram:direct:5::u:1", 7],
+            "group_strong_user_ids": ["a:b"],
+            "group_whitelist": ["x:y"],
+        },
         "telegram": {"mode": "webhook"},
         "feishu": {"app_id": "cli_1"},
     }
     code, out = await check(tmp_path, settings, "--platform", "telegram")
     locked.chmod(0o700)
     assert code == 1
-    for key in ("llm.api_key_env: the environment variable PINBOT_CHECK_KEY",
-                "pins.group_shared_admin_ids: 'telegram:direct:5::u:1'",
-                "pins.group_strong_user_ids: 'a:b'", "pins.group_whitelist: 'x:y'",
-                "telegram.token_env", "telegram.webhook_url", "telegram.webhook_secret_env",
-                "feishu.app_secret_env", "feishu.verification_token_env"):
+    for key in (
+        "llm.api_key_env: the environment variable PINBOT_CHECK_KEY",
+        "pins.group_shared_admin_ids: 'telegram:direct:5::u:1'",
+        "pins.group_strong_user_ids: 'a:b'",
+        "pins.group_whitelist: 'x:y'",
+        "telegram.token_env",
+        "telegram.webhook_url",
+        "telegram.webhook_secret_env",
+        "feishu.app_secret_env",
+        "feishu.verification_token_env",
+    ):
         assert key in out, key
     if os.geteuid() != 0:  # root may write anywhere
         assert "storage.path" in out
-    code, out = await check(tmp_path, settings, env={
-        "PINBOT_CHECK_KEY": "k", "FEISHU_APP_SECRET": "s", "FEISHU_VERIFICATION_TOKEN": "t"})
+    code, out = await check(
+        tmp_path,
+        settings,
+        env={"PINBOT_CHECK_KEY": "k", "FEISHU_APP_SECRET": "s", "FEISHU_VERIFICATION_TOKEN": "t"},
+    )
     assert "PINBOT_CHECK_KEY" not in out and "feishu" not in out
 
 

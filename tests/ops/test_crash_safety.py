@@ -28,17 +28,30 @@ def content(label: str, version: int) -> str:
 async def test_sigkill_at_random_moments_loses_nothing_acknowledged(tmp_path: Path) -> None:
     db = tmp_path / "crash.sqlite3"
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"storage": {"path": str(db)},
-                                      "pins": {"max_blocks_per_session": 1000},
-                                      "limits": {"pin_commands_per_minute": 0}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"path": str(db)},
+                "pins": {"max_blocks_per_session": 1000},
+                "limits": {"pin_commands_per_minute": 0},
+            }
+        )
+    )
     rng = random.Random(2026)
     acknowledged: dict[str, int] = {}  # label → the version whose save was acknowledged
     removed: set[str] = set()
     for round_number in range(ROUNDS):
         process = await asyncio.create_subprocess_exec(
-            PINBOT, "console", "--config", str(config), "--user", "1",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL)
+            PINBOT,
+            "console",
+            "--config",
+            str(config),
+            "--user",
+            "1",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         assert process.stdin is not None and process.stdout is not None
         commands: list[tuple[str, str, int]] = []
         for i in range(BURST):
@@ -48,8 +61,10 @@ async def test_sigkill_at_random_moments_loses_nothing_acknowledged(tmp_path: Pa
                 commands.append(("edit", label, 2))
             if i % 9 == 8:
                 commands.append(("remove", f"r{round_number}b{i - 8}", 0))
-        lines = [f"/pin {verb} {label}" + (f" {content(label, v)}" if verb != "remove" else "")
-                 for verb, label, v in commands]
+        lines = [
+            f"/pin {verb} {label}" + (f" {content(label, v)}" if verb != "remove" else "")
+            for verb, label, v in commands
+        ]
         process.stdin.write("".join(f"{line}\n" for line in lines).encode())
         await process.stdin.drain()
         stop_after = rng.randrange(1, len(commands))
@@ -78,11 +93,22 @@ async def test_sigterm_stops_the_telegram_bot_gracefully(tmp_path: Path) -> None
     server = await FakeTelegram().start()
     db = tmp_path / "tg.sqlite3"
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"storage": {"path": str(db)}, "telegram": {
-        "base_url": server.base_url, "poll_timeout_s": 1}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"path": str(db)},
+                "telegram": {"base_url": server.base_url, "poll_timeout_s": 1},
+            }
+        )
+    )
     process = await asyncio.create_subprocess_exec(
-        PINBOT, "telegram", "--config", str(config), stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN})
+        PINBOT,
+        "telegram",
+        "--config",
+        str(config),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN},
+    )
     try:
         await server.wait_for(lambda: bool(server.called("setMyCommands")), timeout=20)
         server.push(message(private_chat(5), "/pin add kept before stop", user(5)))

@@ -10,8 +10,9 @@ from tests.conftest import BotFactory, dm, group
 from tests.fakes.clock import FakeClock
 
 
-async def test_pin_commands_are_rate_limited_per_sender(make_bot: BotFactory, store: Store,
-                                                        clock: FakeClock) -> None:
+async def test_pin_commands_are_rate_limited_per_sender(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     bot = make_bot(limits={"pin_commands_per_minute": 3})
     for i in range(3):
         assert (await bot.handle(dm("1"), f"/pin add b{i} x") or "").startswith("Saved")
@@ -39,12 +40,14 @@ async def test_zero_turns_a_limit_off(make_bot: BotFactory) -> None:
         assert (await bot.handle(dm(), "/pin list") or "").startswith("There are no blocks"), i
 
 
-async def test_oversized_messages_are_refused_before_parsing(make_bot: BotFactory,
-                                                             store: Store) -> None:
+async def test_oversized_messages_are_refused_before_parsing(
+    make_bot: BotFactory, store: Store
+) -> None:
     bot = make_bot(limits={"max_message_chars": 50})
     reply = await bot.handle(dm(), "/pin add big " + "x" * 60)
-    assert reply == ("Your message is 73 characters long; the limit is 50. "
-                     "Please send a shorter one.")
+    assert reply == (
+        "Your message is 73 characters long; the limit is 50. Please send a shorter one."
+    )
     assert "limit is 50" in (await bot.handle(dm(), "y" * 51) or "")
     assert await store.blocks(["console:direct:42"]) == []
     assert await store.history("console:direct:42") == []
@@ -66,11 +69,14 @@ SECRETS = [
 
 
 @pytest.mark.parametrize("secret", SECRETS)
-async def test_group_blocks_refuse_credentials(make_bot: BotFactory, store: Store,
-                                               secret: str) -> None:
+async def test_group_blocks_refuse_credentials(
+    make_bot: BotFactory, store: Store, secret: str
+) -> None:
     bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
-    for speaker, command in ((group("7"), f"/pin shared add k {secret}"),
-                             (group("42"), f"/pin add k {secret}")):
+    for speaker, command in (
+        (group("7"), f"/pin shared add k {secret}"),
+        (group("42"), f"/pin add k {secret}"),
+    ):
         reply = await bot.handle(speaker, command)
         assert reply and "looks like" in reply and "pins.refuse_secrets_in_groups" in reply
         assert secret not in reply
@@ -85,12 +91,19 @@ async def test_edit_and_switch_off(make_bot: BotFactory, store: Store) -> None:
     assert reply and "looks like a password" in reply
     relaxed = make_bot(pins={"enable_in_group": True, "refuse_secrets_in_groups": False})
     assert (await relaxed.handle(group(), "/pin edit k password: hunter22") or "").startswith(
-        "Saved")
+        "Saved"
+    )
 
 
-@pytest.mark.parametrize("clean", ["Answer in French", "The password policy needs 12 chars",
-                                   "Use the sk-learn library", "Meeting at 10:30"])
-async def test_ordinary_text_is_not_mistaken_for_a_secret(make_bot: BotFactory,
-                                                          clean: str) -> None:
+@pytest.mark.parametrize(
+    "clean",
+    [
+        "Answer in French",
+        "The password policy needs 12 chars",
+        "Use the sk-learn library",
+        "Meeting at 10:30",
+    ],
+)
+async def test_ordinary_text_is_not_mistaken_for_a_secret(make_bot: BotFactory, clean: str) -> None:
     bot = make_bot(pins={"enable_in_group": True})
     assert (await bot.handle(group(), f"/pin add k {clean}") or "").startswith("Saved")

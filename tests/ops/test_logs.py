@@ -22,8 +22,9 @@ def restore_logging() -> Iterator[None]:
     logging.getLogger().handlers.clear()
 
 
-async def test_info_json_logs_hold_no_content(make_bot: BotFactory, restore_logging: None,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+async def test_info_json_logs_hold_no_content(
+    make_bot: BotFactory, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     setup_logging(LoggingConfig(level="info", json=True))
     bot = make_bot()
     await bot.handle(dm(), "/pin add private-label very private content")
@@ -31,15 +32,16 @@ async def test_info_json_logs_hold_no_content(make_bot: BotFactory, restore_logg
     lines = capsys.readouterr().err.strip().splitlines()
     events = [json.loads(line) for line in lines]
     assert [e["message"].split(" ")[:2] for e in events if e["logger"] == "bot.core.bot"] == [
-        ["handled", "command"], ["handled", "chat"]]
+        ["handled", "command"],
+        ["handled", "chat"],
+    ]
     assert all({"time", "level", "logger", "message"} <= e.keys() for e in events)
     assert "private" not in "\n".join(lines)
 
 
-async def test_debug_logs_show_content_but_never_secrets(make_bot: BotFactory,
-                                                         restore_logging: None,
-                                                         capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
+async def test_debug_logs_show_content_but_never_secrets(
+    make_bot: BotFactory, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     setup_logging(LoggingConfig(level="debug"))
     REDACTOR.add(SECRET)
     bot = make_bot()

@@ -14,8 +14,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_dist.py")]
-GOOD_WHEEL = ["bot/__init__.py", "bot/cli.py", "storage/__init__.py",
-              "pinbot-0.1.0.dist-info/METADATA"]
+GOOD_WHEEL = [
+    "bot/__init__.py",
+    "bot/cli.py",
+    "storage/__init__.py",
+    "pinbot-0.1.0.dist-info/METADATA",
+]
 
 
 def wheel(path: Path, names: list[str]) -> Path:
@@ -39,18 +43,28 @@ def check(*files: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_clean_distributions_pass(tmp_path: Path) -> None:
-    result = check(wheel(tmp_path / "pinbot-0.1.0-py3-none-any.whl", GOOD_WHEEL),
-                   sdist(tmp_path / "pinbot-0.1.0.tar.gz",
-                         [*GOOD_WHEEL[:3], "README.md", "config.example.yaml", "pyproject.toml"]))
+    result = check(
+        wheel(tmp_path / "pinbot-0.1.0-py3-none-any.whl", GOOD_WHEEL),
+        sdist(
+            tmp_path / "pinbot-0.1.0.tar.gz",
+            [*GOOD_WHEEL[:3], "README.md", "config.example.yaml", "pyproject.toml"],
+        ),
+    )
     assert result.returncode == 0, result.stdout
     assert "2 file(s) checked, 0 problem(s)" in result.stdout
 
 
-@pytest.mark.parametrize(("planted", "what"), [
-    ("tests/test_bot.py", "a test file"), ("bot/conftest.py", "a test file"),
-    ("pinbot.sqlite3", "a database"), (".env", "an .env file"),
-    ("bot/server.pem", "a key or certificate"), ("bot/api_token.json", "a secret-looking file"),
-])
+@pytest.mark.parametrize(
+    ("planted", "what"),
+    [
+        ("tests/test_bot.py", "a test file"),
+        ("bot/conftest.py", "a test file"),
+        ("pinbot.sqlite3", "a database"),
+        (".env", "an .env file"),
+        ("bot/server.pem", "a key or certificate"),
+        ("bot/api_token.json", "a secret-looking file"),
+    ],
+)
 def test_planted_files_fail_the_check(tmp_path: Path, planted: str, what: str) -> None:
     result = check(wheel(tmp_path / "p-0.1.0-py3-none-any.whl", [*GOOD_WHEEL, planted]))
     assert result.returncode == 1
@@ -60,12 +74,16 @@ def test_planted_files_fail_the_check(tmp_path: Path, planted: str, what: str) -
 def test_missing_parts_fail_the_check(tmp_path: Path) -> None:
     result = check(sdist(tmp_path / "pinbot-0.1.0.tar.gz", ["bot/__init__.py"]))
     assert result.returncode == 1
-    for missing in ("storage package is missing", "README.md is missing",
-                    "config.example.yaml is missing"):
+    for missing in (
+        "storage package is missing",
+        "README.md is missing",
+        "config.example.yaml is missing",
+    ):
         assert missing in result.stdout
 
 
 def test_version() -> None:
-    result = subprocess.run([str(Path(sys.executable).parent / "pinbot"), "--version"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pinbot"), "--version"], capture_output=True, text=True
+    )
     assert result.returncode == 0 and result.stdout.startswith("pinbot 0.1.0")

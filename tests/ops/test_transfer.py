@@ -33,8 +33,9 @@ async def populate(make_bot: BotFactory, clock: FakeClock) -> None:
     await bot.handle(dm(), "/pin edit notes line one, edited\n\tindented line two")
 
 
-async def test_round_trip_is_exact(make_bot: BotFactory, store: Store, clock: FakeClock,
-                                   tmp_path: Path) -> None:
+async def test_round_trip_is_exact(
+    make_bot: BotFactory, store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
     await populate(make_bot, clock)
     first = await export_document(store, clock())
     assert first["scopes"]["console:direct:42"]["model_calls"] == 1
@@ -44,48 +45,70 @@ async def test_round_trip_is_exact(make_bot: BotFactory, store: Store, clock: Fa
         assert await copy.replace_scopes(plan.scopes, now=clock()) == 5
         second = await export_document(copy, clock())
     assert {k: v for k, v in second.items() if k != "exported_at"} == {
-        k: v for k, v in first.items() if k != "exported_at"}
-    notes = next(b for b in first["scopes"]["console:direct:42"]["blocks"]
-                 if b["label"] == "notes")
+        k: v for k, v in first.items() if k != "exported_at"
+    }
+    notes = next(b for b in first["scopes"]["console:direct:42"]["blocks"] if b["label"] == "notes")
     assert notes["content"] == "line one, edited\n\tindented line two"
     assert notes["updated_at"] != notes["created_at"]
 
 
 def bad_document() -> dict[str, Any]:
-    good = {"label": "ok", "content": "fine", "level": "strong", "state": "active",
-            "priority": 0, "created_at": "2026-01-01T00:00:00+00:00"}
-    return {"format": "pinbot-blocks", "version": 1, "scopes": {
-        "console:direct:1": {"blocks": [
-            good,
-            {**good, "label": "OK"},
-            {**good, "label": "has space"},
-            {**good, "label": "long", "content": "x" * 501},
-            {**good, "label": "lvl", "level": "loud"},
-            {**good, "label": "when", "created_at": "yesterday"},
-            {**good, "label": "idle", "state": "idle"},
-            {**good, "label": "extra", "colour": "red"},
-        ]},
-        "console:group:-5": {"blocks": [{**good, "label": "key",
-                                         "content": "token sk-abcdefghijklmnopqrstuvwxyz123456"}]},
-        "nonsense": {"blocks": []},
-    }}
+    good = {
+        "label": "ok",
+        "content": "fine",
+        "level": "strong",
+        "state": "active",
+        "priority": 0,
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    return {
+        "format": "pinbot-blocks",
+        "version": 1,
+        "scopes": {
+            "console:direct:1": {
+                "blocks": [
+                    good,
+                    {**good, "label": "OK"},
+                    {**good, "label": "has space"},
+                    {**good, "label": "long", "content": "x" * 501},
+                    {**good, "label": "lvl", "level": "loud"},
+                    {**good, "label": "when", "created_at": "yesterday"},
+                    {**good, "label": "idle", "state": "idle"},
+                    {**good, "label": "extra", "colour": "red"},
+                ]
+            },
+            "console:group:-5": {
+                "blocks": [
+                    {**good, "label": "key", "content": "token sk-abcdefghijklmnopqrstuvwxyz123456"}
+                ]
+            },
+            "nonsense": {"blocks": []},
+        },
+    }
 
 
 async def test_import_reports_every_problem_and_writes_nothing(store: Store) -> None:
     plan = plan_import(bad_document(), make_config().pins)
     text = "\n".join(plan.problems)
-    for fragment in ("label 'OK' appears twice", "block 'has space'", "limit is 500",
-                     "block 'lvl': level must be", "block 'when': created_at 'yesterday'",
-                     "block 'idle': an idle block needs idle_since",
-                     "block 'extra': unknown field(s) colour", "looks like an OpenAI-style API key",
-                     "scope 'nonsense': not a scope key"):
+    for fragment in (
+        "label 'OK' appears twice",
+        "block 'has space'",
+        "limit is 500",
+        "block 'lvl': level must be",
+        "block 'when': created_at 'yesterday'",
+        "block 'idle': an idle block needs idle_since",
+        "block 'extra': unknown field(s) colour",
+        "looks like an OpenAI-style API key",
+        "scope 'nonsense': not a scope key",
+    ):
         assert fragment in text, fragment
     assert len(plan.problems) == 9
     assert await store.export_scopes() == {}
 
 
-async def test_dry_run_describes_changes(make_bot: BotFactory, store: Store,
-                                         clock: FakeClock) -> None:
+async def test_dry_run_describes_changes(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
     await populate(make_bot, clock)
     document = await export_document(store, clock())
     blocks = document["scopes"]["console:direct:42"]["blocks"]
@@ -103,15 +126,22 @@ async def run_cli(*args: str, db: Path) -> tuple[int, str, str]:
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(f"storage: {{path: '{db}'}}\n", encoding="utf-8")
     process = await asyncio.create_subprocess_exec(
-        PINBOT, *args, "--config", str(config), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=dict(os.environ))
+        PINBOT,
+        *args,
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(os.environ),
+    )
     out, err = await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
 
 
-async def test_cli_export_and_import(make_bot: BotFactory, store: Store, clock: FakeClock,
-                                     tmp_path: Path) -> None:
+async def test_cli_export_and_import(
+    make_bot: BotFactory, store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
     await populate(make_bot, clock)
     source = tmp_path / "pins.sqlite3"  # the store fixture's file
     assert source.exists()
@@ -141,9 +171,22 @@ async def test_import_of_a_wrong_file(tmp_path: Path, text: str) -> None:
 
 
 def test_import_accepts_an_agent_prefix_on_scope_keys() -> None:
-    document = {"format": "pinbot-blocks", "version": 1, "scopes": {
-        "agent:main:telegram:direct:5": {"blocks": [
-            {"label": "a", "content": "b", "level": "strong", "state": "active",
-             "created_at": "2026-01-01T00:00:00+00:00"}]}}}
+    document = {
+        "format": "pinbot-blocks",
+        "version": 1,
+        "scopes": {
+            "agent:main:telegram:direct:5": {
+                "blocks": [
+                    {
+                        "label": "a",
+                        "content": "b",
+                        "level": "strong",
+                        "state": "active",
+                        "created_at": "2026-01-01T00:00:00+00:00",
+                    }
+                ]
+            }
+        },
+    }
     plan = plan_import(document, make_config().pins)
     assert plan.problems == [] and list(plan.scopes) == ["telegram:direct:5"]

@@ -33,8 +33,9 @@ async def test_opens_empty_file_at_latest_schema_in_wal_mode(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("start", range(1, LATEST))
-async def test_migrates_from_every_earlier_version_keeping_blocks(tmp_path: Path,
-                                                                   start: int) -> None:
+async def test_migrates_from_every_earlier_version_keeping_blocks(
+    tmp_path: Path, start: int
+) -> None:
     path = tmp_path / f"v{start}.sqlite3"
     async with aiosqlite.connect(path, isolation_level=None) as db:
         assert await migrate(db, target=start) == start
@@ -74,19 +75,23 @@ async def test_reopening_applies_nothing_twice(tmp_path: Path) -> None:
 
 
 async def test_fifty_concurrent_inserts_leave_exactly_the_limit(store: Store) -> None:
-    results = await asyncio.gather(*(
-        store.insert_block(new(f"b{i}"), now=NOW, max_blocks=20, max_total_chars=0)
-        for i in range(50)
-    ))
+    results = await asyncio.gather(
+        *(
+            store.insert_block(new(f"b{i}"), now=NOW, max_blocks=20, max_total_chars=0)
+            for i in range(50)
+        )
+    )
     assert sum(results) == 20
     assert len(await store.blocks(["s"])) == 20
 
 
 async def test_concurrent_inserts_respect_the_character_budget(store: Store) -> None:
-    results = await asyncio.gather(*(
-        store.insert_block(new(f"b{i}", "x" * 10), now=NOW, max_blocks=100, max_total_chars=95)
-        for i in range(30)
-    ))
+    results = await asyncio.gather(
+        *(
+            store.insert_block(new(f"b{i}", "x" * 10), now=NOW, max_blocks=100, max_total_chars=95)
+            for i in range(30)
+        )
+    )
     assert sum(results) == 9
     assert sum(len(b.content) for b in await store.blocks(["s"])) == 90
 
@@ -94,8 +99,9 @@ async def test_concurrent_inserts_respect_the_character_budget(store: Store) -> 
 async def test_duplicate_label_differing_in_case_is_rejected(store: Store) -> None:
     assert await store.insert_block(new("Rules"), now=NOW, max_blocks=5, max_total_chars=0)
     assert not await store.insert_block(new("rULES"), now=NOW, max_blocks=5, max_total_chars=0)
-    assert await store.insert_block(new("rules", scope="other"), now=NOW, max_blocks=5,
-                                    max_total_chars=0)
+    assert await store.insert_block(
+        new("rules", scope="other"), now=NOW, max_blocks=5, max_total_chars=0
+    )
 
 
 async def test_update_is_refused_at_a_stale_revision(store: Store) -> None:
@@ -127,7 +133,8 @@ async def test_history_turn_and_compaction_drop(store: Store) -> None:
     first = await store.history("k")
     await store.append_turn("k", "two", "r2", now=NOW, drop_ids=[e.id for e in first])
     assert [(e.role, e.content) for e in await store.history("k")] == [
-        ("user", "two"), ("assistant", "r2")
+        ("user", "two"),
+        ("assistant", "r2"),
     ]
     assert await store.history("other") == []
     assert await store.integrity_ok()
