@@ -17,6 +17,7 @@ from bench.data import scope_of
 from bench.stats import summary_us
 from bot.config import parse_config
 from bot.core.bot import Pinbot
+from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.render import ScopedBlock, injected, render
 from bot.llm.offline import OfflineChatModel
@@ -65,15 +66,18 @@ def _render_json(slots: dict[str, dict[str, Any]]) -> str:
 
 
 async def ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
-    """pinbot's blocks path of a turn: conversation → scopes → counting and cleanup → render."""
+    """pinbot's blocks path of a turn: conversation → resolved context → scopes → counting and
+    cleanup → render."""
     store = await Store.open(path)
-    bot = Pinbot(parse_config({}), store, OfflineChatModel())
+    config = parse_config({})
+    bot = Pinbot(config, store, OfflineChatModel())
     samples = []
     try:
         for index in _picks(scopes, turns, seed):
             conversation = Conversation("bench", ChatKind.DIRECT, str(index), str(index))
             start = time.perf_counter_ns()
-            rendered = await bot.chat.rendered_blocks(conversation, TEXT)
+            context = MessageContext.resolve(conversation, config.pins, None)
+            rendered = await bot.chat.rendered_blocks(context, TEXT)
             samples.append(time.perf_counter_ns() - start)
             assert rendered.strong and rendered.context
     finally:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from bot.config import Config
-from bot.core.conversation import group_session_key_of, strip_agent_prefix
+from bot.core.keys import group_key_of, strip_agent_prefix
 from bot.core.permissions import AllowEntry
 
 
@@ -48,7 +48,7 @@ def _allowlists(config: Config) -> list[str]:
                 )
     for entry in pins.group_whitelist:
         bare = strip_agent_prefix(entry)
-        if not bare or (":" in bare and group_session_key_of(bare) is None):
+        if not bare or (":" in bare and group_key_of(bare) is None):
             problems.append(
                 f"pins.group_whitelist: '{entry}' is neither a group id nor a group "
                 "session key (e.g. telegram:group:-100123)"

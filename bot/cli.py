@@ -135,7 +135,7 @@ def _check(config: Config, args: argparse.Namespace) -> int:
 async def _export(config: Config, output: str | None) -> int:
     import json
 
-    from bot.core.pins import utc_now
+    from bot.core.clock import utc_now
     from bot.core.transfer import export_document
 
     async with await Store.open(config.storage.path) as store:
@@ -152,8 +152,8 @@ async def _export(config: Config, output: str | None) -> int:
 async def _import(config: Config, file: str, dry_run: bool) -> int:
     import json
 
-    from bot.core.pins import utc_now
-    from bot.core.transfer import describe_changes, plan_import
+    from bot.core.clock import utc_now
+    from bot.core.transfer import apply_import, describe_changes, plan_import
 
     try:
         document = json.loads(Path(file).read_text(encoding="utf-8"))
@@ -178,7 +178,7 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
         if dry_run:
             print("dry run: nothing was written")
             return 0
-        written = await store.replace_scopes(plan.scopes, now=utc_now())
+        written = await apply_import(store, plan, utc_now())
     print(f"imported {written} block(s) in {len(plan.scopes)} scope(s)")
     return 0
 

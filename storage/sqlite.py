@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -412,16 +412,20 @@ class Store:
         return scopes
 
     async def replace_scopes(
-        self, scopes: dict[str, tuple[int, list[Block]]], *, now: datetime
+        self,
+        scopes: dict[str, tuple[int, list[Block]]],
+        *,
+        now: datetime,
+        audited: Collection[str] = (),
     ) -> int:
         """Make each given scope hold exactly these blocks (times, states and all) and this call
-        count, in one transaction; other scopes are untouched. Changes to a group's shared
-        blocks go to its audit trail. Returns blocks written."""
+        count, in one transaction; other scopes are untouched. Changes to the scopes in audited
+        go to their audit trail. Returns blocks written."""
         await self.flush_calls()
         written = 0
         async with self._transaction():
             for scope, (calls, blocks) in scopes.items():
-                if ":group:" in scope and "::u:" not in scope:
+                if scope in audited:
                     await self._audit_import(scope, blocks, now)
                 await self._db.execute("DELETE FROM blocks WHERE scope = ?", (scope,))
                 await self._db.execute(
@@ -522,16 +526,20 @@ class Store:
 
     # --- moving a group ---------------------------------------------------------------------------
 
-    async def move_group(self, old: str, new: str) -> int:
-        """Move a group's shared and personal blocks, counters and history from the group session
-        key old to new, in one transaction; returns how many blocks moved.
+    async def move_group(
+        self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
+    ) -> int:
+        """Move a group's blocks, counters and history from the key old to new, in one
+        transaction; returns how many blocks moved. The group's scopes are old and those starting
+        with members_prefix, its history sessions old and those starting with sessions_prefix
+        (both prefixes start with old, which is replaced by new).
 
         A block whose label already exists at the destination stays where it was, so nothing is
         overwritten or duplicated; moving twice moves nothing the second time.
         """
-        prefix_match = "(scope = :old OR substr(scope, 1, length(:old) + 4) = :old || '::u:')"
+        prefix_match = "(scope = :old OR substr(scope, 1, length(:members)) = :members)"
         renamed = ":new || substr(scope, length(:old) + 1)"
-        args = {"old": old, "new": new}
+        args = {"old": old, "new": new, "members": members_prefix, "sessions": sessions_prefix}
         await self.flush_calls()
         async with self._transaction():
             cursor = await self._db.execute(
@@ -550,7 +558,7 @@ class Store:
             )
             await self._db.execute(
                 "UPDATE history SET session = :new || substr(session, length(:old) + 1) "
-                "WHERE session = :old OR substr(session, 1, length(:old) + 1) = :old || ':'",
+                "WHERE session = :old OR substr(session, 1, length(:sessions)) = :sessions",
                 args,
             )
         return moved

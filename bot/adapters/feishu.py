@@ -20,8 +20,8 @@ from aiohttp import web
 
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
+from bot.core.clock import Clock, utc_now
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.pins import Clock, utc_now
 from bot.core.replies import split_message
 
 log = logging.getLogger(__name__)
@@ -424,12 +424,7 @@ class FeishuFrontend:
         if raw is None:
             return
         text, mentioned = resolve_mentions(raw, event.mentions, self.bot_open_id)
-        conversation = event.conversation()
-        addressed = conversation.kind is ChatKind.DIRECT or (
-            conversation.kind is ChatKind.GROUP
-            and (mentioned or self.config.group_trigger == "all")
-        )
-        reply = await self.pinbot.handle(conversation, text, addressed=addressed)
+        reply = await self.pinbot.handle(event.conversation(), text, mentioned=mentioned)
         if reply:
             try:
                 await self.api.reply(event.message_id, reply)

@@ -10,7 +10,6 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -209,30 +208,23 @@ class TelegramFrontend:
     # --- handlers -------------------------------------------------------------------------------
 
     async def on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """Answer a text message: a command, or a chat turn when the bot is addressed."""
+        """Hand a text message to the core with what Telegram says about it; send the reply."""
         message = update.effective_message
         if message is None or message.text is None:
             return
         conversation = conversation_of(message)
-        text = message.text
-        if text.startswith("/"):
-            if self.pinbot.addressed_to_other_bot(text):
-                return
-            conversation = await self._with_platform_admin(conversation, message, text)
-            reply = await self.pinbot.handle(conversation, text)
-        else:
-            if not self._addressed(message, conversation):
-                return
-            stream = StreamedReply(self, message)
-            async with self._typing(message):
-                reply = await self.pinbot.handle(
-                    conversation, self._without_mention(text), on_text=stream.update
-                )
-            if reply:
-                await stream.finish(reply)
-            return
+        stream = StreamedReply(self, message)
+        reply = await self.pinbot.handle(
+            conversation,
+            self._without_mention(message.text),
+            mentioned=self._mentions_me(message),
+            replied_to_bot=self._replies_to_me(message),
+            platform_admin=self._admin_lookup(message, conversation),
+            on_text=stream.update,
+            thinking=lambda: self._typing(message),
+        )
         if reply:
-            await self.send_reply(message, reply)
+            await stream.finish(reply)
 
     async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Move a group's blocks, counters and history when it becomes a supergroup."""
@@ -254,26 +246,23 @@ class TelegramFrontend:
 
     # --- triggers -------------------------------------------------------------------------------
 
-    def _addressed(self, message: Message, conversation: Conversation) -> bool:
-        if conversation.kind is ChatKind.DIRECT:
-            return True
-        if conversation.kind is not ChatKind.GROUP:
-            return False
-        if self.config.group_trigger == "all":
-            return True
-        me = self.app.bot
+    def _replies_to_me(self, message: Message) -> bool:
+        """Whether message replies to one of the bot's own messages (a topic's opening service
+        message does not count: Telegram sets it as the reply target of every topic message)."""
         replied = message.reply_to_message
-        if (
+        return (
             replied is not None
             and replied.forum_topic_created is None
             and replied.from_user is not None
-            and replied.from_user.id == me.id
-        ):
-            return True
+            and replied.from_user.id == self.app.bot.id
+        )
+
+    def _mentions_me(self, message: Message) -> bool:
+        """Whether message @mentions the bot, by username or as a text mention."""
+        me = self.app.bot
         mention = f"@{me.username}".casefold()
-        for entity, value in message.parse_entities(
-            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
-        ).items():
+        kinds: list[str | None] = [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
+        for entity, value in message.parse_entities(kinds).items():
             if entity.type == MessageEntity.MENTION and value.casefold() == mention:
                 return True
             if entity.user is not None and entity.user.id == me.id:
@@ -308,32 +297,35 @@ class TelegramFrontend:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _with_platform_admin(
-        self, conversation: Conversation, message: Message, text: str
-    ) -> Conversation:
-        """Ask Telegram whether the sender administers the group, when config allows it to count
-        and the command is about shared blocks."""
-        if (
-            not self.pinbot.config.pins.inherit_platform_admins
-            or conversation.kind is not ChatKind.GROUP
-            or conversation.sender_id is None
-            or message.from_user is None
-            or " shared" not in f" {text.casefold()}"
-        ):
-            return conversation
-        key = (message.chat.id, message.from_user.id)
+    def _admin_lookup(
+        self, message: Message, conversation: Conversation
+    ) -> Callable[[], Awaitable[bool | None]] | None:
+        """How the core asks whether the sender administers this group (None outside groups)."""
+        sender = message.from_user
+        if conversation.kind is not ChatKind.GROUP or conversation.sender_id is None or not sender:
+            return None
+
+        async def is_admin() -> bool | None:
+            return await self._is_group_admin(message, sender.id)
+
+        return is_admin
+
+    async def _is_group_admin(self, message: Message, user_id: int) -> bool | None:
+        """Ask Telegram (getChatMember) whether the user is the group's creator or an
+        administrator, cached for `telegram.admin_cache_ttl_s`; None when Telegram cannot say."""
+        key = (message.chat.id, user_id)
         cached = self._admin_cache.get(key)
         now = self.monotonic()
         if cached is not None and cached[1] > now:
-            return replace(conversation, platform_admin=cached[0])
+            return cached[0]
         try:
-            member = await message.chat.get_member(message.from_user.id)
+            member = await message.chat.get_member(user_id)
         except TelegramError as error:
             log.warning("getChatMember failed for chat %s: %s", message.chat.id, error)
-            return conversation
+            return None
         is_admin = member.status in (ChatMemberStatus.OWNER, ChatMemberStatus.ADMINISTRATOR)
         self._admin_cache[key] = (is_admin, now + self.config.admin_cache_ttl_s)
-        return replace(conversation, platform_admin=is_admin)
+        return is_admin
 
     # --- sending --------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bot.config import AccessConfig
-from bot.core.conversation import ChatKind, Conversation, strip_agent_prefix
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.keys import direct_key, strip_agent_prefix
 from bot.core.permissions import names_group
 
 ANYONE = "*"
@@ -13,7 +14,7 @@ def _user_allowed(conversation: Conversation, entries: list[str]) -> bool:
     if not entries or ANYONE in entries:
         return True
     names = set(conversation.sender_ids)
-    names |= {f"{conversation.platform}:direct:{sender}" for sender in conversation.sender_ids}
+    names |= {direct_key(conversation.platform, sender) for sender in conversation.sender_ids}
     return any(strip_agent_prefix(entry) in names for entry in entries)
 
 
@@ -32,7 +33,7 @@ def access_refusal(conversation: Conversation, access: AccessConfig) -> str | No
         who = conversation.sender_id or "unknown"
         return (
             f"Sorry, this bot is private. Your id is {who} "
-            f"({conversation.platform}:direct:{who}); the operator can add it to "
+            f"({direct_key(conversation.platform, who)}); the operator can add it to "
             "access.allowed_users."
         )
     if _group_allowed(conversation, access.allowed_groups):

@@ -1,26 +1,41 @@
-"""The core's front door: one incoming message in, at most one English reply out."""
+"""The core's front door: one incoming message in, at most one English reply out.
+
+Adapters report what they know of a message (the conversation, whether it mentions or replies to
+the bot, how to ask the platform about group admins); `Pinbot.handle` decides whether it is for
+this bot, resolves the sender once, and routes it to `/pin`, the other commands, or a chat turn.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from bot.config import Config
 from bot.core.access import access_refusal
 from bot.core.chat import ChatService
+from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin
+from bot.core.context import GroupTrigger, MessageContext, is_addressed
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
+from bot.core.keys import group_children, group_key
 from bot.core.limits import RateLimiter
-from bot.core.pins import Clock, PinService, utc_now
+from bot.core.permissions import AdminLookup
+from bot.core.pins import PinService
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
 from storage.sqlite import Store
 
 log = logging.getLogger(__name__)
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
+SHOWN_COMMAND_CHARS = 32  # an unknown command is echoed back at most this long
+# A thinking indicator: a context manager that runs while the model works on a turn.
+Thinking = Callable[[], AbstractAsyncContextManager[None]]
 
 
 def split_command(text: str) -> tuple[str, str | None, str]:
@@ -47,16 +62,17 @@ class Pinbot:
         self.config = config
         self.store = store
         self.pins = PinService(store, config.pins, clock)
-        self.chat = ChatService(store, self.pins, config, model, clock)
+        self.chat = ChatService(store, self.pins.ops, config, model, clock)
         self.bot_username = bot_username
         self._pin_commands = RateLimiter(config.limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(config.limits.model_turns_per_minute, clock)
+        # The console user always addresses the bot; platforms follow their group_trigger.
+        self._triggers: dict[str, GroupTrigger] = {
+            "telegram": config.telegram.group_trigger,
+            "feishu": config.feishu.group_trigger,
+        }
 
-    def is_command(self, text: str) -> bool:
-        """Whether text is a command (for this bot, when it names one)."""
-        return text.startswith("/")
-
-    def addressed_to_other_bot(self, text: str) -> bool:
+    def _names_other_bot(self, text: str) -> bool:
         """Whether text is a command that names a different bot (`/pin@other_bot`)."""
         _, bot, _ = split_command(text)
         return (
@@ -70,36 +86,54 @@ class Pinbot:
         conversation: Conversation,
         text: str,
         *,
-        addressed: bool = True,
+        mentioned: bool = False,
+        replied_to_bot: bool = False,
+        platform_admin: AdminLookup | None = None,
         on_text: TextSink | None = None,
+        thinking: Thinking | None = None,
     ) -> str | None:
         """Answer one message; None means the message is not for this bot.
 
-        A message that is not a command goes to the model only when addressed to the bot; while a
-        streaming model answers, on_text gets the text so far.
+        A command is for the bot unless it names another bot; other text when the trigger policy
+        says the bot is addressed (`is_addressed`). platform_admin asks the platform whether the
+        sender administers the group; it is called at most once, and only when that could change
+        a decision. While a streaming model answers, on_text gets the text so far; thinking runs
+        while the model works.
         """
         text = text.strip()
-        if not text or (not self.is_command(text) and not addressed):
+        if not text:
+            return None
+        if text.startswith("/"):
+            if self._names_other_bot(text):
+                return None
+        elif not is_addressed(
+            conversation,
+            mentioned=mentioned,
+            replied_to_bot=replied_to_bot,
+            trigger=self._triggers.get(conversation.platform, "all"),
+        ):
             return None
         started = time.perf_counter()
-        reply = await self._answer(conversation, text, on_text)
-        if reply is not None:
-            kind = "command" if self.is_command(text) else "chat"
-            log.info(
-                "handled %s session=%s ms=%.1f",
-                kind,
-                conversation.session_key,
-                (time.perf_counter() - started) * 1000,
-            )
-            # What people wrote is theirs: only at debug level.
-            log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply)
+        reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
+        kind = "command" if text.startswith("/") else "chat"
+        log.info(
+            "handled %s session=%s ms=%.1f",
+            kind,
+            conversation.session_key,
+            (time.perf_counter() - started) * 1000,
+        )
+        # What people wrote is theirs: only at debug level.
+        log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply)
         return reply
 
     async def _answer(
-        self, conversation: Conversation, text: str, on_text: TextSink | None
-    ) -> str | None:
-        if self.is_command(text) and self.addressed_to_other_bot(text[:200]):
-            return None
+        self,
+        conversation: Conversation,
+        text: str,
+        platform_admin: AdminLookup | None,
+        on_text: TextSink | None,
+        thinking: Thinking | None,
+    ) -> str:
         if refusal := access_refusal(conversation, self.config.access):
             return refusal
         limit = self.config.limits.max_message_chars
@@ -108,11 +142,13 @@ class Pinbot:
                 f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
                 "Please send a shorter one."
             )
-        if not self.is_command(text):
-            if wait := self._turns.acquire(self._sender_key(conversation)):
-                return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
-            return await self.chat.turn(conversation, text, on_text)
-        return await self.command(conversation, text)
+        context = MessageContext.resolve(conversation, self.config.pins, platform_admin)
+        if text.startswith("/"):
+            return await self.command(context, text)
+        if wait := self._turns.acquire(self._sender_key(conversation)):
+            return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
+        async with thinking() if thinking else contextlib.nullcontext():
+            return await self.chat.turn(context, text, on_text)
 
     @staticmethod
     def _sender_key(conversation: Conversation) -> str:
@@ -120,29 +156,32 @@ class Pinbot:
 
     async def move_group(self, platform: str, old_chat: str, new_chat: str) -> int:
         """Move a group's blocks, counters and history to its new chat id; returns blocks moved."""
+        old, new = group_key(platform, old_chat), group_key(platform, new_chat)
+        members, sessions = group_children(old)
         return await self.store.move_group(
-            f"{platform}:group:{old_chat}", f"{platform}:group:{new_chat}"
+            old, new, members_prefix=members, sessions_prefix=sessions
         )
 
-    async def command(self, conversation: Conversation, text: str) -> str:
+    async def command(self, context: MessageContext, text: str) -> str:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
+        conversation = context.conversation
         if name == "pin":
             if wait := self._pin_commands.acquire(self._sender_key(conversation)):
                 return f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
             parsed = parse_pin(rest)
             if isinstance(parsed, ParseError):
                 return parsed.message
-            return await self.pins.execute(conversation, parsed)
+            return await self.pins.execute(context, parsed)
         if name in ("start", "help"):
             return GENERAL_HELP
         if name == "whoami":
-            return whoami(conversation, self.config.pins)
+            return await whoami(context)
         if name in ("reset", "new"):
             count = await self.chat.reset(conversation)
             return (
                 f"Started a new conversation: {count} earlier message(s) forgotten. "
                 "Pinned blocks are kept."
             )
-        shown = name if len(name) <= 32 else name[:32] + "…"
+        shown = name if len(name) <= SHOWN_COMMAND_CHARS else name[:SHOWN_COMMAND_CHARS] + "…"
         return f"Unknown command /{shown}. Send /pin help to manage pinned blocks."

@@ -4,19 +4,22 @@ too big), the model and its tool calls, the reply."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import weakref
 from collections.abc import Sequence
 
 from bot.config import Config
+from bot.core.blocks import BlockOps, Done
+from bot.core.clock import Clock, utc_now
+from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
+from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
-from bot.core.permissions import resolve_access
-from bot.core.pins import Clock, PinService, utc_now
 from bot.core.render import Rendered, ordered, render
-from bot.core.tools import TOOL_SPECS, PinTools
-from bot.llm.base import ChatModel, Message, ModelError, TextSink
+from bot.core.tools import TOOL_SPECS, PinTools, tool_message
+from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
 from storage.models import HistoryEntry
 from storage.sqlite import Store
@@ -31,14 +34,14 @@ class ChatService:
     def __init__(
         self,
         store: Store,
-        pins: PinService,
+        ops: BlockOps,
         config: Config,
         model: ChatModel,
         clock: Clock = utc_now,
     ) -> None:
         self._store = store
         self._lifecycle = Lifecycle(store, config.pins, clock)
-        self._tools = PinTools(pins)
+        self._tools = PinTools(ops)
         self._config = config
         self._model = model
         self._clock = clock
@@ -60,7 +63,7 @@ class ChatService:
             and conversation.kind is ChatKind.GROUP
             and conversation.sender_id
         ):
-            key = f"{key}:sender:{conversation.sender_id}"
+            key = sender_session(key, conversation.sender_id)
         return key
 
     async def reset(self, conversation: Conversation) -> int:
@@ -70,31 +73,38 @@ class ChatService:
             return await self._store.clear_history(session)
 
     async def turn(
-        self, conversation: Conversation, text: str, on_text: TextSink | None = None
+        self, context: MessageContext, text: str, on_text: TextSink | None = None
     ) -> str:
         """Send text to the model with the speaker's blocks and history; returns the reply.
 
         A failed model call returns one short English line and leaves no history.
         """
-        session = self.history_key(conversation)
+        session = self.history_key(context.conversation)
         async with self._lock(session):
-            rendered = await self.rendered_blocks(conversation, text)
+            rendered = await self.rendered_blocks(context, text)
             history = await self._compacted(session, await self._store.history(session))
-            messages = self.build_messages(rendered, history, text)
+            request = ModelRequest(
+                self.build_messages(rendered, history, text),
+                blocks=tuple(
+                    SentBlock(item.block.label, item.block.level.value, item.scope_name)
+                    for item in rendered.blocks
+                ),
+                user_text=text,
+            )
             try:
-                reply = await self._answer(conversation, messages, on_text)
+                reply = await self._answer(context, request, on_text)
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
                 return error.user_message
             await self._store.append_turn(session, text, reply, now=self._clock())
             return reply
 
-    async def rendered_blocks(self, conversation: Conversation, text: str) -> Rendered:
+    async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
         """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
         and the rendered sections (empty when injection is off or pins do not apply here)."""
-        access = resolve_access(conversation, self._config.pins)
-        if access.role is None:
+        if not context.speaker.pins_on:
             return render([], text)
+        conversation = context.conversation
         shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
         scopes = [scope for scope in (shared_scope, personal_scope) if scope]
         blocks = await self._lifecycle.blocks_for_request(scopes)
@@ -134,21 +144,24 @@ class ChatService:
         return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept]
 
     async def _answer(
-        self, conversation: Conversation, messages: list[Message], on_text: TextSink | None
+        self, context: MessageContext, request: ModelRequest, on_text: TextSink | None
     ) -> str:
         """Ask the model, running the agent tools it calls for a bounded number of rounds."""
         llm = self._config.llm
         rounds = llm.max_tool_rounds if llm.agent_tools else 0
+        messages = request.messages
         for round_number in range(rounds + 1):
             tools = TOOL_SPECS if round_number < rounds else None
-            reply = await self._model.complete(messages, tools=tools, on_text=on_text)
+            this_round = dataclasses.replace(request, messages=messages, tools=tools)
+            reply = await self._model.complete(this_round, on_text=on_text)
             if not reply.tool_calls or tools is None:
                 return reply.text or NO_ANSWER
-            messages.append(reply.as_message())
+            messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
-                result = await self._tools.call(conversation, call.name, call.arguments)
-                outcome = "refused" if result.startswith("Refused") else "done"
-                log.info("tool %s session=%s %s", call.name, conversation.session_key, outcome)
+                outcome = await self._tools.call(context, call.name, call.arguments)
+                done = "done" if isinstance(outcome, Done) else "refused"
+                log.info("tool %s session=%s %s", call.name, context.conversation.session_key, done)
+                result = tool_message(outcome)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return NO_ANSWER
 

@@ -1,5 +1,5 @@
 """The pin lifecycle at each model request: count the call for each scope, and delete the idle
-blocks whose retention has passed (SPEC section 4)."""
+blocks whose retention has passed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from bot.config import PinsConfig
-from bot.core.pins import Clock, utc_now
+from bot.core.clock import Clock, utc_now
 from storage.models import Block, State
 from storage.sqlite import Store
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.config import PinsConfig
-from bot.core.conversation import ChatKind, Conversation, group_session_key_of, strip_agent_prefix
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.keys import MEMBER_MARK, group_key_of, split_member_entry, strip_agent_prefix
 
-SCOPED_ENTRY_MARK = "::u:"
+# Asks the platform whether the sender administers the group: True, False, or None (unknown).
+AdminLookup = Callable[[], Awaitable[bool | None]]
 
 
 class Role(StrEnum):
@@ -50,13 +53,10 @@ class AllowEntry:
     def parse(cls, text: str) -> AllowEntry | None:
         """Read `<sender id>` or `<group session key>::u:<sender id>`; None if malformed."""
         text = text.strip()
-        if SCOPED_ENTRY_MARK not in text:
+        if MEMBER_MARK not in text:
             return cls(text) if text and ":" not in text else None
-        key, _, sender = text.rpartition(SCOPED_ENTRY_MARK)
-        group = group_session_key_of(key)
-        if not sender or group is None:
-            return None
-        return cls(sender, group)
+        split = split_member_entry(text)
+        return None if split is None else cls(split[1], split[0])
 
     def matches(self, conversation: Conversation) -> bool:
         """Whether this entry names the conversation's sender, in this group if scoped."""
@@ -76,7 +76,7 @@ def _listed(entries: list[str], conversation: Conversation) -> bool:
 def names_group(entry: str, conversation: Conversation) -> bool:
     """Whether a group list entry (a group id or a group session key) names this chat."""
     bare = strip_agent_prefix(entry)
-    key = group_session_key_of(bare)
+    key = group_key_of(bare)
     if key is not None:
         return key == conversation.group_session_key
     return bare == conversation.chat_id
@@ -119,9 +119,7 @@ def resolve_access(conversation: Conversation, pins: PinsConfig) -> Access:
             "Pins are not enabled for this group. The bot's operator can add "
             f"'{conversation.group_session_key}' to pins.group_whitelist.",
         )
-    if _listed(pins.group_shared_admin_ids, conversation) or (
-        pins.inherit_platform_admins and conversation.platform_admin
-    ):
+    if _listed(pins.group_shared_admin_ids, conversation):
         return Access(Role.SHARED_ADMIN)
     if _listed(pins.group_strong_user_ids, conversation):
         return Access(Role.STRONG_USER)
@@ -129,7 +127,7 @@ def resolve_access(conversation: Conversation, pins: PinsConfig) -> Access:
 
 
 def may(role: Role, action: Action) -> bool:
-    """The permission table of SPEC section 2: may a sender of this role do this action?"""
+    """The permission table: may a sender of this role do this action?"""
     if action is Action.PERSONAL:
         return True
     if action is Action.PERSONAL_STRONG:
@@ -153,3 +151,72 @@ def refusal_for(role: Role, action: Action) -> str:
         "Only shared admins may change this group's shared blocks. The bot's operator can "
         "add your id to pins.group_shared_admin_ids. Everyone may use /pin shared list."
     )
+
+
+class Speaker:
+    """The sender of one message as pins see them, resolved once for the whole message.
+
+    The role comes from config (`resolve_access`); where `pins.inherit_platform_admins` is on,
+    the platform is asked whether the sender administers the group, once per message and only
+    when the answer could change a decision (never for a listed admin, in a DM, or for an action
+    the sender's listed role already allows).
+    """
+
+    def __init__(
+        self, access: Access, *, platform_admin: AdminLookup | None = None, inherit: bool = False
+    ) -> None:
+        self.access = access
+        self._lookup = platform_admin if inherit else None
+        self._platform_admin: bool | None = None
+        self._asked = False
+
+    @property
+    def refusal(self) -> str | None:
+        """Why pins do not work here, or None when they do."""
+        return None if self.access.role is not None else self.access.refusal
+
+    @property
+    def pins_on(self) -> bool:
+        """Whether pins work for this sender here."""
+        return self.access.role is not None
+
+    @property
+    def listed_role(self) -> Role | None:
+        """The role config gives, before asking the platform."""
+        return self.access.role
+
+    async def role(self) -> Role | None:
+        """The sender's full role here, asking the platform about admin status if it could
+        raise it."""
+        listed = self.access.role
+        if listed not in (Role.MEMBER, Role.STRONG_USER) or self._lookup is None:
+            return listed
+        if not self._asked:
+            self._asked = True
+            self._platform_admin = await self._lookup()
+        return Role.SHARED_ADMIN if self._platform_admin else listed
+
+    @property
+    def inherited_admin(self) -> bool:
+        """Whether the sender is a shared admin because the platform says they administer the
+        group (known once role() has asked)."""
+        return bool(self._platform_admin) and self.access.role in (Role.MEMBER, Role.STRONG_USER)
+
+    async def may(self, action: Action) -> bool:
+        """Whether the sender may do this action here."""
+        listed = self.access.role
+        if listed is None:
+            return False
+        if may(listed, action):
+            return True
+        role = await self.role()
+        return role is not None and may(role, action)
+
+    async def refusal_for(self, action: Action) -> str | None:
+        """None when the sender may do this action; else the English refusal."""
+        if await self.may(action):
+            return None
+        role = self.access.role
+        if role is None:
+            return self.access.refusal or "Pins are not available here."
+        return refusal_for(role, action)

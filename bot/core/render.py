@@ -55,6 +55,7 @@ class Rendered:
     strong: str
     context: str
     marker: str
+    blocks: tuple[ScopedBlock, ...] = ()  # what was rendered, in order
 
 
 def injected(blocks: Sequence[Block]) -> list[Block]:
@@ -113,6 +114,7 @@ def render(blocks: Sequence[ScopedBlock], user_text: str) -> Rendered:
         strong=_section(Level.STRONG, strong, marker),
         context=_section(Level.CONTEXT, context, marker),
         marker=marker,
+        blocks=tuple(blocks),
     )
 
 

@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.core.conversation import Conversation
-from bot.core.pins import PinService
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
+from bot.core.context import MessageContext
 from bot.llm.base import Tool
-from storage.models import Level
+from storage.models import Level, State
 
 _SCOPE_NOTE = "Works only on the current speaker's personal blocks, never on shared group blocks."
 
@@ -97,65 +97,95 @@ class DeleteArgs(_Args):
     label: str
 
 
-SHARED_REFUSAL = (
-    "Refused: the tools work only on the speaker's personal blocks; shared group "
-    "blocks are managed by the group's shared admins with /pin shared."
+SHARED_REFUSAL = Refused(
+    "The tools work only on the speaker's personal blocks; shared group blocks are managed by "
+    "the group's shared admins with /pin shared."
 )
+NEXT_TURN = " It applies from the next turn."
+
+
+def tool_message(outcome: Outcome) -> str:
+    """The text a tool result carries back to the model."""
+    return outcome.message if isinstance(outcome, Done) else f"Refused: {outcome.reason}"
 
 
 class PinTools:
-    """Runs one tool call for the speaker of a conversation and returns the tool result text."""
+    """Runs one tool call for the speaker of a message, over the same operations as /pin."""
 
-    def __init__(self, pins: PinService) -> None:
-        self._pins = pins
+    def __init__(self, ops: BlockOps) -> None:
+        self._ops = ops
 
-    async def call(self, conversation: Conversation, name: str, arguments: str) -> str:
-        """The result of the call, or the reason it was refused; never raises on bad input."""
+    async def call(self, context: MessageContext, name: str, arguments: str) -> Outcome:
+        """The outcome of the call, or the reason it was refused; never raises on bad input."""
         try:
             raw = json.loads(arguments or "{}")
         except json.JSONDecodeError:
-            return "Refused: the arguments are not valid JSON."
+            return Refused("the arguments are not valid JSON.")
         if not isinstance(raw, dict):
-            return "Refused: the arguments must be a JSON object."
+            return Refused("the arguments must be a JSON object.")
         if raw.pop("scope", "personal") != "personal":
             return SHARED_REFUSAL
+        target = Target.of(context, shared=False)
+        if isinstance(target, Refused):
+            return target
         try:
-            return await self._dispatch(conversation, name, raw)
+            return await self._dispatch(target, name, raw)
         except ValidationError as error:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors()
             )
-            return f"Refused: invalid arguments for {name}: {problems}"
+            return Refused(f"invalid arguments for {name}: {problems}")
 
-    async def _dispatch(self, conversation: Conversation, name: str, raw: dict[str, Any]) -> str:
+    async def _dispatch(self, target: Target, name: str, raw: dict[str, Any]) -> Outcome:
         if name == "pin_set":
-            args = SetArgs.model_validate(raw)
-            return await self._pins.agent_set(
-                conversation,
-                args.label,
-                args.content,
-                level=Level(args.level) if args.level else None,
-                pinned=args.pinned,
-                priority=args.priority,
-            )
+            return await self._set(target, SetArgs.model_validate(raw))
         if name == "pin_get":
-            label = GetArgs.model_validate(raw).label
-            result = await self._pins.agent_get(conversation, label)
-            if isinstance(result, str):
-                return result
-            return json.dumps(
-                [
-                    {
-                        "label": b.label,
-                        "content": b.content,
-                        "level": b.level.value,
-                        "state": b.state.value,
-                        "priority": b.priority,
-                    }
-                    for b in result
-                ],
-                ensure_ascii=False,
-            )
+            return await self._get(target, GetArgs.model_validate(raw).label)
         if name == "pin_delete":
-            return await self._pins.agent_delete(conversation, DeleteArgs.model_validate(raw).label)
-        return f"Refused: there is no tool named '{name}'."
+            label = DeleteArgs.model_validate(raw).label
+            return await self._ops.remove(target, label, protect_pinned=True)
+        return Refused(f"there is no tool named '{name}'.")
+
+    async def _set(self, target: Target, args: SetArgs) -> Outcome:
+        """Create the block, or update it if it exists (never a pinned one)."""
+        level = Level(args.level) if args.level else None
+        content = args.content.strip()
+        if find_block(await self._ops.blocks(target), args.label) is None:
+            outcome = await self._ops.add(
+                target,
+                args.label,
+                content,
+                level=level,
+                pinned=args.pinned,
+                priority=args.priority or 0,
+            )
+        else:
+            outcome = await self._ops.change(
+                target,
+                args.label,
+                content=content,
+                level=level,
+                state=State.PINNED if args.pinned else None,
+                priority=args.priority,
+                protect_pinned=True,
+            )
+        return Done(outcome.message + NEXT_TURN) if isinstance(outcome, Done) else outcome
+
+    async def _get(self, target: Target, label: str | None) -> Outcome:
+        blocks = await self._ops.blocks(target)
+        if label is not None:
+            found = find_block(blocks, label)
+            if found is None:
+                return Refused(f"there is no block labelled '{label}'.")
+            blocks = [found]
+        listed = [
+            {
+                "label": b.label,
+                "content": b.content,
+                "level": b.level.value,
+                "state": b.state.value,
+                "priority": b.priority,
+            }
+            for b in blocks
+        ]
+        return Done(json.dumps(listed, ensure_ascii=False))

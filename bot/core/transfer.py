@@ -3,21 +3,19 @@ everything with /pin's rules and writes all of it in one transaction, or nothing
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from bot.config import PinsConfig
-from bot.core.conversation import strip_agent_prefix
 from bot.core.credentials import credential_kind
+from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
 from bot.core.validation import content_problem, label_problem
 from storage.models import Block, Level, State
 from storage.sqlite import Store, label_key
 
 FORMAT = "pinbot-blocks"
 VERSION = 1
-_SCOPE = re.compile(r"^[^:\s]+:(?:direct:[^:\s]+|group:[^:\s]+(?:::u:[^:\s]+)?)$")
 _FIELDS = {
     "label",
     "content",
@@ -109,7 +107,7 @@ def _check_text(
         problems.append(f"{where}: content must not start or end with spaces or line breaks")
     elif problem := content_problem(content, pins):
         problems.append(f"{where}: {problem}")
-    elif "::u:" in scope or ":group:" in scope:
+    elif is_group_scope(scope):
         kind = credential_kind(content) if pins.refuse_secrets_in_groups else None
         if kind:
             problems.append(
@@ -212,13 +210,14 @@ def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
         plan.problems.append('"scopes" must be an object of scope keys')
         return plan
     for written, body in scopes.items():
-        scope = strip_agent_prefix(written)  # as everywhere a session key is read
-        if not _SCOPE.match(scope):
+        parsed_scope = parse_scope(written)  # drops a leading agent:<name>: as everywhere
+        if parsed_scope is None:
             plan.problems.append(
-                f"scope '{scope}': not a scope key (e.g. telegram:direct:42, "
+                f"scope '{written}': not a scope key (e.g. telegram:direct:42, "
                 "telegram:group:-100123, telegram:group:-100123::u:42)"
             )
             continue
+        scope = parsed_scope.key
         if not isinstance(body, dict) or not isinstance(body.get("blocks", []), list):
             plan.problems.append(f"scope '{scope}': must be an object with a \"blocks\" list")
             continue
@@ -234,6 +233,13 @@ def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
         _check_scope(scope, blocks, pins, plan.problems)
         plan.scopes[scope] = (calls, blocks)
     return plan
+
+
+async def apply_import(store: Store, plan: ImportPlan, now: datetime) -> int:
+    """Write a checked plan in one transaction (changes to shared scopes go to their audit
+    trail); returns blocks written."""
+    audited = {scope for scope in plan.scopes if is_shared_scope(scope)}
+    return await store.replace_scopes(plan.scopes, now=now, audited=audited)
 
 
 async def describe_changes(store: Store, plan: ImportPlan) -> list[str]:

@@ -3,9 +3,10 @@ more rights here. It never shows anyone else's ids."""
 
 from __future__ import annotations
 
-from bot.config import PinsConfig
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.permissions import Role, resolve_access
+from bot.core.context import MessageContext
+from bot.core.conversation import ChatKind
+from bot.core.keys import member_scope
+from bot.core.permissions import Role
 
 _MAY = {
     Role.DM_USER: "all personal /pin commands; blocks default to strong",
@@ -15,8 +16,9 @@ _MAY = {
 }
 
 
-def whoami(conversation: Conversation, pins: PinsConfig) -> str:
-    """The /whoami reply for the sender of this conversation."""
+async def whoami(context: MessageContext) -> str:
+    """The /whoami reply for the sender of this message."""
+    conversation = context.conversation
     ids = conversation.sender_ids
     kinds = conversation.sender_id_kinds or ("id",) + ("alias",) * (len(ids) - 1)
     lines = [f"Platform: {conversation.platform}"]
@@ -38,17 +40,21 @@ def whoami(conversation: Conversation, pins: PinsConfig) -> str:
     lines.append(f"Session key: {conversation.session_key}")
     if conversation.group_session_key:
         lines.append(f"Group session key: {conversation.group_session_key}")
-    access = resolve_access(conversation, pins)
-    if access.role is None:
-        lines.append(f"Pins here: off. {access.refusal}")
+    speaker = context.speaker
+    role = await speaker.role()
+    if role is None:
+        lines.append(f"Pins here: off. {speaker.refusal}")
     else:
-        lines.append(
-            f"Pins here: on. You are a {access.role.value}: you may use {_MAY[access.role]}."
-        )
+        lines.append(f"Pins here: on. You are a {role.value}: you may use {_MAY[role]}.")
+        if speaker.inherited_admin:
+            lines.append(
+                f"You are a shared admin because {conversation.platform} says you administer "
+                "this group (pins.inherit_platform_admins)."
+            )
     group = conversation.group_session_key
     if group and ids:
         everywhere = ", ".join(ids)
-        here = ", ".join(f"{group}::u:{value}" for value in ids)
+        here = ", ".join(member_scope(group, value) for value in ids)
         lines.append(
             "To make you a shared admin, add one of these to "
             "pins.group_shared_admin_ids (for a strong user, to "

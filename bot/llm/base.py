@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 Message = dict[str, Any]
 Tool = dict[str, Any]
@@ -50,15 +50,33 @@ class ModelReply:
         return message
 
 
+@dataclass(frozen=True)
+class SentBlock:
+    """A pinned block as a request carries it: which one, at which level, from which scope."""
+
+    label: str
+    level: str  # "strong" or "context"
+    scope: str  # "shared" or "personal"
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One request to the model: the exact messages (and tools) for the wire, and the same
+    request's parts as data for backends that read them instead (the offline model)."""
+
+    messages: list[Message]
+    tools: list[Tool] | None = None
+    blocks: tuple[SentBlock, ...] = ()
+    user_text: str = ""
+    purpose: Literal["turn", "summary"] = "turn"
+    summarised: tuple[tuple[str, str], ...] = ()  # (role, content) entries, for a summary
+
+
 class ChatModel(Protocol):
     """An OpenAI-style chat completion backend."""
 
     async def complete(
-        self,
-        messages: list[Message],
-        *,
-        tools: list[Tool] | None = None,
-        on_text: TextSink | None = None,
+        self, request: ModelRequest, *, on_text: TextSink | None = None
     ) -> ModelReply:
         """Answer the conversation, or raise ModelError. When the backend streams, on_text is
         called with the text so far as it grows."""

@@ -9,7 +9,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from bot.config import LlmConfig, secret_from_env
-from bot.llm.base import Message, ModelError, ModelReply, TextSink, Tool, ToolCall
+from bot.llm.base import Message, ModelError, ModelReply, ModelRequest, TextSink, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +33,13 @@ class OpenAIChatModel:
         return cls(config, api_key)
 
     async def complete(
-        self,
-        messages: list[Message],
-        *,
-        tools: list[Tool] | None = None,
-        on_text: TextSink | None = None,
+        self, request: ModelRequest, *, on_text: TextSink | None = None
     ) -> ModelReply:
-        """One chat completion (streamed when `llm.stream` is on and on_text is given); every
-        failure becomes a ModelError with a short English line."""
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        """One chat completion of the request's messages and tools (streamed when `llm.stream`
+        is on and on_text is given); every failure becomes a ModelError with a short English
+        line."""
+        messages = request.messages
+        extra: dict[str, Any] = {"tools": request.tools} if request.tools else {}
         try:
             if self._config.stream and on_text is not None:
                 reply = await self._streamed(messages, extra, on_text)

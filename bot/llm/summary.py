@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.llm.base import Message
+from bot.llm.base import ModelRequest
 
 SUMMARY_INSTRUCTIONS = (
     "You compact chat history. Summarise the conversation below in at most 200 words: keep "
@@ -14,10 +14,11 @@ SUMMARY_INSTRUCTIONS = (
 ROLE_NAMES = {"user": "user", "assistant": "assistant", "summary": "earlier summary"}
 
 
-def summary_request(entries: Sequence[tuple[str, str]]) -> list[Message]:
-    """The messages that ask for a summary of (role, content) history entries."""
+def summary_request(entries: Sequence[tuple[str, str]]) -> ModelRequest:
+    """The request that asks for a summary of (role, content) history entries."""
     transcript = "\n".join(f"{ROLE_NAMES.get(role, role)}: {content}" for role, content in entries)
-    return [
+    messages = [
         {"role": "system", "content": SUMMARY_INSTRUCTIONS},
         {"role": "user", "content": transcript},
     ]
+    return ModelRequest(messages, purpose="summary", summarised=tuple(entries))

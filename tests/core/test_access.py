@@ -79,7 +79,7 @@ async def test_scoped_user_entry_and_star(make_bot: BotFactory) -> None:
 
 async def test_unaddressed_group_chatter_gets_no_refusal(make_bot: BotFactory) -> None:
     bot = make_bot(access={"allowed_groups": ["-1"]})
-    assert await bot.handle(group(), "just chatting", addressed=False) is None
+    assert await bot.handle(group(platform="telegram"), "just chatting") is None
 
 
 async def test_whoami_in_a_dm(make_bot: BotFactory) -> None:

@@ -222,7 +222,7 @@ async def test_agent_tools_set_get_delete(bots: Any, fake_openai: FakeOpenAI) ->
     assert "label=task]\nMigrate v3 to v4" in fake_openai.messages()[0]["content"]
     fake_openai.script = [tool_calls(("pin_delete", {"label": "TASK"})), completion("Done.")]
     await bot.handle(dm(), "forget it")
-    assert tool_results(fake_openai.requests[-1]) == {"call_1": "Deleted block 'task'."}
+    assert tool_results(fake_openai.requests[-1]) == {"call_1": "Removed block 'task'."}
     assert await bot.store.blocks(["console:direct:42"]) == []
     # history holds the user's words and final answers only
     assert [e.content for e in await bot.store.history("console:direct:42")] == [

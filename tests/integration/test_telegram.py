@@ -5,8 +5,10 @@ blocks it stores."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from bot.adapters.telegram import TelegramFrontend
 from bot.config import LoggingConfig
@@ -524,56 +527,97 @@ async def test_access_lists_on_telegram(start_bot: StartBot, store: Store) -> No
     }
 
 
-async def test_pinbot_telegram_process_end_to_end(
-    tmp_path: Path, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
-) -> None:
-    import signal
-
-    import yaml
-
+@contextlib.asynccontextmanager
+async def pinbot_telegram(
+    tmp_path: Path, fake_telegram: FakeTelegram, settings: dict[str, Any], env: dict[str, str]
+) -> AsyncIterator[list[bytes]]:
+    """Run the real `pinbot telegram` process against the fake Bot API until the block ends,
+    then stop it with SIGTERM; the list gets its stderr."""
     config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "storage": {"path": str(tmp_path / "tg.sqlite3")},
-                "telegram": {"base_url": fake_telegram.base_url + "/", "poll_timeout_s": 1},
-                "llm": {
-                    "backend": "openai",
-                    "base_url": fake_openai.base_url,
-                    "model": "m",
-                    "api_key_env": "PINBOT_E2E_KEY",
-                    "system_prompt": "S",
-                },
-            }
-        )
-    )
+    telegram = {"base_url": fake_telegram.base_url + "/", "poll_timeout_s": 1}
+    document = {"storage": {"path": str(tmp_path / "tg.sqlite3")}, "telegram": telegram}
+    config.write_text(yaml.safe_dump({**document, **settings}))
     process = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "pinbot"),
         "telegram",
         "--config",
         str(config),
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "PINBOT_E2E_KEY": "sk-e2e"},
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, **env},
     )
+    err: list[bytes] = []
     try:
         await fake_telegram.wait_for(lambda: bool(fake_telegram.called("setMyCommands")), 20)
+        yield err
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 20)
+        err.append(stderr)
+    finally:
+        if process.returncode is None:
+            process.kill()
+
+
+async def test_pinbot_telegram_process_end_to_end(
+    tmp_path: Path, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    llm = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "model": "m",
+        "api_key_env": "PINBOT_E2E_KEY",
+        "system_prompt": "S",
+    }
+    env = {"PINBOT_E2E_KEY": "sk-e2e"}
+    async with pinbot_telegram(tmp_path, fake_telegram, {"llm": llm}, env) as err:
         fake_telegram.push(
             message(private_chat(3), "/pin add-context ref Use metric units", user(3))
         )
         fake_telegram.push(message(private_chat(3), "How far is it?", user(3)))
         await fake_telegram.wait_for(lambda: len(fake_telegram.sent(3)) == 2, 20)
-        process.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(process.communicate(), 20)
-    finally:
-        if process.returncode is None:
-            process.kill()
     assert [m["text"] for m in fake_telegram.sent(3)] == ["Saved context block 'ref'.", "reply 1"]
     (request,) = fake_openai.requests
     assert request["model"] == "m" and request["messages"][0] == {"role": "system", "content": "S"}
     user_message = request["messages"][1]["content"]
     assert "label=ref]\nUse metric units\n" in user_message
     assert user_message.endswith("\n\nHow far is it?")
-    assert b"sk-e2e" not in err and TOKEN.encode() not in err
+    assert b"sk-e2e" not in err[0] and TOKEN.encode() not in err[0]
+
+
+async def test_inherited_admin_end_to_end_through_the_process(
+    tmp_path: Path, fake_telegram: FakeTelegram
+) -> None:
+    """A Telegram group administrator, with pins.inherit_platform_admins, may do all a listed
+    shared admin may (personal strong blocks included); a plain member may not."""
+    settings = {"pins": {"enable_in_group": True, "inherit_platform_admins": True}}
+    fake_telegram.admins.add((GROUP, 7))
+    chat = group_chat(GROUP)
+    said = [
+        (7, "/pin add-strong mine Answer formally."),
+        (7, "/pin shared add rule Keep it short."),
+        (8, "/pin add-strong theirs Be loud."),
+        (8, "/pin add notes Just mine."),
+        (7, "/whoami"),
+        (8, "/whoami"),
+        (7, "hello @pin_bot"),
+    ]
+    async with pinbot_telegram(tmp_path, fake_telegram, settings, {}):
+        for sender, text in said:
+            fake_telegram.push(message(chat, text, user(sender)))
+        await fake_telegram.wait_for(lambda: len(fake_telegram.sent(GROUP)) == len(said), 20)
+    replies = [m["text"] for m in fake_telegram.sent(GROUP)]
+    assert replies[0] == "Saved strong block 'mine'."
+    assert replies[1] == "Saved context block 'rule'."
+    assert replies[2].startswith("Only strong users may")
+    assert replies[3] == "Saved context block 'notes'."
+    assert "You are a shared admin" in replies[4]
+    assert "telegram says you administer this group" in replies[4]
+    assert "You are a member" in replies[5] and "administer" not in replies[5]
+    assert replies[6].startswith(
+        "[offline model] pinned blocks: mine (strong, personal); rule (context, shared)"
+    )
+    # One getChatMember per sender; the member's context block needed none.
+    asked = [call["user_id"] for call in fake_telegram.called("getChatMember")]
+    assert sorted(asked) == [7, 8]
 
 
 async def test_network_errors_are_retried_with_a_pause(

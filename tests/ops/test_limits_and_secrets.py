@@ -51,7 +51,7 @@ async def test_oversized_messages_are_refused_before_parsing(
     assert "limit is 50" in (await bot.handle(dm(), "y" * 51) or "")
     assert await store.blocks(["console:direct:42"]) == []
     assert await store.history("console:direct:42") == []
-    assert await bot.handle(group(), "z" * 60, addressed=False) is None  # not for us: silent
+    assert await bot.handle(group(platform="telegram"), "z" * 60) is None  # not for us: silent
 
 
 SECRETS = [

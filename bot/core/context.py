@@ -1,0 +1,51 @@
+"""One incoming message, resolved once: where it was said, by whom, with which rights, and
+whether it is addressed to the bot. `/pin`, chat turns, agent tools and `/whoami` all read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.config import PinsConfig
+from bot.core.conversation import ChatKind, Conversation
+from bot.core.permissions import AdminLookup, Speaker, resolve_access
+
+GroupTrigger = Literal["mention", "all"]
+
+
+@dataclass(frozen=True)
+class MessageContext:
+    """The resolved context of one message."""
+
+    conversation: Conversation
+    speaker: Speaker
+
+    @classmethod
+    def resolve(
+        cls, conversation: Conversation, pins: PinsConfig, platform_admin: AdminLookup | None
+    ) -> MessageContext:
+        """Resolve the sender's access here once; platform admin status is asked later, only if
+        a decision needs it."""
+        access = resolve_access(conversation, pins)
+        speaker = Speaker(
+            access, platform_admin=platform_admin, inherit=pins.inherit_platform_admins
+        )
+        return cls(conversation, speaker)
+
+    @property
+    def actor(self) -> str:
+        """Who is acting, as the audit trail records it."""
+        return self.conversation.sender_id or ""
+
+
+def is_addressed(
+    conversation: Conversation, *, mentioned: bool, replied_to_bot: bool, trigger: GroupTrigger
+) -> bool:
+    """Whether a message that is not a command is meant for the bot: always in a DM; in a group
+    when it mentions the bot or replies to it, or always with the `all` trigger; never in
+    channels or chats of unknown kind."""
+    if conversation.kind is ChatKind.DIRECT:
+        return True
+    if conversation.kind is not ChatKind.GROUP:
+        return False
+    return trigger == "all" or mentioned or replied_to_bot

@@ -1,0 +1,134 @@
+"""Session and scope keys: the one place their grammar is built, parsed and classified.
+
+Session keys follow OpenClaw's form: `<platform>:direct:<user>`, `<platform>:group:<chat>`,
+`<platform>:group:<chat>:topic:<thread>`, and `…:sender:<id>` where history is kept per sender.
+Scopes (where blocks live) are a DM user's session key, a group's session key (its shared
+blocks), or `<group session key>::u:<sender>` (a member's personal blocks in that group).
+A leading `agent:<name>:` is accepted and ignored wherever a key is read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+DIRECT = "direct"
+GROUP = "group"
+MEMBER_MARK = "::u:"
+TOPIC_MARK = ":topic:"
+SENDER_MARK = ":sender:"
+_AGENT_PREFIX = re.compile(r"^agent:[^:]+:")
+_PART = r"[^:\s]+"
+_SCOPE = re.compile(
+    rf"^(?P<platform>{_PART}):(?:{DIRECT}:(?P<user>{_PART})"
+    rf"|{GROUP}:(?P<chat>{_PART})(?:{re.escape(MEMBER_MARK)}(?P<sender>{_PART}))?)$"
+)
+
+
+class ScopeKind(StrEnum):
+    """The three kinds of scope a block can live in."""
+
+    DIRECT = "direct"  # one user's DM blocks
+    SHARED = "shared"  # a group's shared blocks
+    MEMBER = "member"  # one member's personal blocks in one group
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A parsed scope key."""
+
+    key: str
+    platform: str
+    kind: ScopeKind
+    owner: str  # the DM user, or the group's chat id
+    sender: str | None = None  # the member, for MEMBER scopes
+
+    @property
+    def group_key(self) -> str | None:
+        """The group session key of a group scope, None for a DM scope."""
+        return None if self.kind is ScopeKind.DIRECT else group_key(self.platform, self.owner)
+
+
+def strip_agent_prefix(key: str) -> str:
+    """Drop a leading `agent:<name>:` as written in OpenClaw configs."""
+    return _AGENT_PREFIX.sub("", key.strip(), count=1)
+
+
+def direct_key(platform: str, user: str) -> str:
+    """A DM's session key, which is also that user's DM scope."""
+    return chat_key(platform, DIRECT, user)
+
+
+def chat_key(platform: str, kind: str, chat: str | None) -> str:
+    """The session key of a chat of any kind (`direct`, `group`, `channel`, …)."""
+    return f"{platform}:{kind}:{chat}"
+
+
+def group_key(platform: str, chat: str) -> str:
+    """A group's session key, which is also its shared scope."""
+    return chat_key(platform, GROUP, chat)
+
+
+def topic_key(group: str, topic: str) -> str:
+    """The session key of one forum topic of a group."""
+    return f"{group}{TOPIC_MARK}{topic}"
+
+
+def member_scope(group: str, sender: str) -> str:
+    """A member's personal scope inside a group (also the form of group-limited allow entries)."""
+    return f"{group}{MEMBER_MARK}{sender}"
+
+
+def sender_session(session: str, sender: str) -> str:
+    """The session key of one sender's own history inside a group conversation."""
+    return f"{session}{SENDER_MARK}{sender}"
+
+
+def group_key_of(key: str) -> str | None:
+    """The `<platform>:group:<chat>` prefix of a group session or scope key; None otherwise."""
+    parts = strip_agent_prefix(key).split(":")
+    if len(parts) >= 3 and parts[1] == GROUP and parts[0] and parts[2]:
+        return ":".join(parts[:3])
+    return None
+
+
+def split_member_entry(text: str) -> tuple[str, str] | None:
+    """`<group session key>::u:<sender>` → (group session key, sender); None if not that form."""
+    if MEMBER_MARK not in text:
+        return None
+    key, _, sender = strip_agent_prefix(text).rpartition(MEMBER_MARK)
+    group = group_key_of(key)
+    return (group, sender) if group and sender else None
+
+
+def parse_scope(key: str) -> Scope | None:
+    """A scope key read strictly (after dropping `agent:<name>:`); None if it is not one."""
+    bare = strip_agent_prefix(key)
+    match = _SCOPE.match(bare)
+    if match is None:
+        return None
+    platform, user, chat, sender = match.group("platform", "user", "chat", "sender")
+    if user is not None:
+        return Scope(bare, platform, ScopeKind.DIRECT, user)
+    if sender is not None:
+        return Scope(bare, platform, ScopeKind.MEMBER, chat, sender)
+    return Scope(bare, platform, ScopeKind.SHARED, chat)
+
+
+def is_shared_scope(key: str) -> bool:
+    """Whether key is a group's shared scope (whose changes are audited)."""
+    scope = parse_scope(key)
+    return scope is not None and scope.kind is ScopeKind.SHARED
+
+
+def is_group_scope(key: str) -> bool:
+    """Whether key is a scope inside a group: shared, or a member's (visible to the group)."""
+    scope = parse_scope(key)
+    return scope is not None and scope.kind is not ScopeKind.DIRECT
+
+
+def group_children(group: str) -> tuple[str, str]:
+    """The key prefixes under a group: of its members' scopes, and of its sub-sessions (topics
+    and per-sender histories)."""
+    return f"{group}{MEMBER_MARK}", f"{group}:"
