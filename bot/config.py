@@ -55,7 +55,7 @@ class LlmConfig(_Section):
 
 
 class PinsConfig(_Section):
-    """Limits, lifecycle and group permissions of pinned blocks (SPEC section 7)."""
+    """Limits, lifecycle and group permissions of pinned blocks."""
 
     max_blocks_per_session: Positive = 20
     max_label_length: Positive = 20

@@ -20,6 +20,7 @@ import aiosqlite
 from storage.migrations import migrate
 from storage.models import AuditEntry, Block, HistoryEntry, Level, NewBlock, State
 
+BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
 _BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
     "idle_since, idle_calls, rev"
@@ -89,7 +90,7 @@ class Store:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         db = await aiosqlite.connect(path, isolation_level=None)
         try:
-            await db.execute("PRAGMA busy_timeout = 5000")
+            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.execute("PRAGMA foreign_keys = ON")

@@ -31,7 +31,10 @@ PLATFORM = "feishu"
 MESSAGE_LIMIT = 8000
 EVENT_MEMORY = timedelta(days=7)
 TOKEN_REFRESH_MARGIN_S = 300
-_EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}
+_EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
+DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
+MAX_WEBHOOK_BODY = 1024 * 1024
+LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
 
 
@@ -189,6 +192,11 @@ class FeishuApi:
         self._token_expires = 0.0
         self._token_lock = asyncio.Lock()
 
+    @property
+    def app_secret(self) -> str:
+        """The app secret (for lark-oapi's long-connection client)."""
+        return self._app_secret
+
     async def close(self) -> None:
         """Close the pooled connections."""
         await self._client.aclose()
@@ -207,7 +215,7 @@ class FeishuApi:
                     f"tenant token refused: code {body.get('code')} {body.get('msg', '')}".strip()
                 )
             self._token = str(body["tenant_access_token"])
-            expire = float(body.get("expire", 7200))
+            expire = float(body.get("expire", DEFAULT_TOKEN_LIFETIME_S))
             self._token_expires = self._monotonic() + max(expire - TOKEN_REFRESH_MARGIN_S, 60)
             return self._token
 
@@ -308,7 +316,7 @@ class FeishuFrontend:
     async def start(self) -> None:
         """Learn the bot's open_id, then listen for events in the configured mode."""
         self._loop = asyncio.get_running_loop()
-        await self.pinbot.store.forget_events_before(self._clock() - EVENT_MEMORY)
+        await self.pinbot.forget_deliveries_before(self._clock() - EVENT_MEMORY)
         try:
             self.bot_open_id = await self.api.bot_open_id()
         except (FeishuApiError, httpx.HTTPError) as error:
@@ -336,15 +344,15 @@ class FeishuFrontend:
             await asyncio.sleep(0)
 
     async def _start_webhook(self) -> None:
-        app = web.Application(client_max_size=1024 * 1024)
+        app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
         app.router.add_post(self.config.webhook_path, self.on_webhook)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port)
         await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
-        if sockets:  # the real port, when the config asked for port 0
-            self.port = sockets[0].getsockname()[1]
+        addresses = self._runner.addresses
+        if addresses:  # the real port, when the config asked for port 0
+            self.port = int(addresses[0][1])
 
     def _start_long_connection(self) -> None:
         thread = threading.Thread(target=self._run_long_connection, name="feishu-ws", daemon=True)
@@ -360,7 +368,7 @@ class FeishuFrontend:
         ws_client.loop = loop  # the module captured whatever loop existed at import time
         client = lark.ws.Client(
             self.config.app_id,
-            self.api._app_secret,
+            self.api.app_secret,
             event_handler=self.dispatcher,
             domain=self.config.base_url,
         )
@@ -383,7 +391,7 @@ class FeishuFrontend:
         raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
         result = self.dispatcher.do(raw)
         if result.status_code != 200:
-            detail = (result.content or b"").decode("utf-8", "replace")[:200]
+            detail = (result.content or b"").decode("utf-8", "replace")[:LOGGED_DETAIL_CHARS]
             log.warning("refused a Feishu webhook request from %s: %s", request.remote, detail)
             status = 401 if ("token" in detail or "signature" in detail) else 400
             return web.json_response({"msg": "refused"}, status=status)
@@ -415,9 +423,7 @@ class FeishuFrontend:
                 log.exception("processing Feishu event %s failed", event.event_id)
 
     async def _handle(self, event: FeishuMessage) -> None:
-        if not event.event_id or not await self.pinbot.store.claim_event(
-            PLATFORM, event.event_id, now=self._clock()
-        ):
+        if not event.event_id or not await self.pinbot.first_delivery(PLATFORM, event.event_id):
             log.info("duplicate Feishu event %s ignored", event.event_id)
             return
         raw = event.raw_text()

@@ -46,6 +46,7 @@ ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
 STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 SEND_ATTEMPTS = 3
+MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 # httpcore walks every pooled connection on each request: a small pool keeps sends cheap while
 # many chats wait, and 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s).
 SEND_CONNECTIONS = 8
@@ -66,7 +67,7 @@ GROUP_COMMANDS = [
 class ChatOrderedUpdates(BaseUpdateProcessor):
     """Processes updates of different chats concurrently and those of one chat in arrival order."""
 
-    def __init__(self, max_concurrent_updates: int = 256) -> None:
+    def __init__(self, max_concurrent_updates: int = MAX_CONCURRENT_UPDATES) -> None:
         super().__init__(max_concurrent_updates)
         self._locks: weakref.WeakValueDictionary[object, asyncio.Lock] = (
             weakref.WeakValueDictionary()

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 
 from bot.config import Config
 from bot.core.access import access_refusal
@@ -61,6 +62,7 @@ class Pinbot:
     ) -> None:
         self.config = config
         self.store = store
+        self._clock = clock
         self.pins = PinService(store, config.pins, clock)
         self.chat = ChatService(store, self.pins.ops, config, model, clock)
         self.bot_username = bot_username
@@ -161,6 +163,15 @@ class Pinbot:
         return await self.store.move_group(
             old, new, members_prefix=members, sessions_prefix=sessions
         )
+
+    async def first_delivery(self, platform: str, event_id: str) -> bool:
+        """Whether this is the first time the platform delivered this event (ever, across
+        restarts); later deliveries must not be handled again."""
+        return await self.store.claim_event(platform, event_id, now=self._clock())
+
+    async def forget_deliveries_before(self, moment: datetime) -> int:
+        """Forget delivered event ids recorded before moment; returns how many went."""
+        return await self.store.forget_events_before(moment)
 
     async def command(self, context: MessageContext, text: str) -> str:
         """Run a slash command and return its reply."""
