@@ -13,7 +13,8 @@ from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.llm.offline import OfflineChatModel
-from storage.sqlite import Store, label_key
+from storage.models import label_key
+from storage.sqlite import Store
 
 CONTENT = "Keep answers short and cite the source of every figure you give, please. " * 2
 

@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.sqlite import Store, label_key
+from storage.models import label_key
+from storage.sqlite import Store
 
 BLOCKS_PER_SCOPE = 10
 PLATFORM = "bench"

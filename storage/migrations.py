@@ -2,20 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 
 import aiosqlite
 
-MIGRATIONS: dict[int, list[str]] = {}
+from storage.models import label_key
+
+log = logging.getLogger(__name__)
+Step = Callable[[aiosqlite.Connection], Awaitable[None]]
+MIGRATIONS: dict[int, Step] = {}
+
+
+def _register(number: int, step: Step) -> None:
+    if number in MIGRATIONS:
+        raise ValueError(f"migration {number} registered twice")
+    MIGRATIONS[number] = step
 
 
 def migration(number: int) -> Callable[[Callable[[], list[str]]], Callable[[], list[str]]]:
-    """Register a schema step; numbers must be consecutive from 1."""
+    """Register a schema step made of SQL statements; numbers must be consecutive from 1."""
 
-    def register(step: Callable[[], list[str]]) -> Callable[[], list[str]]:
-        if number in MIGRATIONS:
-            raise ValueError(f"migration {number} registered twice")
-        MIGRATIONS[number] = step()
+    def register(statements: Callable[[], list[str]]) -> Callable[[], list[str]]:
+        async def run(db: aiosqlite.Connection) -> None:
+            for statement in statements():
+                await db.execute(statement)
+
+        _register(number, run)
+        return statements
+
+    return register
+
+
+def data_migration(number: int) -> Callable[[Step], Step]:
+    """Register a step that rewrites data in Python (inside the step's transaction)."""
+
+    def register(step: Step) -> Step:
+        _register(number, step)
         return step
 
     return register
@@ -91,6 +114,35 @@ def _shared_audit() -> list[str]:
     ]
 
 
+@data_migration(5)
+async def _normalised_label_keys(db: aiosqlite.Connection) -> None:
+    """Labels are now compared after NFKC normalisation and case folding. Where two labels of
+    a scope now collide, the older keeps its label and the newer is renamed `<label>~2` (or ~3…)."""
+    rows = await db.execute_fetchall(
+        "SELECT id, scope, label FROM blocks ORDER BY scope, created_at, id"
+    )
+    # Free every key first, so the unique index never sees a half-renamed scope.
+    await db.execute("UPDATE blocks SET label_key = '#' || id")
+    taken: set[tuple[str, str]] = set()
+    for block_id, scope, label in rows:
+        new_label, suffix = label, 1
+        while (scope, label_key(new_label)) in taken:
+            suffix += 1
+            new_label = f"{label}~{suffix}"
+        taken.add((scope, label_key(new_label)))
+        if new_label != label:
+            log.warning(
+                "labels now match ignoring width and case: renamed block %r to %r in %s",
+                label,
+                new_label,
+                scope,
+            )
+        await db.execute(
+            "UPDATE blocks SET label = ?, label_key = ? WHERE id = ?",
+            (new_label, label_key(new_label), block_id),
+        )
+
+
 LATEST = max(MIGRATIONS)
 
 
@@ -114,8 +166,7 @@ async def migrate(db: aiosqlite.Connection, target: int = LATEST) -> int:
             if await schema_version(db) >= number:  # another process got there first
                 await db.execute("ROLLBACK")
                 continue
-            for statement in MIGRATIONS[number]:
-                await db.execute(statement)
+            await MIGRATIONS[number](db)
             await db.execute(f"PRAGMA user_version = {number}")
             await db.execute("COMMIT")
         except BaseException:

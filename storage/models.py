@@ -7,9 +7,16 @@ users is validated before it reaches them (bot/core/validation.py, bot/config.py
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+
+
+def label_key(label: str) -> str:
+    """The form labels are compared in within a scope: NFKC-normalised and case-folded, so a
+    full-width or differently cased look-alike of a label is the same label."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", label).casefold())
 
 
 class Level(StrEnum):

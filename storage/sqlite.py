@@ -18,7 +18,7 @@ from typing import Any
 import aiosqlite
 
 from storage.migrations import migrate
-from storage.models import AuditEntry, Block, HistoryEntry, Level, NewBlock, State
+from storage.models import AuditEntry, Block, HistoryEntry, Level, NewBlock, State, label_key
 
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
 _BLOCK_COLUMNS = (
@@ -37,11 +37,6 @@ def _dt(value: float) -> datetime:
 
 def _dt_or_none(value: float | None) -> datetime | None:
     return None if value is None else _dt(value)
-
-
-def label_key(label: str) -> str:
-    """The form a label is matched by within its scope (case-insensitive)."""
-    return label.casefold()
 
 
 _LEVELS = {level.value: level for level in Level}  # a dict lookup is 10x cheaper than Level(x)
@@ -218,7 +213,8 @@ class Store:
         priority: int | None = None,
         audit: Sequence[AuditEntry] = (),
     ) -> bool:
-        """Change a block if it is still at the revision read and the scope stays within budget.
+        """Change a block if it is still at the revision read, unless the change makes the scope's
+        content larger and over max_total_chars (0: no budget).
 
         Making a block idle records the time and the scope's model-call count at that moment;
         leaving idle clears both. Returns whether the change was committed.
@@ -242,8 +238,9 @@ class Store:
             f"UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, updated_at = ?, "
             f"{idle_sql}, "
             "rev = rev + 1 WHERE id = ? AND rev = ? "
-            "AND (? = 0 OR (SELECT TOTAL(length(b.content)) FROM blocks b "
-            "WHERE b.scope = blocks.scope) - length(content) + length(?) <= ?)",
+            # The budget refuses only a change that makes the scope larger and over budget.
+            "AND (? = 0 OR length(?) <= length(content) OR (SELECT TOTAL(length(b.content)) "
+            "FROM blocks b WHERE b.scope = blocks.scope) - length(content) + length(?) <= ?)",
             (
                 new_content,
                 new_level.value,
@@ -254,6 +251,7 @@ class Store:
                 block.id,
                 block.rev,
                 max_total_chars,
+                new_content,
                 new_content,
                 max_total_chars,
             ),

@@ -52,12 +52,14 @@ MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 SEND_CONNECTIONS = 8
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
+    BotCommand("sticky", "Status of your pinned blocks (/pin status)"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("whoami", "Your ids and what you may do here"),
     BotCommand("help", "What this bot does"),
 ]
 GROUP_COMMANDS = [
     BotCommand("pin", "Pinned blocks: yours and this group's"),
+    BotCommand("sticky", "Status of pinned blocks here (/pin status)"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("whoami", "Your ids and what you may do here"),
     BotCommand("help", "What this bot does"),

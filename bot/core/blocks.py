@@ -15,9 +15,9 @@ from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.credentials import credential_kind
 from bot.core.permissions import Action, Speaker
-from bot.core.validation import content_problem, label_problem
-from storage.models import AuditEntry, Block, Level, NewBlock, State
-from storage.sqlite import Store, label_key
+from bot.core.validation import content_problem, label_problem, priority_problem
+from storage.models import AuditEntry, Block, Level, NewBlock, State, label_key
+from storage.sqlite import Store
 
 # Guarded writes fail only when another writer changed the scope in between; re-reading settles it.
 _ATTEMPTS = 5
@@ -74,6 +74,12 @@ class Target:
         if self.shared:
             return "this group's shared blocks"
         return "your personal blocks in this group" if self.group else "your blocks"
+
+    def empty(self) -> str:
+        """What a listing of this scope says when it has no block."""
+        if self.shared:
+            return "This group has no shared blocks."
+        return "You have no personal blocks in this group." if self.group else "You have no blocks."
 
     def command(self, verb: str) -> str:
         """The `/pin` command that does verb on this scope."""
@@ -159,8 +165,9 @@ class BlockOps:
         budget = self._pins.max_total_chars
         if budget == 0:
             return None
-        total = sum(len(b.content) for b in blocks if b is not replaced) + len(content)
-        if total <= budget:
+        before = sum(len(b.content) for b in blocks)
+        total = before - (len(replaced.content) if replaced else 0) + len(content)
+        if total <= budget or total <= before:  # only growth past the budget is refused
             return None
         return (
             f"That would bring these blocks to {total} characters, over the budget of "
@@ -248,6 +255,7 @@ class BlockOps:
         problem = (
             label_problem(label, self._pins)
             or content_problem(content, self._pins)
+            or priority_problem(priority)
             or self._secret_problem(target, label, content)
         )
         if problem:
@@ -293,6 +301,8 @@ class BlockOps:
             problem := content_problem(content, self._pins)
             or self._secret_problem(target, label, content)
         ):
+            return Refused(problem)
+        if priority is not None and (problem := priority_problem(priority)):
             return Refused(problem)
         wanted = {"content": content, "level": level, "state": state, "priority": priority}
         for _ in range(_ATTEMPTS):
@@ -381,7 +391,7 @@ class BlockOps:
         blocks = await self.blocks(target)
         if not confirm:
             if not blocks:
-                return Done(f"There are no blocks to clear in {target.noun()}.")
+                return Done(f"{target.empty()} Nothing to clear.")
             pinned = sum(1 for b in blocks if b.state is State.PINNED)
             return Done(
                 f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "

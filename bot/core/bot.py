@@ -20,7 +20,7 @@ from bot.config import Config
 from bot.core.access import access_refusal
 from bot.core.chat import ChatService
 from bot.core.clock import Clock, utc_now
-from bot.core.commands import ParseError, parse_pin
+from bot.core.commands import ParseError, parse_pin, parse_sticky
 from bot.core.context import GroupTrigger, MessageContext, is_addressed
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
@@ -177,10 +177,10 @@ class Pinbot:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         conversation = context.conversation
-        if name == "pin":
+        if name in ("pin", "sticky"):
             if wait := self._pin_commands.acquire(self._sender_key(conversation)):
                 return f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
-            parsed = parse_pin(rest)
+            parsed = parse_pin(rest) if name == "pin" else parse_sticky(rest)
             if isinstance(parsed, ParseError):
                 return parsed.message
             return await self.pins.execute(context, parsed)

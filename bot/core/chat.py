@@ -17,7 +17,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
-from bot.core.render import Rendered, ordered, render
+from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.tools import TOOL_SPECS, PinTools, tool_message
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
@@ -148,13 +148,22 @@ class ChatService:
     ) -> str:
         """Ask the model, running the agent tools it calls for a bounded number of rounds."""
         llm = self._config.llm
-        rounds = llm.max_tool_rounds if llm.agent_tools else 0
+        # Tools only where the speaker can pin; then the same definitions in every round (a
+        # stable, cacheable request), the last round forbidding calls with tool_choice "none".
+        offered = llm.agent_tools and context.speaker.pins_on
+        rounds = llm.max_tool_rounds if offered else 0
+        tools = TOOL_SPECS if offered else None
         messages = request.messages
         for round_number in range(rounds + 1):
-            tools = TOOL_SPECS if round_number < rounds else None
-            this_round = dataclasses.replace(request, messages=messages, tools=tools)
+            last = round_number == rounds
+            this_round = dataclasses.replace(
+                request,
+                messages=messages,
+                tools=tools,
+                tool_choice="none" if tools and last else None,
+            )
             reply = await self._model.complete(this_round, on_text=on_text)
-            if not reply.tool_calls or tools is None:
+            if not reply.tool_calls or last:
                 return reply.text or NO_ANSWER
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
@@ -173,9 +182,9 @@ class ChatService:
         system = self._config.llm.system_prompt
         user = text
         if rendered.strong:
-            system = f"{system}\n\n{rendered.strong}" if system else rendered.strong
+            system = f"{system}{SECTION_SEPARATOR}{rendered.strong}" if system else rendered.strong
         if rendered.context:
-            user = f"{rendered.context}\n\n{text}"
+            user = f"{rendered.context}{SECTION_SEPARATOR}{text}"
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
         messages.extend(history_messages(history))
         messages.append({"role": "user", "content": user})

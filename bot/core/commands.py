@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bot.core.validation import PRIORITY_MAX, PRIORITY_MIN, priority_problem
 from storage.models import Level
 
 
@@ -26,6 +27,8 @@ class Verb(StrEnum):
     CLEAR = "clear"
     HELP = "help"
     LOG = "log"
+    PRIORITY = "priority"
+    STATUS = "status"
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,8 @@ class PinCommand:
     """A parsed `/pin` command.
 
     For ADD, `level` is the level asked for, or None for the chat's default. For LEVEL it is the
-    target level. `shared` says the command is about the group's shared blocks.
+    target level; for PRIORITY and ADD `priority` the priority asked for (ADD: None means 0).
+    `shared` says the command is about the group's shared blocks.
     """
 
     verb: Verb
@@ -44,6 +48,7 @@ class PinCommand:
     pinned: bool = False
     confirm: bool = False
     count: int | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,13 @@ class ParseError:
 
 
 USAGE: dict[str, str] = {
-    "add": "/pin add <label> <content> [--pinned]",
-    "add-strong": "/pin add-strong <label> <content> [--pinned]",
-    "add-context": "/pin add-context <label> <content> [--pinned]",
+    "add": "/pin add <label> <content> [--pinned] [--priority <n>]",
+    "add-strong": "/pin add-strong <label> <content> [--pinned] [--priority <n>]",
+    "add-context": "/pin add-context <label> <content> [--pinned] [--priority <n>]",
     "level": "/pin level <label> strong|context",
+    "priority": f"/pin priority <label> <n>  (n from {PRIORITY_MIN} to {PRIORITY_MAX})",
     "list": "/pin list",
+    "status": "/pin status",
     "edit": "/pin edit <label> <new content>",
     "remove": "/pin remove <label>",
     "idle": "/pin idle <label>",
@@ -86,7 +93,10 @@ _LABEL_ONLY = {
 }
 _WHITESPACE = re.compile(r"\s+")
 PINNED_FLAG = "--pinned"
+PRIORITY_FLAG = "--priority"
 LITERAL_MARK = "--"
+# One trailing flag of an add command: --pinned, or --priority and its value.
+_TRAILING_FLAG = re.compile(rf"(?:^|\s+)({PINNED_FLAG}|{PRIORITY_FLAG}\s+(\S+))\s*$")
 
 
 def _split_first(text: str) -> tuple[str, str]:
@@ -106,40 +116,79 @@ def _usage_error(name: str, shared: bool, problem: str) -> ParseError:
     return ParseError(f"{problem}\nUsage: {_prefix(shared, USAGE[name])}")
 
 
-def _parse_content(rest: str, allow_pinned: bool) -> tuple[str, bool]:
-    """Split content from a trailing --pinned, honouring a leading `--` literal marker."""
+@dataclass(frozen=True)
+class _Content:
+    """An add command's content and its trailing flags."""
+
+    text: str
+    pinned: bool = False
+    priority: str | None = None  # as written; checked by the caller
+
+
+def _parse_content(rest: str, allow_flags: bool) -> _Content:
+    """Split content from trailing --pinned and --priority <n> flags (in any order), honouring a
+    leading `--` literal marker after which everything is content."""
     first, after = _split_first(rest)
     if first == LITERAL_MARK:
-        return after.strip(), False
+        return _Content(after.strip())
     content = rest.strip()
-    if allow_pinned:
-        words = _WHITESPACE.split(content)
-        if words and words[-1] == PINNED_FLAG:
-            return content[: len(content) - len(PINNED_FLAG)].rstrip(), True
-    return content, False
+    pinned, priority = False, None
+    while allow_flags and (match := _TRAILING_FLAG.search(content)):
+        if match.group(2) is None and not pinned:
+            pinned = True
+        elif match.group(2) is not None and priority is None:
+            priority = match.group(2)
+        else:  # a repeated flag is content
+            break
+        content = content[: match.start()]
+    return _Content(content.strip(), pinned, priority)
+
+
+def _priority(text: str) -> int | ParseError:
+    """A priority as written by a user, or the error naming the allowed range."""
+    value = int(text) if re.fullmatch(r"[+-]?[0-9]{1,7}", text) else None
+    problem = priority_problem(value)
+    if problem is not None or value is None:
+        return ParseError(problem or "")
+    return value
 
 
 def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
     if not label:
         return _usage_error(name, shared, "The block needs a label and content.")
-    content, pinned = _parse_content(after, allow_pinned=True)
-    if not content:
+    content = _parse_content(after, allow_flags=True)
+    if not content.text:
         return _usage_error(name, shared, f"The block '{label}' needs content after its label.")
+    priority = _priority(content.priority) if content.priority is not None else None
+    if isinstance(priority, ParseError):
+        return _usage_error(name, shared, priority.message)
     return PinCommand(
         Verb.ADD,
         shared=shared,
         label=label,
-        content=content,
+        content=content.text,
         level=_ADD_LEVELS[name],
-        pinned=pinned,
+        pinned=content.pinned,
+        priority=priority,
     )
+
+
+def _parse_priority(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    value, extra = _split_first(after)
+    if not label or not value or extra.strip():
+        return _usage_error(name, shared, "priority needs a label and a whole number.")
+    priority = _priority(value)
+    if isinstance(priority, ParseError):
+        return _usage_error(name, shared, priority.message)
+    return PinCommand(Verb.PRIORITY, shared=shared, label=label, priority=priority)
 
 
 def _parse_list(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     if rest.strip():
-        return _usage_error(name, shared, "list takes no arguments.")
-    return PinCommand(Verb.LIST, shared=shared)
+        return _usage_error(name, shared, f"{name} takes no arguments.")
+    return PinCommand(Verb(name), shared=shared)
 
 
 def _parse_clear(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
@@ -162,7 +211,7 @@ def _parse_label_only(name: str, rest: str, shared: bool) -> PinCommand | ParseE
 
 def _parse_edit(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
-    content, _ = _parse_content(after, allow_pinned=False)
+    content = _parse_content(after, allow_flags=False).text
     if not label or not content:
         return _usage_error(name, shared, "edit needs a label and the new content.")
     return PinCommand(Verb.EDIT, shared=shared, label=label, content=content)
@@ -191,6 +240,8 @@ _PARSERS: dict[str, _Parser] = {
     "help": _parse_help,
     "log": _parse_log_command,
     "list": _parse_list,
+    "status": _parse_list,
+    "priority": _parse_priority,
     "clear": _parse_clear,
     "edit": _parse_edit,
     "level": _parse_level,
@@ -236,3 +287,13 @@ def parse_pin(arguments: str) -> PinCommand | ParseError:
         if name.casefold() == "shared":
             return ParseError("'shared' appears twice. Usage: /pin shared <subcommand>")
     return _parse_sub(name.casefold(), rest, shared)
+
+
+def parse_sticky(arguments: str) -> PinCommand | ParseError:
+    """`/sticky` (the status view, as `/pin status`) and `/sticky shared` (`/pin shared status`)."""
+    words = arguments.split()
+    if not words:
+        return PinCommand(Verb.STATUS)
+    if [word.casefold() for word in words] == ["shared"]:
+        return PinCommand(Verb.STATUS, shared=True)
+    return ParseError("Usage: /sticky  (or /sticky shared for this group's shared blocks)")

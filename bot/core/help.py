@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bot.core.validation import PRIORITY_MAX, PRIORITY_MIN
+
 _PERSONAL = """\
 Pinned blocks are short rules (strong) or reference notes (context) sent to the model with every \
 message, in this chat only.
@@ -10,9 +12,12 @@ message, in this chat only.
 /pin add-strong <label> <content>    Add a strong block (rules for the model){strong_note}
 /pin add-context <label> <content>   Add a context block (reference material)
 /pin add <label> <content> --pinned  Add a block kept until you remove it
+/pin add <label> <content> --priority <n>  Add a block with a priority ({low} to {high})
 /pin add <label> -- <content>        Everything after -- is content, even a final --pinned
 /pin level <label> strong|context    Change a block's level
+/pin priority <label> <n>            Change a block's priority (higher is sent first)
 /pin list                            Show your blocks
+/pin status                          Slots, characters, tokens per request, idle clean-up
 /pin edit <label> <new content>      Replace a block's content
 /pin remove <label>                  Delete a block
 /pin idle|activate|pin|unpin <label> Pause, resume, keep or release a block
@@ -28,19 +33,23 @@ Shared blocks apply whenever anyone speaks in this group. Everyone may view them
 admins may change them.
 
 /pin shared list                            Show the group's shared blocks
+/pin shared status                          Slots, characters and tokens of the shared blocks
 /pin shared add <label> <content>           Add a shared context block
 /pin shared add-strong <label> <content>    Add a shared strong block
 /pin shared add-context <label> <content>   Add a shared context block
 /pin shared level <label> strong|context    Change a shared block's level
+/pin shared priority <label> <n>            Change a shared block's priority
 /pin shared edit <label> <new content>      Replace a shared block's content
 /pin shared remove <label>                  Delete a shared block
 /pin shared idle|activate|pin|unpin <label> Change a shared block's state
 /pin shared clear  /  /pin shared clear confirm
+/pin shared log [N]                         The latest changes to the shared blocks
 /pin shared help                            This text"""
 
 GENERAL_HELP = """\
 Talk to me and I pass your message to the model, together with your pinned blocks.
 /pin help   How to pin rules and reference notes the model always sees
+/pin status What your pinned blocks cost every request (also /sticky)
 /reset      Start a new conversation (also /new); pinned blocks stay
 /whoami     Your ids here, and what you may do
 /start and /help show this text."""
@@ -57,4 +66,6 @@ def pin_help(*, shared: bool, group: bool, label_limit: int = 20) -> str:
         if group
         else "",
         label_limit=label_limit,
+        low=PRIORITY_MIN,
+        high=PRIORITY_MAX,
     )

@@ -9,8 +9,9 @@ from bot.core.commands import LOG_DEFAULT, PinCommand, Verb
 from bot.core.context import MessageContext
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
-from bot.core.render import estimate_tokens, injected
-from storage.models import State
+from bot.core.render import Estimate, estimate, injected
+from bot.core.status import ScopeStatus, status_text
+from storage.models import Block, State
 from storage.sqlite import Store
 
 _STATE_VERBS = {
@@ -27,6 +28,7 @@ class PinService:
     def __init__(self, store: Store, pins: PinsConfig, clock: Clock = utc_now) -> None:
         self._store = store
         self._pins = pins
+        self._clock = clock
         self.ops = BlockOps(store, pins, clock)
 
     async def execute(self, context: MessageContext, command: PinCommand) -> str:
@@ -49,7 +51,9 @@ class PinService:
         if isinstance(target, Refused):
             return target.reason
         if command.verb is Verb.LIST:
-            return await self._list(target)
+            return await self._list(context, target)
+        if command.verb is Verb.STATUS:
+            return await self._status(context, shared_only=command.shared)
         if command.verb is Verb.LOG:
             return await self._log(target, command.count or LOG_DEFAULT)
         outcome = await self._write(target, command)
@@ -59,8 +63,15 @@ class PinService:
         ops, label = self.ops, command.label or ""
         if command.verb is Verb.ADD:
             return await ops.add(
-                target, label, command.content or "", level=command.level, pinned=command.pinned
+                target,
+                label,
+                command.content or "",
+                level=command.level,
+                pinned=command.pinned,
+                priority=command.priority or 0,
             )
+        if command.verb is Verb.PRIORITY:
+            return await ops.change(target, label, priority=command.priority)
         if command.verb is Verb.CLEAR:
             return await ops.clear(target, confirm=command.confirm)
         if command.verb is Verb.REMOVE:
@@ -85,13 +96,19 @@ class PinService:
                 lines.append(f"  after: {entry.new_content}")
         return "\n".join(lines)
 
-    async def _list(self, target: Target) -> str:
-        blocks = await self.ops.blocks(target)
+    async def _blocks_here(self, context: MessageContext) -> tuple[list[Block], list[Block]]:
+        """The group's shared and the speaker's personal blocks here, in one read."""
+        conversation = context.conversation
+        shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
+        blocks = await self._store.blocks([s for s in (shared_scope, personal_scope) if s])
+        shared = [b for b in blocks if b.scope == shared_scope]
+        return shared, [b for b in blocks if b.scope == personal_scope]
+
+    async def _list(self, context: MessageContext, target: Target) -> str:
+        shared, personal = await self._blocks_here(context)
+        blocks = shared if target.shared else personal
         if not blocks:
-            return (
-                f"There are no blocks in {target.noun()}. Add one with "
-                f"{target.command('add')} <label> <content>."
-            )
+            return f"{target.empty()} Add one with {target.command('add')} <label> <content>."
         limit = self._pins.max_blocks_per_session
         lines = [f"{target.noun().capitalize()} ({len(blocks)} of {limit}):"]
         live = injected(blocks)
@@ -102,13 +119,43 @@ class PinService:
                 details.append(f"priority {block.priority}")
             lines.append(f"{number}. {block.label} ({', '.join(details)})")
             lines.append(block.content)
-        threshold = self._pins.token_warning_threshold
-        if threshold:
-            tokens = estimate_tokens(blocks, "shared" if target.shared else "personal")
-            lines.append(f"These blocks add about {tokens} tokens to every request.")
-            if tokens > threshold:
-                lines.append(
-                    f"Warning: that is over the warning threshold of {threshold} tokens; "
-                    "consider shortening, idling or removing blocks."
-                )
+        if self._pins.token_warning_threshold:
+            lines.extend(self._estimate_lines(target, estimate(shared, personal)))
         return "\n".join(lines)
+
+    def _estimate_lines(self, target: Target, tokens: Estimate) -> list[str]:
+        own = tokens.shared if target.shared else tokens.personal
+        if not target.group:
+            lines = [f"These blocks add about {own:,} tokens to every request (wrappers included)."]
+        else:
+            other = "your personal blocks" if target.shared else "this group's shared blocks"
+            lines = [
+                f"These blocks add about {own:,} tokens to every request here; with the "
+                f"wrappers and {other}, every request here carries about {tokens.total:,} "
+                "tokens of pinned blocks."
+            ]
+        threshold = self._pins.token_warning_threshold
+        if tokens.total > threshold:
+            lines.append(
+                f"Warning: that is over the warning threshold of {threshold:,} tokens; "
+                "consider shortening, idling or removing blocks."
+            )
+        return lines
+
+    async def _status(self, context: MessageContext, *, shared_only: bool) -> str:
+        """The status view of every scope that applies to the speaker here (or the shared one)."""
+        shared, personal = await self._blocks_here(context)
+        tokens = estimate(shared, personal)
+        conversation = context.conversation
+        scopes = []
+        if not shared_only and conversation.personal_scope:
+            title = (
+                "Your personal blocks in this group" if conversation.shared_scope else "Your blocks"
+            )
+            calls = await self._store.model_calls(conversation.personal_scope)
+            scopes.append(ScopeStatus(title, personal, calls, tokens.personal))
+        if conversation.shared_scope:
+            calls = await self._store.model_calls(conversation.shared_scope)
+            title = "This group's shared blocks"
+            scopes.append(ScopeStatus(title, shared, calls, tokens.shared))
+        return status_text(scopes, tokens, self._pins, self._clock())

@@ -118,11 +118,35 @@ def render(blocks: Sequence[ScopedBlock], user_text: str) -> Rendered:
     )
 
 
-def estimate_tokens(blocks: Sequence[Block], scope_name: str) -> int:
-    """Roughly how many tokens these blocks add to every request (about 4 characters a token)."""
-    items = [ScopedBlock(b, scope_name) for b in injected(blocks)]
-    if not items:
-        return 0
-    marker = "pin-" + "0" * 16
-    chars = sum(len(_block_text(item, marker)) + 1 for item in items)
+SECTION_SEPARATOR = "\n\n"  # joins a section to the system prompt or the user's message
+
+
+def _request_chars(blocks: Sequence[ScopedBlock]) -> int:
+    rendered = render(blocks, "")
+    sections = (rendered.strong, rendered.context)
+    return sum(len(section) + len(SECTION_SEPARATOR) for section in sections if section)
+
+
+def tokens_of(chars: int) -> int:
+    """The estimated tokens of this many characters (about 4 characters a token)."""
     return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated tokens of the blocks every request here carries, wrappers included, and how
+    much of that each scope adds."""
+
+    total: int
+    shared: int
+    personal: int
+
+
+def estimate(shared: Sequence[Block], personal: Sequence[Block]) -> Estimate:
+    """What the renderer adds to each request for these scopes' blocks (idle ones left out)."""
+    total = _request_chars(ordered(shared, personal))
+    without_shared = _request_chars(ordered([], personal))
+    without_personal = _request_chars(ordered(shared, []))
+    return Estimate(
+        tokens_of(total), tokens_of(total - without_shared), tokens_of(total - without_personal)
+    )

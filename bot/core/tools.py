@@ -150,7 +150,8 @@ class PinTools:
         """Create the block, or update it if it exists (never a pinned one)."""
         level = Level(args.level) if args.level else None
         content = args.content.strip()
-        if find_block(await self._ops.blocks(target), args.label) is None:
+        existing = find_block(await self._ops.blocks(target), args.label)
+        if existing is None:
             outcome = await self._ops.add(
                 target,
                 args.label,
@@ -169,7 +170,14 @@ class PinTools:
                 priority=args.priority,
                 protect_pinned=True,
             )
-        return Done(outcome.message + NEXT_TURN) if isinstance(outcome, Done) else outcome
+        if not isinstance(outcome, Done):
+            return outcome
+        if existing is not None and existing.state is State.IDLE and not args.pinned:
+            return Done(
+                f"{outcome.message} It stays idle (not sent to the model) until the user sends "
+                f"/pin activate {existing.label}."
+            )
+        return Done(outcome.message + NEXT_TURN)
 
     async def _get(self, target: Target, label: str | None) -> Outcome:
         blocks = await self._ops.blocks(target)

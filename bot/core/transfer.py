@@ -11,8 +11,8 @@ from bot.config import PinsConfig
 from bot.core.credentials import credential_kind
 from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
 from bot.core.validation import content_problem, label_problem
-from storage.models import Block, Level, State
-from storage.sqlite import Store, label_key
+from storage.models import Block, Level, State, label_key
+from storage.sqlite import Store
 
 FORMAT = "pinbot-blocks"
 VERSION = 1

@@ -66,6 +66,7 @@ class ModelRequest:
 
     messages: list[Message]
     tools: list[Tool] | None = None
+    tool_choice: Literal["none"] | None = None  # "none": the tools are shown but not callable
     blocks: tuple[SentBlock, ...] = ()
     user_text: str = ""
     purpose: Literal["turn", "summary"] = "turn"

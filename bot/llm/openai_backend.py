@@ -40,6 +40,8 @@ class OpenAIChatModel:
         line."""
         messages = request.messages
         extra: dict[str, Any] = {"tools": request.tools} if request.tools else {}
+        if request.tools and request.tool_choice:
+            extra["tool_choice"] = request.tool_choice
         try:
             if self._config.stream and on_text is not None:
                 reply = await self._streamed(messages, extra, on_text)

@@ -29,7 +29,7 @@ async def test_model_turns_are_rate_limited(make_bot: BotFactory, clock: FakeClo
     assert "[offline model]" in (await bot.handle(dm(), "one") or "")
     assert "[offline model]" in (await bot.handle(dm(), "two") or "")
     assert "too fast" in (await bot.handle(dm(), "three") or "")
-    assert (await bot.handle(dm(), "/pin list") or "").startswith("There are no blocks")
+    assert (await bot.handle(dm(), "/pin list") or "").startswith("You have no")
     clock.advance(seconds=30)
     assert "[offline model]" in (await bot.handle(dm(), "four") or "")
 
@@ -37,7 +37,7 @@ async def test_model_turns_are_rate_limited(make_bot: BotFactory, clock: FakeClo
 async def test_zero_turns_a_limit_off(make_bot: BotFactory) -> None:
     bot = make_bot(limits={"pin_commands_per_minute": 0})
     for i in range(100):
-        assert (await bot.handle(dm(), "/pin list") or "").startswith("There are no blocks"), i
+        assert (await bot.handle(dm(), "/pin list") or "").startswith("You have no"), i
 
 
 async def test_oversized_messages_are_refused_before_parsing(
