@@ -160,7 +160,7 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
     except (OSError, ValueError) as error:
         print(f"pinbot: cannot read {file}: {error}", file=sys.stderr)
         return 1
-    plan = plan_import(document, config.pins)
+    plan = plan_import(document, config.pins, utc_now())
     if plan.problems:
         for problem in plan.problems:
             print(f"problem: {problem}")

@@ -426,11 +426,10 @@ class FeishuFrontend:
         if not event.event_id or not await self.pinbot.first_delivery(PLATFORM, event.event_id):
             log.info("duplicate Feishu event %s ignored", event.event_id)
             return
-        raw = event.raw_text()
-        if raw is None:
-            return
-        text, mentioned = resolve_mentions(raw, event.mentions, self.bot_open_id)
-        reply = await self.pinbot.handle(event.conversation(), text, mentioned=mentioned)
+        raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
+        text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
+        readable = text if raw is not None else None
+        reply = await self.pinbot.handle(event.conversation(), readable, mentioned=mentioned)
         if reply:
             try:
                 await self.api.reply(event.message_id, reply)

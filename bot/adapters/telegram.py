@@ -66,6 +66,19 @@ GROUP_COMMANDS = [
 ]
 
 
+# Messages whose content the bot cannot read; service messages (joins, pins, titles) are not here.
+UNREADABLE_CONTENT = (
+    filters.PHOTO
+    | filters.VOICE
+    | filters.AUDIO
+    | filters.VIDEO
+    | filters.VIDEO_NOTE
+    | filters.ANIMATION
+    | filters.Sticker.ALL
+    | filters.Document.ALL
+)
+
+
 class ChatOrderedUpdates(BaseUpdateProcessor):
     """Processes updates of different chats concurrently and those of one chat in arrival order."""
 
@@ -155,6 +168,9 @@ class TelegramFrontend:
         self.app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self.on_migrate))
         text_updates = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
         self.app.add_handler(MessageHandler(text_updates & filters.TEXT, self.on_text))
+        self.app.add_handler(
+            MessageHandler(filters.UpdateType.MESSAGE & UNREADABLE_CONTENT, self.on_unreadable)
+        )
         self.app.add_error_handler(self.on_error)
 
     @classmethod
@@ -229,6 +245,21 @@ class TelegramFrontend:
         if reply:
             await stream.finish(reply)
 
+    async def on_unreadable(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Tell the sender, when the message is for the bot, that only text is read; a caption
+        is not taken as the message."""
+        message = update.effective_message
+        if message is None:
+            return
+        reply = await self.pinbot.handle(
+            conversation_of(message),
+            None,
+            mentioned=self._mentions_me(message),
+            replied_to_bot=self._replies_to_me(message),
+        )
+        if reply:
+            await self.send_reply(message, reply)
+
     async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Move a group's blocks, counters and history when it becomes a supergroup."""
         message = update.effective_message
@@ -261,11 +292,13 @@ class TelegramFrontend:
         )
 
     def _mentions_me(self, message: Message) -> bool:
-        """Whether message @mentions the bot, by username or as a text mention."""
+        """Whether message (or its caption) @mentions the bot, by username or as a text
+        mention."""
         me = self.app.bot
         mention = f"@{me.username}".casefold()
         kinds: list[str | None] = [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
-        for entity, value in message.parse_entities(kinds).items():
+        entities = message.parse_entities(kinds) | message.parse_caption_entities(kinds)
+        for entity, value in entities.items():
             if entity.type == MessageEntity.MENTION and value.casefold() == mention:
                 return True
             if entity.user is not None and entity.user.id == me.id:

@@ -35,6 +35,8 @@ from storage.sqlite import Store
 log = logging.getLogger(__name__)
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 SHOWN_COMMAND_CHARS = 32  # an unknown command is echoed back at most this long
+UNREADABLE_REPLY = "I can only read text messages. Please send your request as text."
+UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 # A thinking indicator: a context manager that runs while the model works on a turn.
 Thinking = Callable[[], AbstractAsyncContextManager[None]]
 
@@ -68,6 +70,7 @@ class Pinbot:
         self.bot_username = bot_username
         self._pin_commands = RateLimiter(config.limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(config.limits.model_turns_per_minute, clock)
+        self._unreadable = RateLimiter(UNREADABLE_REPLIES_PER_MINUTE, clock)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,
@@ -86,7 +89,7 @@ class Pinbot:
     async def handle(
         self,
         conversation: Conversation,
-        text: str,
+        text: str | None,
         *,
         mentioned: bool = False,
         replied_to_bot: bool = False,
@@ -96,24 +99,29 @@ class Pinbot:
     ) -> str | None:
         """Answer one message; None means the message is not for this bot.
 
+        text is None for a message the bot cannot read (a photo, voice note, sticker or file); it
+        gets one short answer per chat and minute when addressed, and nothing goes to the model.
         A command is for the bot unless it names another bot; other text when the trigger policy
         says the bot is addressed (`is_addressed`). platform_admin asks the platform whether the
         sender administers the group; it is called at most once, and only when that could change
         a decision. While a streaming model answers, on_text gets the text so far; thinking runs
         while the model works.
         """
+        addressed = is_addressed(
+            conversation,
+            mentioned=mentioned,
+            replied_to_bot=replied_to_bot,
+            trigger=self._triggers.get(conversation.platform, "all"),
+        )
+        if text is None:
+            return self._answer_unreadable(conversation) if addressed else None
         text = text.strip()
         if not text:
             return None
         if text.startswith("/"):
             if self._names_other_bot(text):
                 return None
-        elif not is_addressed(
-            conversation,
-            mentioned=mentioned,
-            replied_to_bot=replied_to_bot,
-            trigger=self._triggers.get(conversation.platform, "all"),
-        ):
+        elif not addressed:
             return None
         started = time.perf_counter()
         reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
@@ -151,6 +159,13 @@ class Pinbot:
             return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
         async with thinking() if thinking else contextlib.nullcontext():
             return await self.chat.turn(context, text, on_text)
+
+    def _answer_unreadable(self, conversation: Conversation) -> str | None:
+        if refusal := access_refusal(conversation, self.config.access):
+            return refusal
+        if self._unreadable.acquire(conversation.session_key):
+            return None
+        return UNREADABLE_REPLY
 
     @staticmethod
     def _sender_key(conversation: Conversation) -> str:

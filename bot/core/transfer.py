@@ -10,7 +10,7 @@ from typing import Any
 from bot.config import PinsConfig
 from bot.core.credentials import credential_kind
 from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
-from bot.core.validation import content_problem, label_problem
+from bot.core.validation import content_problem, label_problem, priority_problem
 from storage.models import Block, Level, State, label_key
 from storage.sqlite import Store
 
@@ -123,14 +123,19 @@ def _check_kinds(level: Any, state: Any, priority: Any, where: str, problems: li
         problems.append(f"{where}: state must be 'active', 'idle' or 'pinned'")
     if not isinstance(priority, int) or isinstance(priority, bool):
         problems.append(f"{where}: priority must be a whole number")
+    elif problem := priority_problem(priority):
+        problems.append(f"{where}: {problem}")
 
 
 def _parse_block(
-    item: Any, scope: str, index: int, pins: PinsConfig, problems: list[str]
+    item: Any, scope: str, index: int, pins: PinsConfig, problems: list[str], now: datetime
 ) -> Block | None:
+    """One block of an import; only label and content are required. The level defaults as
+    `/pin add` would choose it (strong in a DM scope, context in a group scope), the state to
+    active, the priority to 0 and the times to now."""
     where = f"scope '{scope}', block #{index + 1}"
     if not isinstance(item, dict):
-        problems.append(f"{where}: must be an object with label, content, level and state")
+        problems.append(f"{where}: must be an object with at least label and content")
         return None
     label, content = item.get("label"), item.get("content")
     if isinstance(label, str):
@@ -140,10 +145,15 @@ def _parse_block(
     if unknown:
         problems.append(f"{where}: unknown field(s) {', '.join(unknown)}")
     _check_text(item, scope, where, pins, problems)
-    level, state = item.get("level"), item.get("state", "active")
+    default_level = "context" if is_group_scope(scope) else "strong"
+    level, state = item.get("level", default_level), item.get("state", "active")
     priority = item.get("priority", 0)
     _check_kinds(level, state, priority, where, problems)
-    created = _parse_time(item.get("created_at"), where, "created_at", problems)
+    created = (
+        _parse_time(item["created_at"], where, "created_at", problems)
+        if "created_at" in item
+        else now
+    )
     updated = (
         _parse_time(item["updated_at"], where, "updated_at", problems)
         if "updated_at" in item
@@ -194,13 +204,20 @@ def _check_scope(scope: str, blocks: list[Block], pins: PinsConfig, problems: li
         )
 
 
-def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
-    """Check a whole import document; every problem found is listed, none stops the search."""
+def plan_import(document: Any, pins: PinsConfig, now: datetime) -> ImportPlan:
+    """Check a whole import document; every problem found is listed, none stops the search.
+
+    The smallest document is `{"scopes": {"telegram:direct:42": {"blocks": [{"label": "tone",
+    "content": "Be brief."}]}}}`: `format` and `version` are optional, but must match when given.
+    """
     plan = ImportPlan()
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        plan.problems.append(f'not a pinbot export: the top level needs "format": "{FORMAT}"')
+    if not isinstance(document, dict):
+        plan.problems.append('not a pinbot export: the top level must be an object with "scopes"')
         return plan
-    if document.get("version") != VERSION:
+    if document.get("format", FORMAT) != FORMAT:
+        plan.problems.append(f'not a pinbot export: "format" must be "{FORMAT}" when given')
+        return plan
+    if document.get("version", VERSION) != VERSION:
         plan.problems.append(
             f"unsupported version {document.get('version')!r}; this pinbot reads version {VERSION}"
         )
@@ -226,7 +243,7 @@ def plan_import(document: Any, pins: PinsConfig) -> ImportPlan:
             plan.problems.append(f"scope '{scope}': model_calls must be a whole number >= 0")
             calls = 0
         parsed = [
-            _parse_block(item, scope, i, pins, plan.problems)
+            _parse_block(item, scope, i, pins, plan.problems, now)
             for i, item in enumerate(body.get("blocks", []))
         ]
         blocks = [b for b in parsed if b is not None]

@@ -88,7 +88,7 @@ async def test_imports_audit_exactly_the_shared_scopes(store: Store, clock: Fake
         "version": 1,
         "scopes": {scope: {"blocks": [block]} for scope in scopes},
     }
-    plan = plan_import(document, PINS)
+    plan = plan_import(document, PINS, clock())
     assert plan.problems == []
     assert await apply_import(store, plan, clock()) == 3
     assert [e.label for e in await store.audit_log("console:group:-1", 10)] == ["a"]

@@ -17,6 +17,8 @@ from storage.sqlite import Store
 from tests.conftest import BotFactory, dm, group, make_config
 from tests.fakes.clock import FakeClock
 
+NOW = FakeClock()()
+
 PINBOT = str(Path(sys.executable).parent / "pinbot")
 
 
@@ -40,7 +42,7 @@ async def test_round_trip_is_exact(
     first = await export_document(store, clock())
     assert first["scopes"]["console:direct:42"]["model_calls"] == 1
     async with await Store.open(tmp_path / "copy.sqlite3") as copy:
-        plan = plan_import(json.loads(json.dumps(first)), make_config().pins)
+        plan = plan_import(json.loads(json.dumps(first)), make_config().pins, clock())
         assert plan.problems == []
         assert await copy.replace_scopes(plan.scopes, now=clock()) == 5
         second = await export_document(copy, clock())
@@ -88,7 +90,7 @@ def bad_document() -> dict[str, Any]:
 
 
 async def test_import_reports_every_problem_and_writes_nothing(store: Store) -> None:
-    plan = plan_import(bad_document(), make_config().pins)
+    plan = plan_import(bad_document(), make_config().pins, NOW)
     text = "\n".join(plan.problems)
     for fragment in (
         "label 'OK' appears twice",
@@ -115,7 +117,7 @@ async def test_dry_run_describes_changes(
     blocks[0]["content"] = "changed"
     del blocks[1]
     blocks.append({**blocks[0], "label": "brand-new"})
-    plan = plan_import(document, make_config().pins)
+    plan = plan_import(document, make_config().pins, NOW)
     changes = await describe_changes(store, plan)
     assert len(changes) == 1 and changes[0].startswith("console:direct:42: add brand-new; change")
     assert "remove" in changes[0]
@@ -188,5 +190,5 @@ def test_import_accepts_an_agent_prefix_on_scope_keys() -> None:
             }
         },
     }
-    plan = plan_import(document, make_config().pins)
+    plan = plan_import(document, make_config().pins, NOW)
     assert plan.problems == [] and list(plan.scopes) == ["telegram:direct:5"]
