@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from bot.adapters.feishu import FeishuApi, FeishuFrontend, Mention, resolve_mentions
-from bot.core.bot import Pinbot
+from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.llm.offline import OfflineChatModel
 from storage.sqlite import Store
 from tests.conftest import make_config
@@ -363,3 +363,20 @@ async def test_websocket_mode_runs_the_client_in_its_own_thread(
     assert bot.server.texts() == ["Saved strong block 'from-ws'."]
     assert seen["thread"] == "feishu-ws" and seen["own_loop"]
     assert seen["app_id"] == APP_ID and seen["domain"] == bot.server.base_url
+
+
+async def test_images_and_files_get_one_short_answer(start_feishu: Any, clock: FakeClock) -> None:
+    bot = await start_feishu()
+    image: dict[str, Any] = {"message_type": "image", "content": json.dumps({"image_key": "img_1"})}
+    texts = await bot.send(receive_event(None, **image))
+    assert texts == [UNREADABLE_REPLY]
+    audio: dict[str, Any] = {
+        "message_type": "audio",
+        "content": json.dumps({"file_key": "f", "duration": 2}),
+    }
+    assert await bot.send(receive_event(None, **audio)) == [UNREADABLE_REPLY]  # same minute
+    clock.advance(seconds=61)
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_g", **image}
+    assert await bot.send(receive_event(None, **group)) == [UNREADABLE_REPLY]  # not addressed
+    assert await bot.send(receive_event(None, mentions=[BOT], **group)) == [UNREADABLE_REPLY] * 2
+    assert await bot.store.history("feishu:direct:ou_user1") == []

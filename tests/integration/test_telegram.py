@@ -21,7 +21,7 @@ import yaml
 
 from bot.adapters.telegram import TelegramFrontend
 from bot.config import LoggingConfig
-from bot.core.bot import Pinbot
+from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
@@ -629,3 +629,50 @@ async def test_network_errors_are_retried_with_a_pause(
     (reply,) = await bot.reply_to(message(private_chat(6), "/pin list", user(6)))
     assert "no blocks" in reply
     assert bot.sleeps[:2] == [1, 2] and len(fake_telegram.failed) == 2
+
+
+PHOTO = [{"file_id": "f1", "file_unique_id": "u1", "width": 10, "height": 10, "file_size": 99}]
+
+
+async def test_messages_the_bot_cannot_read_get_one_short_answer(
+    start_bot: StartBot, fake_telegram: FakeTelegram, clock: FakeClock
+) -> None:
+    bot = await start_bot(pins={"enable_in_group": True})
+    dm_chat, sender = private_chat(5), user(5)
+    (reply,) = await bot.reply_to(service(dm_chat, sender, photo=PHOTO, caption="what is this?"))
+    assert reply == UNREADABLE_REPLY
+    voice = {"file_id": "v1", "file_unique_id": "v1", "duration": 2}
+    fake_telegram.push(service(dm_chat, sender, voice=voice))  # within the minute: no second
+    await bot.settle()
+    clock.advance(seconds=61)
+    sticker = {
+        "file_id": "s1",
+        "file_unique_id": "s1",
+        "type": "regular",
+        "width": 5,
+        "height": 5,
+        "is_animated": False,
+        "is_video": False,
+    }
+    (reply,) = await bot.reply_to(service(dm_chat, sender, sticker=sticker))
+    assert reply == UNREADABLE_REPLY
+    assert len(fake_telegram.sent(5)) == 2
+    chat = group_chat(GROUP)
+    fake_telegram.push(service(chat, user(6), photo=PHOTO))  # not addressed: silence
+    fake_telegram.push(service(chat, user(6), new_chat_members=[user(9)]))  # service: silence
+    fake_telegram.push(
+        service(chat, user(6), pinned_message={"message_id": 1, "date": 0, "chat": chat})
+    )
+    await bot.settle()
+    assert fake_telegram.sent(GROUP) == []
+    caption = "@pin_bot read this"
+    addressed = service(
+        chat,
+        user(6),
+        document={"file_id": "d1", "file_unique_id": "d1", "file_name": "a.pdf"},
+        caption=caption,
+        caption_entities=[{"type": "mention", "offset": 0, "length": 8}],
+    )
+    (reply,) = await bot.reply_to(addressed)
+    assert reply == UNREADABLE_REPLY
+    assert await bot.store.history("telegram:direct:5") == []  # nothing reached the model

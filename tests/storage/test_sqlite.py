@@ -155,3 +155,23 @@ async def test_counted_calls_reach_the_disk_with_the_turn_and_on_close(tmp_path:
     await store.start_model_call(["s", "t"])
     await store.close()
     assert on_disk() == {"s": 2, "t": 1}
+
+
+async def test_label_keys_migration_keeps_the_older_of_two_look_alikes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "v4.sqlite3"
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        await migrate(db, target=4)
+        for label, created in (("Ｔｏｎｅ", 1), ("tone", 2), ("Other", 3), ("TONE~2", 4)):
+            await db.execute(
+                "INSERT INTO blocks (scope, label, label_key, content, level, state, "
+                "created_at, updated_at) VALUES ('s', ?, ?, 'c', 'strong', 'active', ?, ?)",
+                (label, label.casefold(), created, created),
+            )
+    with caplog.at_level("WARNING", logger="storage.migrations"):
+        async with await Store.open(path) as store:
+            labels = [b.label for b in await store.blocks(["s"])]
+    # the older keeps its label; a newer look-alike gets ~2, and so does one that then collides
+    assert labels == ["Ｔｏｎｅ", "tone~2", "Other", "TONE~2~2"]
+    assert len([r for r in caplog.records if "renamed" in r.getMessage()]) == 2

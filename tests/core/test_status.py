@@ -1,0 +1,179 @@
+"""The status view and token estimates, judged against the renderer's real output and an
+injected clock; labels under hypothesis; tools offered only where the speaker can pin."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bot.core.bot import Pinbot
+from bot.llm.openai_backend import OpenAIChatModel
+from storage.models import State, label_key
+from storage.sqlite import Store
+from tests.conftest import BotFactory, dm, group, make_config
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+
+SYSTEM = "You are helpful."
+
+
+@pytest.fixture
+async def openai_bot(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    opened: list[tuple[Store, OpenAIChatModel]] = []
+
+    async def open_bot(**sections: Any) -> Pinbot:
+        llm = {
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "api_key_env": "PINBOT_TEST_KEY",
+            "system_prompt": SYSTEM,
+            **sections.pop("llm", {}),
+        }
+        config = make_config(llm=llm, **sections)
+        store = await Store.open(tmp_path / "bot.sqlite3")
+        model = OpenAIChatModel.from_config(config.llm)
+        opened.append((store, model))
+        return Pinbot(config, store, model, clock=clock)
+
+    yield open_bot
+    for store, model in opened:
+        await store.close()
+        await model.close()
+
+
+def total_estimate(reply: str) -> int:
+    match = re.search(r"every request here carries about ([\d,]+) tokens", reply)
+    assert match, reply
+    return int(match.group(1).replace(",", ""))
+
+
+async def test_the_estimate_matches_what_the_renderer_sends(
+    openai_bot: Any, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    admin, member = group("7"), group("8")
+    await bot.handle(admin, "/pin shared add-strong rule " + "Keep answers short. " * 10)
+    await bot.handle(admin, "/pin shared add ref Project notes: " + "pinbot " * 30)
+    await bot.handle(member, "/pin add mine My own notes " * 5)
+    listing = await bot.handle(member, "/pin list") or ""
+    shared_listing = await bot.handle(member, "/pin shared list") or ""
+    text = "what now?"
+    await bot.handle(member, text)
+    system, user = fake_openai.messages()[0]["content"], fake_openai.messages()[-1]["content"]
+    injected_chars = (len(system) - len(SYSTEM)) + (len(user) - len(text))
+    actual = injected_chars / 4
+    for reply in (listing, shared_listing):
+        assert abs(total_estimate(reply) - actual) <= 0.1 * actual, (reply, actual)
+    status = await bot.handle(member, "/pin status") or ""
+    carried = re.search(r"Every request here carries about ([\d,]+) tokens", status)
+    assert carried and abs(int(carried.group(1).replace(",", "")) - actual) <= 0.1 * actual
+
+
+async def test_the_warning_threshold_is_compared_with_the_total(make_bot: BotFactory) -> None:
+    bot = make_bot(
+        pins={
+            "enable_in_group": True,
+            "group_shared_admin_ids": ["7"],
+            "token_warning_threshold": 300,  # above these blocks alone, below the total
+        }
+    )
+    await bot.handle(group("7"), "/pin shared add big " + "word " * 90)
+    listing = await bot.handle(group("8"), "/pin add small tiny") and await bot.handle(
+        group("8"), "/pin list"
+    )
+    assert listing is not None and "Warning: that is over the warning threshold" in listing
+
+
+async def test_idle_blocks_show_when_they_become_due(
+    make_bot: BotFactory, clock: FakeClock
+) -> None:
+    bot = make_bot(pins={"idle_retention_days": 7, "idle_retention_calls": 10})
+    await bot.handle(dm(), "/pin add old Old notes")
+    await bot.handle(dm(), "/pin idle old")
+    clock.advance(days=3)
+    for _ in range(4):
+        await bot.handle(dm(), "hello")
+    status = await bot.handle(dm(), "/pin status") or ""
+    assert (
+        "idle 'old': deleted once 4 more days and 6 more model calls have passed, "
+        "or in 27 days at the latest"
+    ) in status
+    clock.advance(days=5)
+    for _ in range(6):
+        await bot.handle(dm(), "hello")
+    status = await bot.handle(dm(), "/pin status") or ""
+    assert "idle 'old': due: deleted at the next model request here" in status
+    await bot.handle(dm(), "hello")
+    assert await bot.store.blocks(["console:direct:42"]) == []
+
+
+LABEL_CHARS = st.sampled_from(
+    [*"abcXYZ09_-~", "ｔ", "Ａ", "ﬁ", "é", "e\u0301", "\u200b", "\u202e", "\u2066", "\ufeff"]
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    first=st.lists(LABEL_CHARS, min_size=1, max_size=6),
+    second=st.lists(LABEL_CHARS, min_size=1, max_size=6),
+)
+async def test_labels_under_hypothesis(
+    make_bot: BotFactory, store: Store, first: list[str], second: list[str]
+) -> None:
+    bot = make_bot()
+    await bot.handle(dm(), "/pin clear confirm")
+    labels = ["".join(first), "".join(second)]
+    replies = [await bot.handle(dm(), f"/pin add {label} content") or "" for label in labels]
+    stored = [b.label for b in await store.blocks(["console:direct:42"])]
+    for label, reply in zip(labels, replies, strict=True):
+        invisible = any(unicodedata.category(c) == "Cf" for c in label)
+        if invisible or label.startswith("--"):
+            assert label not in stored and not reply.startswith("Saved")
+    # no two stored labels look alike, and none holds an invisible character
+    assert len({label_key(label) for label in stored}) == len(stored)
+    assert not any(unicodedata.category(c) == "Cf" for label in stored for c in label)
+    if labels[0] in stored and label_key(labels[1]) == label_key(labels[0]):
+        assert "already exists" in replies[1]
+
+
+async def test_tools_are_offered_only_where_the_speaker_can_pin(
+    openai_bot: Any, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bot(llm={"agent_tools": True})  # pins are off in groups by default
+    await bot.handle(group("8"), "hello group")
+    assert "tools" not in fake_openai.requests[-1]
+    await bot.handle(dm("8"), "hello dm")
+    assert [t["function"]["name"] for t in fake_openai.requests[-1]["tools"]] == [
+        "pin_set",
+        "pin_get",
+        "pin_delete",
+    ]
+
+
+async def test_pin_set_on_an_idle_block_says_it_stays_idle(
+    openai_bot: Any, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bot(llm={"agent_tools": True})
+    await bot.handle(dm(), "/pin add task Old task")
+    await bot.handle(dm(), "/pin idle task")
+    fake_openai.script = [
+        tool_calls(("pin_set", {"label": "task", "content": "New task"})),
+        completion("ok"),
+    ]
+    await bot.handle(dm(), "update my task")
+    result = next(m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool")
+    assert "stays idle" in result["content"] and "/pin activate task" in result["content"]
+    (block,) = await bot.store.blocks(["console:direct:42"])
+    assert (block.content, block.state) == ("New task", State.IDLE)

@@ -1,0 +1,177 @@
+"""Blocks, round two, as users meet them through `pinbot console` (and `pinbot import`): the
+budget never locks a scope, the status view, priorities, look-alike labels, minimal imports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from storage.sqlite import Store
+from tests.integration.test_console import PINBOT, console, stored, write_config
+
+
+async def test_a_budget_never_locks_a_scope(tmp_path: Path) -> None:
+    roomy = write_config(tmp_path)
+    await console(roomy, ["/pin add a " + "x" * 100, "/pin add b " + "y" * 100], "--user", "1")
+    tight = write_config(tmp_path, pins={"max_total_chars": 150})  # the scope holds 200
+    code, out, err = await console(
+        tight,
+        [
+            "/pin idle a",
+            "/pin level b context",
+            "/pin pin b",
+            "/pin activate a",
+            "/pin edit a " + "x" * 40,  # shrinks the scope: allowed although still over
+            "/pin edit b " + "y" * 120,  # grows it past the budget: refused
+            "/pin add c " + "z" * 20,  # so does an add
+            "/pin remove b",
+        ],
+        "--user",
+        "1",
+    )
+    assert code == 0, err
+    assert "changed while saving" not in out
+    for reply in ("is now idle", "is now context", "is now pinned", "is now active"):
+        assert reply in out
+    assert "Saved the new content of 'a'." in out
+    assert out.count("over the budget of 150 (pins.max_total_chars)") == 2
+    assert "Removed block 'b'." in out
+    assert await stored(tmp_path, "console:direct:1") == [("a", "x" * 40, "strong", "active")]
+
+
+async def test_status_view_and_sticky_alias(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        pins={"enable_in_group": True, "group_shared_admin_ids": ["7"], "max_total_chars": 2000},
+    )
+    code, out, err = await console(
+        config,
+        [
+            "/pin shared add rule Keep answers short.",
+            "/pin add-strong mine Answer formally.",
+            "/pin add note Background for me --priority 3",
+            "/pin idle note",
+            "/sticky",
+            "/pin shared status",
+            "/sticky shared",
+        ],
+        "--user",
+        "7",
+        "--group",
+        "-100",
+    )
+    assert code == 0, err
+    first = out.index("Your personal blocks in this group:")
+    shared_only = out.index("This group's shared blocks:", first + 1)
+    personal, rest = out[first:shared_only], out[shared_only:]
+    assert "  blocks: 2 of 20\n" in personal
+    assert f"  characters: {len('Answer formally.') + len('Background for me')} of 2,000" in out
+    assert "  levels: 1 strong, 1 context\n" in personal
+    assert "  states: 1 active, 0 pinned, 1 idle\n" in personal
+    assert "  priorities: note +3\n" in personal
+    assert (
+        "  idle 'note': deleted once 7 more days and 10 more model calls have passed, "
+        "or in 30 days at the latest"
+    ) in personal
+    assert "  blocks: 1 of 20\n" in rest and "Every request here carries about " in rest
+    # /pin shared status and /sticky shared show the shared scope alone, identically
+    shared_views = out[out.index("This group's shared blocks:", shared_only + 1) :]
+    assert "Your personal blocks" not in shared_views
+    one, two = shared_views.split("This group's shared blocks:")[1:]
+    assert one == two and "  blocks: 1 of 20\n" in one
+
+
+async def test_priorities_by_command_and_flag(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(
+        config,
+        [
+            "/pin add low Low one",
+            "/pin add high High one --priority 50 --pinned",
+            "/pin add mid Middle one --pinned --priority 7",
+            "/pin add lit -- literal --priority 9",
+            "/pin priority low -5",
+            "/pin priority low 1001",
+            "/pin priority low high",
+            "/pin add big x --priority 2000",
+            "hello",
+        ],
+        "--user",
+        "1",
+    )
+    assert code == 0, err
+    assert "Block 'low' now has priority -5." in out
+    assert out.count("Priority must be a whole number from -1000 to 1000.") == 3
+    assert "[offline model] pinned blocks: high (strong, personal); mid (strong, personal); " in out
+    assert "lit (strong, personal); low (strong, personal)." in out
+    async with await Store.open(tmp_path / "pins.sqlite3") as store:
+        blocks = {b.label: b for b in await store.blocks(["console:direct:1"])}
+    assert {label: b.priority for label, b in blocks.items()} == {
+        "low": -5,
+        "high": 50,
+        "mid": 7,
+        "lit": 0,
+    }
+    assert blocks["lit"].content == "literal --priority 9"
+    assert blocks["mid"].state.value == "pinned" and blocks["high"].state.value == "pinned"
+
+
+async def test_labels_that_cannot_deceive(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(
+        config,
+        [
+            "/pin add tone Be brief.",
+            "/pin add ｔｏｎｅ Full-width look-alike.",
+            "/pin add TONE Upper case.",
+            "/pin add to\u200bne Zero-width space.",
+            "/pin add \u202eenot Right-to-left override.",
+            '/pin add "tone" Quoted.',
+        ],
+        "--user",
+        "1",
+    )
+    assert code == 0, err
+    assert out.count("already exists") == 2
+    assert "U+200B" in out and "U+202E" in out
+    assert "need no quotes" in out
+    assert await stored(tmp_path, "console:direct:1") == [("tone", "Be brief.", "strong", "active")]
+
+
+async def test_the_smallest_import_file(tmp_path: Path) -> None:
+    import asyncio
+
+    db = tmp_path / "pins.sqlite3"
+    config = write_config(tmp_path)
+    document = {
+        "scopes": {
+            "console:direct:42": {"blocks": [{"label": "tone", "content": "Be brief."}]},
+            "console:group:-1": {"blocks": [{"label": "rule", "content": "Be kind."}]},
+        }
+    }
+    file = tmp_path / "mine.json"
+    file.write_text(json.dumps(document), encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        PINBOT,
+        "import",
+        str(file),
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err
+    assert b"imported 2 block(s) in 2 scope(s)" in out
+    assert db.exists()
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("tone", "Be brief.", "strong", "active")
+    ]
+    assert await stored(tmp_path, "console:group:-1") == [("rule", "Be kind.", "context", "active")]
+    for bad in ({"format": "other", "scopes": {}}, {"version": 2, "scopes": {}}):
+        file.write_text(json.dumps(bad), encoding="utf-8")
+        process = await asyncio.create_subprocess_exec(
+            PINBOT, "import", str(file), "--config", str(config), stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await process.communicate()
+        assert process.returncode == 1 and b"nothing was imported" in out
