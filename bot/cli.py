@@ -27,6 +27,12 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pinbot", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pinbot {_version()}")
@@ -52,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     load = commands.add_parser("import", help="load blocks from an export (all or nothing)")
     load.add_argument("file", help="the JSON file to import")
     load.add_argument("--dry-run", action="store_true", help="report what would change")
+    usage = commands.add_parser(
+        "usage", help="model token usage per user and per group, with the cache hit ratio"
+    )
+    usage.add_argument(
+        "--days", type=_positive, default=30, help="the last N UTC days, today included (30)"
+    )
+    usage.add_argument("--json", action="store_true", help="print JSON instead of a table")
     for sub in commands.choices.values():
         sub.add_argument("--config", help="YAML config file (default: embedded defaults)")
     return parser
@@ -183,6 +196,21 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
     return 0
 
 
+async def _usage(config: Config, days: int, *, as_json: bool) -> int:
+    import json
+
+    from bot.core.clock import utc_now
+    from bot.core.usage import usage_document, usage_table
+
+    async with await Store.open(config.storage.path) as store:
+        document = await usage_document(store, days, utc_now())
+    if as_json:
+        print(json.dumps(document, ensure_ascii=False, indent=2))
+    else:
+        print(usage_table(document))
+    return 0
+
+
 def _register_secrets(config: Config) -> None:
     import os
 
@@ -215,6 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_export(config, args.output))
         if args.command == "import":
             return asyncio.run(_import(config, args.file, args.dry_run))
+        if args.command == "usage":
+            return asyncio.run(_usage(config, args.days, as_json=args.json))
         if args.command in ("telegram", "feishu"):
             return asyncio.run(_serve(config, args.command))
         return asyncio.run(_console(config, args))

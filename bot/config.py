@@ -132,6 +132,28 @@ class LimitsConfig(_Section):
     max_message_chars: Positive = 8000
 
 
+class BudgetsConfig(_Section):
+    """Token budgets (prompt + completion tokens as reported); 0 means no budget. Days and
+    months are UTC."""
+
+    user_daily_tokens: NonNegative = 0
+    user_monthly_tokens: NonNegative = 0
+    group_daily_tokens: NonNegative = 0
+    group_monthly_tokens: NonNegative = 0
+
+    @property
+    def any(self) -> bool:
+        """Whether any budget is set."""
+        return any(
+            (
+                self.user_daily_tokens,
+                self.user_monthly_tokens,
+                self.group_daily_tokens,
+                self.group_monthly_tokens,
+            )
+        )
+
+
 class LoggingConfig(_Section):
     """Log level and format."""
 
@@ -152,6 +174,7 @@ class Config(_Section):
     feishu: FeishuConfig = FeishuConfig()
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

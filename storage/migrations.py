@@ -143,6 +143,27 @@ async def _normalised_label_keys(db: aiosqlite.Connection) -> None:
         )
 
 
+@migration(6)
+def _usage() -> list[str]:
+    return [
+        # One row per sender, UTC day and chat: group_key is the group's session key, '' in DMs.
+        """CREATE TABLE usage (
+            platform TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            day TEXT NOT NULL,
+            group_key TEXT NOT NULL,
+            calls INTEGER NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            cached_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            estimated_calls INTEGER NOT NULL,
+            PRIMARY KEY (platform, sender, day, group_key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX usage_by_group ON usage (group_key, day)",
+        "CREATE INDEX usage_by_day ON usage (day)",
+    ]
+
+
 LATEST = max(MIGRATIONS)
 
 

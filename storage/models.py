@@ -87,3 +87,28 @@ class HistoryEntry:
     id: int
     role: str
     content: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """Model calls and their tokens, summed over some senders, chats and days."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    estimated_calls: int = 0
+
+    @property
+    def billed_tokens(self) -> int:
+        """Prompt plus completion tokens: what budgets count."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Usage of one sender (platform, sender) or one group (platform, group_key) over days."""
+
+    platform: str
+    key: str  # the sender id, or the group's session key
+    totals: UsageTotals

@@ -18,7 +18,17 @@ from typing import Any
 import aiosqlite
 
 from storage.migrations import migrate
-from storage.models import AuditEntry, Block, HistoryEntry, Level, NewBlock, State, label_key
+from storage.models import (
+    AuditEntry,
+    Block,
+    HistoryEntry,
+    Level,
+    NewBlock,
+    State,
+    UsageRow,
+    UsageTotals,
+    label_key,
+)
 
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
 _BLOCK_COLUMNS = (
@@ -59,6 +69,16 @@ def block_from_row(row: Sequence[Any]) -> Block:
         idle_calls=row[10],
         rev=row[11],
     )
+
+
+_USAGE_SUMS = (
+    "COALESCE(SUM(calls), 0), COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
+    "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(estimated_calls), 0)"
+)
+
+
+def _totals(row: Sequence[Any]) -> UsageTotals:
+    return UsageTotals(*(int(value) for value in row))
 
 
 def _placeholders(count: int) -> str:
@@ -506,6 +526,73 @@ class Store:
                 for _, old, new in sorted(entries, key=lambda e: e[0])
                 if old != new
             ],
+        )
+
+    # --- usage of the model ----------------------------------------------------------------------
+
+    async def add_usage(
+        self, *, platform: str, sender: str, day: str, group_key: str, usage: UsageTotals
+    ) -> None:
+        """Add one call's usage to its sender's row for that UTC day and chat ('' for DMs)."""
+        await self._write(
+            "INSERT INTO usage (platform, sender, day, group_key, calls, prompt_tokens, "
+            "cached_tokens, completion_tokens, estimated_calls) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (platform, sender, day, group_key) DO UPDATE SET "
+            "calls = calls + excluded.calls, "
+            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+            "cached_tokens = cached_tokens + excluded.cached_tokens, "
+            "completion_tokens = completion_tokens + excluded.completion_tokens, "
+            "estimated_calls = estimated_calls + excluded.estimated_calls",
+            (
+                platform,
+                sender,
+                day,
+                group_key,
+                usage.calls,
+                usage.prompt_tokens,
+                usage.cached_tokens,
+                usage.completion_tokens,
+                usage.estimated_calls,
+            ),
+        )
+
+    async def sender_usage(
+        self, platform: str, sender: str, first_day: str, last_day: str
+    ) -> UsageTotals:
+        """A sender's usage across all chats, over the UTC days first_day..last_day."""
+        rows = await self._db.execute_fetchall(
+            f"SELECT {_USAGE_SUMS} FROM usage WHERE platform = ? AND sender = ? "
+            "AND day BETWEEN ? AND ?",
+            (platform, sender, first_day, last_day),
+        )
+        return _totals(next(iter(rows)))
+
+    async def group_usage(self, group_key: str, first_day: str, last_day: str) -> UsageTotals:
+        """A group's usage, all its members together, over the UTC days first_day..last_day."""
+        rows = await self._db.execute_fetchall(
+            f"SELECT {_USAGE_SUMS} FROM usage WHERE group_key = ? AND day BETWEEN ? AND ?",
+            (group_key, first_day, last_day),
+        )
+        return _totals(next(iter(rows)))
+
+    async def usage_report(self, first_day: str) -> tuple[list[UsageRow], list[UsageRow]]:
+        """Per sender (across chats) and per group, usage since first_day, most tokens first."""
+        users = await self._db.execute_fetchall(
+            f"SELECT platform, sender, {_USAGE_SUMS} FROM usage WHERE day >= ? "
+            "GROUP BY platform, sender ORDER BY SUM(prompt_tokens + completion_tokens) DESC, "
+            "platform, sender",
+            (first_day,),
+        )
+        groups = await self._db.execute_fetchall(
+            f"SELECT platform, group_key, {_USAGE_SUMS} FROM usage WHERE day >= ? "
+            "AND group_key != '' GROUP BY platform, group_key "
+            "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key",
+            (first_day,),
+        )
+        return (
+            [UsageRow(r[0], r[1], _totals(r[2:])) for r in users],
+            [UsageRow(r[0], r[1], _totals(r[2:])) for r in groups],
         )
 
     # --- platform event de-duplication ---------------------------------------------------------

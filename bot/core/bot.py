@@ -28,6 +28,7 @@ from bot.core.keys import group_children, group_key
 from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
 from bot.core.pins import PinService
+from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
 from storage.sqlite import Store
@@ -66,7 +67,8 @@ class Pinbot:
         self.store = store
         self._clock = clock
         self.pins = PinService(store, config.pins, clock)
-        self.chat = ChatService(store, self.pins.ops, config, model, clock)
+        self.usage = UsageLedger(store, config.budgets, clock)
+        self.chat = ChatService(store, self.pins.ops, config, model, self.usage, clock)
         self.bot_username = bot_username
         self._pin_commands = RateLimiter(config.limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(config.limits.model_turns_per_minute, clock)
@@ -157,6 +159,8 @@ class Pinbot:
             return await self.command(context, text)
         if wait := self._turns.acquire(self._sender_key(conversation)):
             return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
+        if refusal := await self.usage.budget_refusal(context):
+            return refusal
         async with thinking() if thinking else contextlib.nullcontext():
             return await self.chat.turn(context, text, on_text)
 
@@ -203,6 +207,8 @@ class Pinbot:
             return GENERAL_HELP
         if name == "whoami":
             return await whoami(context)
+        if name == "usage":
+            return await self.usage.report(context)
         if name in ("reset", "new"):
             count = await self.chat.reset(conversation)
             return (

@@ -19,6 +19,7 @@ from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.tools import TOOL_SPECS, PinTools, tool_message
+from bot.core.usage import UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
 from storage.models import HistoryEntry
@@ -37,9 +38,11 @@ class ChatService:
         ops: BlockOps,
         config: Config,
         model: ChatModel,
+        usage: UsageLedger,
         clock: Clock = utc_now,
     ) -> None:
         self._store = store
+        self._usage = usage
         self._lifecycle = Lifecycle(store, config.pins, clock)
         self._tools = PinTools(ops)
         self._config = config
@@ -82,7 +85,7 @@ class ChatService:
         session = self.history_key(context.conversation)
         async with self._lock(session):
             rendered = await self.rendered_blocks(context, text)
-            history = await self._compacted(session, await self._store.history(session))
+            history = await self._compacted(context, session, await self._store.history(session))
             request = ModelRequest(
                 self.build_messages(rendered, history, text),
                 blocks=tuple(
@@ -114,8 +117,11 @@ class ChatService:
         personal = [b for b in blocks if b.scope == personal_scope]
         return render(ordered(shared, personal), text)
 
-    async def _compacted(self, session: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
-        """History within budget: older turns summarised (or dropped if that fails)."""
+    async def _compacted(
+        self, context: MessageContext, session: str, entries: list[HistoryEntry]
+    ) -> list[HistoryEntry]:
+        """History within budget: older turns summarised (or dropped if that fails); the
+        summary's usage counts to the turn's sender."""
         chat = self._config.chat
         plan = plan_history(
             entries, chat.history_max_chars, chat.history_max_turns, chat.compaction_keep_turns
@@ -125,9 +131,9 @@ class ChatService:
         summary = None
         if chat.compaction == "summarize":
             try:
-                reply = await self._model.complete(
-                    summary_request([(e.role, e.content) for e in plan.older])
-                )
+                request = summary_request([(e.role, e.content) for e in plan.older])
+                reply = await self._model.complete(request)
+                await self._usage.record(context, request, reply)
                 summary = reply.text.strip() or None
             except ModelError as error:
                 log.warning(
@@ -163,6 +169,7 @@ class ChatService:
                 tool_choice="none" if tools and last else None,
             )
             reply = await self._model.complete(this_round, on_text=on_text)
+            await self._usage.record(context, this_round, reply)  # billed, whatever happens next
             if not reply.tool_calls or last:
                 return reply.text or NO_ANSWER
             messages = [*messages, reply.as_message()]

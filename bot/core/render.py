@@ -1,10 +1,13 @@
 """Blocks to text for the model: a strong section for the system prompt, a context section for the
 current user message, each in a fixed English wrapper that content cannot forge.
 
-Every boundary line carries a marker derived from a hash of everything in the request that users
-wrote (labels, contents, the user's message). A block cannot contain the marker of the request it
-is rendered into, so no content can close a block, open another, or end the wrapper early; labels
-and content stay verbatim.
+Each section has its own marker, a hash of everything users wrote into that section: the strong
+section's of its blocks (scope, label, content), the context section's of its blocks and the
+user's message that sits next to it. No content inside a section can contain that section's
+marker, so it cannot close a block, open another, or end the wrapper early; labels and content
+stay verbatim. Because the strong section's marker depends on the strong blocks alone, the system
+message stays byte-identical from turn to turn while they do not change, and providers can cache
+every request's prefix.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class Rendered:
 
     strong: str
     context: str
-    marker: str
+    strong_marker: str
+    context_marker: str
     blocks: tuple[ScopedBlock, ...] = ()  # what was rendered, in order
 
 
@@ -71,12 +75,13 @@ def ordered(shared: Sequence[Block], personal: Sequence[Block]) -> list[ScopedBl
     ]
 
 
-def request_marker(blocks: Sequence[ScopedBlock], user_text: str) -> str:
-    """A marker no block of this request can contain: a hash over all user-written text."""
+def section_marker(blocks: Sequence[ScopedBlock], beside: str = "") -> str:
+    """A marker no block of a section can contain: a hash over the section's user-written text
+    and what sits beside the section in the same message (the user's words, for context)."""
     parts = [
         f"{item.scope_name}\x00{item.block.label}\x00{item.block.content}\x00" for item in blocks
     ]
-    parts.append(user_text)
+    parts.append(beside)
     text = "".join(parts).encode("utf-8", "surrogatepass")
     return "pin-" + hashlib.sha256(text).hexdigest()[:16]
 
@@ -107,13 +112,15 @@ def _section(level: Level, items: list[ScopedBlock], marker: str) -> str:
 
 def render(blocks: Sequence[ScopedBlock], user_text: str) -> Rendered:
     """Render the ordered blocks into the strong and context sections for one request."""
-    marker = request_marker(blocks, user_text)
     strong = [item for item in blocks if item.block.level is Level.STRONG]
     context = [item for item in blocks if item.block.level is Level.CONTEXT]
+    strong_marker = section_marker(strong)
+    context_marker = section_marker(context, user_text)
     return Rendered(
-        strong=_section(Level.STRONG, strong, marker),
-        context=_section(Level.CONTEXT, context, marker),
-        marker=marker,
+        strong=_section(Level.STRONG, strong, strong_marker),
+        context=_section(Level.CONTEXT, context, context_marker),
+        strong_marker=strong_marker,
+        context_marker=context_marker,
         blocks=tuple(blocks),
     )
 

@@ -29,11 +29,29 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What one model call cost, in tokens as the server reported them (or estimated, at about
+    4 characters a token, when it reported nothing)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # of the prompt tokens, how many the server served from its cache
+    estimated: bool = False
+
+    @property
+    def billed_tokens(self) -> int:
+        """Prompt plus completion tokens: what budgets count."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
 class ModelReply:
-    """The model's answer: text, and the tool calls it wants made before it answers further."""
+    """The model's answer: text, the tool calls it wants made before it answers further, and
+    the usage the server reported (None when it reported none)."""
 
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
 
     def as_message(self) -> Message:
         """The assistant message that records this reply in a follow-up request."""

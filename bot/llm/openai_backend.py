@@ -9,7 +9,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from bot.config import LlmConfig, secret_from_env
-from bot.llm.base import Message, ModelError, ModelReply, ModelRequest, TextSink, ToolCall
+from bot.llm.base import Message, ModelError, ModelReply, ModelRequest, TextSink, ToolCall, Usage
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +19,8 @@ class OpenAIChatModel:
 
     def __init__(self, config: LlmConfig, api_key: str) -> None:
         self._config = config
+        # Whether to ask for usage in streams; turned off for good if the server rejects it.
+        self._stream_usage = True
         self._client = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=config.base_url,
@@ -61,19 +63,13 @@ class OpenAIChatModel:
     async def _streamed(
         self, messages: list[Message], extra: dict[str, Any], on_text: TextSink
     ) -> ModelReply:
-        # The SDK's overloads cannot see `stream=True` through **extra, hence the cast.
-        stream = cast(
-            "openai.AsyncStream[ChatCompletionChunk]",
-            await self._client.chat.completions.create(
-                model=self._config.model,
-                messages=messages,  # type: ignore[arg-type]
-                stream=True,
-                **extra,
-            ),
-        )
+        stream = await self._open_stream(messages, extra)
         text = ""
         calls: dict[int, dict[str, str]] = {}
+        usage: Usage | None = None
         async for chunk in stream:
+            if chunk.usage is not None:  # the last chunk, when usage was asked for
+                usage = usage_of(chunk.usage)
             if not chunk.choices:
                 continue
             delta = chunk.choices[0].delta
@@ -90,23 +86,69 @@ class OpenAIChatModel:
         tool_calls = [
             ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
         ]
-        return ModelReply(text, tool_calls)
+        return ModelReply(text, tool_calls, usage)
+
+    async def _open_stream(
+        self, messages: list[Message], extra: dict[str, Any]
+    ) -> openai.AsyncStream[ChatCompletionChunk]:
+        """Start a streamed completion, asking for usage in the stream unless the server has
+        rejected that option before; a server that rejects it is asked again without it."""
+        if self._stream_usage:
+            try:
+                return await self._create_stream(
+                    messages, {**extra, "stream_options": {"include_usage": True}}
+                )
+            except openai.BadRequestError as error:
+                if "stream_options" not in str(error) and "include_usage" not in str(error):
+                    raise
+                log.warning("the model server rejects stream_options; streams go without usage")
+                self._stream_usage = False
+        return await self._create_stream(messages, extra)
+
+    async def _create_stream(
+        self, messages: list[Message], extra: dict[str, Any]
+    ) -> openai.AsyncStream[ChatCompletionChunk]:
+        # The SDK's overloads cannot see `stream=True` through **extra, hence the cast.
+        return cast(
+            "openai.AsyncStream[ChatCompletionChunk]",
+            await self._client.chat.completions.create(
+                model=self._config.model,
+                messages=messages,  # type: ignore[arg-type]
+                stream=True,
+                **extra,
+            ),
+        )
 
     async def close(self) -> None:
         """Close the pooled HTTP connections."""
         await self._client.close()
 
 
+def usage_of(reported: Any) -> Usage:
+    """Usage as an OpenAI-compatible server reports it; cached prompt tokens come from
+    `prompt_tokens_details.cached_tokens`, or DeepSeek's `prompt_cache_hit_tokens`."""
+    details = getattr(reported, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    if cached is None:
+        cached = getattr(reported, "prompt_cache_hit_tokens", None)
+    return Usage(
+        prompt_tokens=int(getattr(reported, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(reported, "completion_tokens", 0) or 0),
+        cached_tokens=int(cached or 0),
+    )
+
+
 def _reply_of(response: Any) -> ModelReply:
+    usage = usage_of(response.usage) if getattr(response, "usage", None) else None
     choice = response.choices[0] if response.choices else None
     if choice is None:
-        return ModelReply("")
+        return ModelReply("", usage=usage)
     calls = [
         ToolCall(call.id, call.function.name, call.function.arguments or "")
         for call in choice.message.tool_calls or []
         if call.type == "function"
     ]
-    return ModelReply(choice.message.content or "", calls)
+    return ModelReply(choice.message.content or "", calls, usage)
 
 
 def _model_error(error: openai.OpenAIError) -> ModelError:

@@ -47,8 +47,9 @@ def openai_bot(
     )
 
 
-def marker_of(messages: list[dict[str, Any]]) -> str:
-    found = re.search(r"\[(pin-[0-9a-f]{16}) ", messages[0]["content"] + messages[-1]["content"])
+def marker_of(message: dict[str, Any]) -> str:
+    """The marker of the section in this message (strong: system; context: the user's)."""
+    found = re.search(r"\[(pin-[0-9a-f]{16}) ", message["content"])
     assert found
     return found.group(1)
 
@@ -101,7 +102,7 @@ async def test_dm_blocks_arrive_exactly(make_bot: BotFactory, fake_openai: FakeO
     await bot.handle(dm(), "/pin idle old")
     await bot.handle(dm(), "Wie geht's?")
     messages = fake_openai.messages()
-    m = marker_of(messages)
+    m, c = marker_of(messages[0]), marker_of(messages[-1])
     assert messages == [
         {
             "role": "system",
@@ -110,7 +111,7 @@ async def test_dm_blocks_arrive_exactly(make_bot: BotFactory, fake_openai: FakeO
         },
         {
             "role": "user",
-            "content": context_section(m, [("personal", "proj", "Project:\npinbot")])
+            "content": context_section(c, [("personal", "proj", "Project:\npinbot")])
             + "\n\nWie geht's?",
         },
     ]
@@ -132,7 +133,7 @@ async def test_group_request_has_shared_then_own_blocks_only(
     await bot.handle(group("42"), "/pin add other Not for Ana")
     await bot.handle(group("5", topic="3"), "hi")
     messages = fake_openai.messages()
-    m = marker_of(messages)
+    m, c = marker_of(messages[0]), marker_of(messages[-1])
     assert messages == [
         {
             "role": "system",
@@ -144,7 +145,7 @@ async def test_group_request_has_shared_then_own_blocks_only(
         {
             "role": "user",
             "content": context_section(
-                m, [("shared", "faq", "FAQ text"), ("personal", "note", "Ana's note")]
+                c, [("shared", "faq", "FAQ text"), ("personal", "note", "Ana's note")]
             )
             + "\n\nhi",
         },
