@@ -107,6 +107,8 @@ class FakeOpenAI:
         self.release: asyncio.Event | None = None
         self.respond: Responder | None = None
         self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
+        self.usage: dict[str, Any] | None = None  # the usage every answer reports, if set
+        self.reject_stream_options = False  # answer 400 to stream_options, as some servers do
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
         self.port = 0
@@ -127,17 +129,27 @@ class FakeOpenAI:
             return web.json_response(
                 {"error": {"message": "fake failure", "type": "server_error"}}, status=self.status
             )
+        if self.reject_stream_options and "stream_options" in body:
+            message = "Unrecognized request argument supplied: stream_options"
+            return web.json_response(
+                {"error": {"message": message, "type": "invalid_request_error"}}, status=400
+            )
         if self.script:
             answer = self.script.pop(0)
         elif self.respond is not None:
             answer = self.respond(body)
         else:
             answer = completion(f"reply {len(self.requests)}")
+        if self.usage is not None:
+            answer = {**answer, "usage": self.usage}
         if not body.get("stream"):
             return web.json_response(answer)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for chunk in stream_chunks(answer):
+        chunks = stream_chunks(answer)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**chunks[-1], "choices": [], "usage": answer.get("usage")})
+        for chunk in chunks:
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

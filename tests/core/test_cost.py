@@ -1,0 +1,256 @@
+"""Cost: requests whose prefix the provider can cache, usage recorded for every call, /usage,
+budgets, and `pinbot usage`, through Pinbot.handle and the real openai SDK against a fake
+server."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.core.bot import Pinbot
+from bot.llm.openai_backend import OpenAIChatModel
+from storage.sqlite import Store
+from tests.conftest import dm, group, make_config
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+
+USAGE = {
+    "prompt_tokens": 100,
+    "completion_tokens": 7,
+    "total_tokens": 107,
+    "prompt_tokens_details": {"cached_tokens": 64},
+}
+
+
+@pytest.fixture
+async def bots(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    opened: list[tuple[Store, OpenAIChatModel]] = []
+
+    async def open_bot(**sections: Any) -> Pinbot:
+        llm = {
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "api_key_env": "PINBOT_TEST_KEY",
+            "system_prompt": "Be helpful.",
+            "max_retries": 0,
+            **sections.pop("llm", {}),
+        }
+        config = make_config(llm=llm, **sections)
+        store = await Store.open(tmp_path / "bot.sqlite3")
+        model = OpenAIChatModel.from_config(config.llm)
+        opened.append((store, model))
+        return Pinbot(config, store, model, clock=clock)
+
+    yield open_bot
+    for store, model in opened:
+        await store.close()
+        await model.close()
+
+
+def assert_cacheable(requests: list[dict[str, Any]]) -> None:
+    """Each request minus its newest user message is an exact prefix of the next one, the system
+    message never changes, and the tools are the same every time."""
+    for before, after in itertools.pairwise(requests):
+        kept = before["messages"][:-1]
+        assert after["messages"][: len(kept)] == kept
+        assert json.dumps(after["messages"][0]) == json.dumps(before["messages"][0])
+        assert after.get("tools") == before.get("tools")
+
+
+async def pin_five(bot: Pinbot, speaker: Any) -> None:
+    for label in ("a", "b", "c"):
+        await bot.handle(speaker, f"/pin add-strong {label} Rule {label}: be careful.")
+    for label in ("d", "e"):
+        await bot.handle(speaker, f"/pin add-context {label} Note {label}: background.")
+
+
+@pytest.mark.parametrize(
+    "llm", [{}, {"stream": True}, {"agent_tools": True}, {"agent_tools": True, "stream": True}]
+)
+async def test_requests_keep_a_cacheable_prefix_in_a_dm(
+    bots: Any, fake_openai: FakeOpenAI, llm: dict[str, Any]
+) -> None:
+    bot = await bots(llm=llm)
+    await pin_five(bot, dm())
+    streamed: list[str] = []
+
+    async def sink(text: str) -> None:
+        streamed.append(text)
+
+    for turn in range(6):
+        await bot.handle(dm(), f"question {turn}", on_text=sink)
+    assert len(fake_openai.requests) == 6
+    assert_cacheable(fake_openai.requests)
+    assert "Rule a" in fake_openai.requests[0]["messages"][0]["content"]
+    assert "Note d" in fake_openai.requests[-1]["messages"][-1]["content"]
+
+
+async def test_requests_keep_a_cacheable_prefix_in_a_group(
+    bots: Any, fake_openai: FakeOpenAI
+) -> None:
+    bot = await bots(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    await bot.handle(group("7"), "/pin shared add-strong house Be kind.")
+    await bot.handle(group("7"), "/pin shared add faq The FAQ.")
+    await bot.handle(group("5"), "/pin add mine My note.")
+    for turn in range(4):
+        await bot.handle(group("5"), f"hello {turn}")
+    assert_cacheable(fake_openai.requests)
+
+
+async def test_a_block_change_changes_the_prefix_once(bots: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await bots()
+    await pin_five(bot, dm())
+    await bot.handle(dm(), "one")
+    await bot.handle(dm(), "/pin edit a Rule a: be very careful.")
+    await bot.handle(dm(), "two")
+    await bot.handle(dm(), "three")
+    first, second, third = fake_openai.requests
+    assert first["messages"][0] != second["messages"][0]
+    assert_cacheable([second, third])
+
+
+async def test_usage_is_recorded_for_every_call(bots: Any, fake_openai: FakeOpenAI) -> None:
+    fake_openai.usage = USAGE
+    bot = await bots(llm={"agent_tools": True})
+    fake_openai.script = [tool_calls(("pin_get", {})), completion("done")]
+    await bot.handle(dm(), "use a tool")  # two calls: the tool round and the answer
+    await bot.handle(dm(), "plain")
+    report = await bot.handle(dm(), "/usage") or ""
+    assert "today: 3 call(s), 300 prompt tokens (192 cached), 21 completion tokens" in report
+    assert "this month: 3 call(s)" in report and "your budget: none" in report
+
+
+async def test_streamed_usage_and_a_server_that_rejects_stream_options(
+    bots: Any, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.usage = USAGE
+    bot = await bots(llm={"stream": True})
+
+    async def sink(text: str) -> None:
+        pass
+
+    await bot.handle(dm("1"), "streamed", on_text=sink)
+    assert fake_openai.requests[-1]["stream_options"] == {"include_usage": True}
+    assert "1 call(s), 100 prompt tokens (64 cached), 7 completion" in (
+        await bot.handle(dm("1"), "/usage") or ""
+    )
+    fake_openai.reject_stream_options = True
+    await bot.handle(dm("2"), "first", on_text=sink)
+    await bot.handle(dm("2"), "second", on_text=sink)
+    asked = ["stream_options" in request for request in fake_openai.requests[1:]]
+    assert asked == [True, False, False]  # rejected once, asked again without, remembered
+    report = await bot.handle(dm("2"), "/usage") or ""
+    assert "2 call(s)" in report and "2 call(s) estimated" in report
+
+
+async def test_deepseek_cache_hits_count_as_cached(bots: Any, fake_openai: FakeOpenAI) -> None:
+    fake_openai.usage = {
+        "prompt_tokens": 50,
+        "completion_tokens": 5,
+        "prompt_cache_hit_tokens": 40,
+        "prompt_cache_miss_tokens": 10,
+    }
+    bot = await bots()
+    await bot.handle(dm(), "hi")
+    assert "50 prompt tokens (40 cached)" in (await bot.handle(dm(), "/usage") or "")
+
+
+async def test_a_turn_that_fails_after_the_model_answered_is_still_billed(
+    bots: Any, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.usage = USAGE
+    bot = await bots(llm={"agent_tools": True})
+
+    def answer_then_fail(body: dict[str, Any]) -> Any:
+        fake_openai.status = 500  # the next request fails
+        return tool_calls(("pin_get", {}))
+
+    fake_openai.respond = answer_then_fail
+    reply = await bot.handle(dm(), "tools then failure")
+    assert reply is not None and "try again" in reply
+    fake_openai.status = 200
+    assert await bot.store.history("console:direct:42") == []
+    assert "today: 1 call(s), 100 prompt tokens" in (await bot.handle(dm(), "/usage") or "")
+
+
+async def test_budgets_refuse_turns_without_a_model_call(
+    bots: Any, fake_openai: FakeOpenAI, clock: FakeClock
+) -> None:
+    fake_openai.usage = USAGE
+    bot = await bots(
+        budgets={"user_daily_tokens": 200, "group_monthly_tokens": 300},
+        pins={"enable_in_group": True, "group_shared_admin_ids": ["9"]},
+    )
+    assert await bot.handle(dm("1"), "one") == "reply 1"
+    assert await bot.handle(dm("1"), "two") == "reply 2"  # 107 used: still under
+    refused = await bot.handle(dm("1"), "three") or ""  # 214 used: the crossing call completed
+    assert "budget for today is used up" in refused and "budgets.user_daily_tokens" in refused
+    assert "2026-01-02 00:00 UTC" in refused
+    assert len(fake_openai.requests) == 2
+    assert (await bot.handle(dm("1"), "/pin add tone Be brief.") or "").startswith("Saved")
+    assert "left" in (await bot.handle(dm("1"), "/usage") or "")
+    assert "Your ids: 1" in (await bot.handle(dm("1"), "/whoami") or "")
+    assert await bot.handle(dm("2"), "another user") == "reply 3"  # untouched budget
+    for sender in ("4", "5", "6"):
+        await bot.handle(group(sender), "group talk")
+    group_refusal = await bot.handle(group("7"), "over the group budget") or ""
+    assert "this group's token budget for this month" in group_refusal
+    assert len(fake_openai.requests) == 6
+    admin_view = await bot.handle(group("9"), "/usage") or ""
+    assert "This group, all members" in admin_view and "3 call(s)" in admin_view
+    assert "This group" not in (await bot.handle(group("4"), "/usage") or "")
+    clock.advance(days=1)
+    assert await bot.handle(dm("1"), "next day") == "reply 7"
+
+
+async def test_the_offline_model_is_counted_as_estimated(make_bot: Any) -> None:
+    bot = make_bot()
+    await bot.handle(dm(), "hello")
+    report = await bot.handle(dm(), "/usage") or ""
+    assert "1 call(s)" in report and "1 call(s) estimated" in report
+    assert "0 prompt tokens" not in report
+
+
+async def test_pinbot_usage_json(bots: Any, fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    fake_openai.usage = USAGE
+    bot = await bots(pins={"enable_in_group": True})
+    await bot.handle(dm("1"), "a")
+    await bot.handle(group("1"), "b")
+    await bot.handle(group("2"), "c")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"storage: {{path: '{tmp_path / 'bot.sqlite3'}'}}\n", encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "pinbot"),
+        "usage",
+        "--json",
+        "--days",
+        "400",  # the fake clock's day is months before today's
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(os.environ),
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err
+    document = json.loads(out)
+    assert document["days"] == 400
+    users = {row["id"]: row for row in document["users"]}
+    assert users["1"]["calls"] == 2 and users["1"]["prompt_tokens"] == 200
+    assert users["1"]["cached_tokens"] == 128 and users["1"]["completion_tokens"] == 14
+    assert users["1"]["estimated_calls"] == 0 and users["1"]["platform"] == "console"
+    (group_row,) = document["groups"]
+    assert group_row["id"] == "-100123" and group_row["calls"] == 2
+    keys = {"platform", "id", "calls", "prompt_tokens", "cached_tokens", "completion_tokens"}
+    assert keys | {"estimated_calls"} <= set(group_row)
