@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import commands, data, headofline, memory, turn
+from bench import commands, data, headofline, memory, prefix, turn
 from bench.stats import median_of
 
 
@@ -158,6 +158,11 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             report["memory"]["growth_mib"] * 1.048576 <= 50,
             f"{report['memory']['growth_mib']} MiB",
         ),
+        (
+            "100% of the previous request (minus its newest user message) is a prefix, every turn",
+            report["cache_prefix"]["ours"]["min_pct"] == 100.0,
+            f"min {report['cache_prefix']['ours']['min_pct']}%",
+        ),
     ]
 
 
@@ -210,6 +215,18 @@ def print_table(report: dict[str, Any]) -> None:
         f"Memory: peak RSS {m['empty_store_mib']} MiB empty, {m['full_store_mib']} MiB with "
         f"{m['blocks']:,} blocks (growth {m['growth_mib']} MiB)"
     )
+    p = report["cache_prefix"]
+    before = p["one_marker_per_request"]
+    compaction = p["with_compaction"]
+    print(
+        f"Cacheable prefix over a {p['turns']}-turn DM (3 strong, 2 context blocks): the share of "
+        f"the previous request minus its newest user message that is an exact prefix of the next: "
+        f"mean {p['ours']['mean_pct']}%, min {p['ours']['min_pct']}% (one marker per request, "
+        f"as before: mean {before['mean_pct']}%, min {before['min_pct']}%; "
+        f"{_shown(_ratio(p['ours']['mean_pct'], before['mean_pct']))} more reusable). "
+        f"With compaction at turns {compaction['compaction_at_turns']}: "
+        f"{compaction['at_compaction_pct']}% at those turns, mean {compaction['mean_pct']}%"
+    )
     print("\nTargets")
     for name, met, figure in targets(report):
         print(f"  [{'met' if met else 'MISSED'}] {name}: {figure}")
@@ -250,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         report["memory"] = measure_memory(folder, settings["scopes"][-1], settings)
+        report["cache_prefix"] = prefix.run()
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]
     print_table(report)
