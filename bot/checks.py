@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from bot.config import Config
-from bot.core.keys import group_key_of, strip_agent_prefix
+from bot.core.access import ANYONE
+from bot.core.keys import TOPIC_MARK, ScopeKind, group_key_of, parse_scope, strip_agent_prefix
 from bot.core.permissions import AllowEntry
 
 
@@ -47,13 +48,68 @@ def _allowlists(config: Config) -> list[str]:
                     "(e.g. telegram:group:-100123::u:42)"
                 )
     for entry in pins.group_whitelist:
-        bare = strip_agent_prefix(entry)
-        if not bare or (":" in bare and group_key_of(bare) is None):
+        if not _group_entry_ok(entry, topics=False):
             problems.append(
                 f"pins.group_whitelist: '{entry}' is neither a group id nor a group "
                 "session key (e.g. telegram:group:-100123)"
             )
+    return problems + _access_entries(config)
+
+
+def _bare_id_ok(text: str) -> bool:
+    return bool(text) and ":" not in text and not any(c.isspace() for c in text)
+
+
+def _group_entry_ok(entry: str, *, topics: bool) -> bool:
+    """A group id, a group session key, or (where topics count) a topic's session key."""
+    bare = strip_agent_prefix(entry)
+    if ":" not in bare:
+        return _bare_id_ok(bare)
+    if any(c.isspace() for c in bare):
+        return False
+    group = group_key_of(bare)
+    if group == bare:
+        return True
+    topic = bare.removeprefix(f"{group}{TOPIC_MARK}") if group else ""
+    return topics and group is not None and _bare_id_ok(topic) and topic != bare
+
+
+def _user_entry_ok(entry: str) -> bool:
+    """A sender id, or `<platform>:direct:<id>`."""
+    parsed = parse_scope(entry)
+    return _bare_id_ok(entry) or (parsed is not None and parsed.kind is ScopeKind.DIRECT)
+
+
+def _access_entries(config: Config) -> list[str]:
+    access = config.access
+    problems = [
+        f"access.allowed_users: '{entry}' is neither a sender id nor a DM key "
+        "(e.g. 42 or telegram:direct:42)"
+        for entry in access.allowed_users
+        if entry != ANYONE and not _user_entry_ok(entry)
+    ]
+    problems += [
+        f"access.allowed_groups: '{entry}' is neither a group id, a group session key nor a "
+        "topic key (e.g. -100123, telegram:group:-100123, telegram:group:-100123:topic:7)"
+        for entry in access.allowed_groups
+        if entry != ANYONE and not _group_entry_ok(entry, topics=True)
+    ]
     return problems
+
+
+def warnings_of(config: Config) -> list[str]:
+    """Settings that work but probably do not mean what the operator wants."""
+    access = config.access
+    if (
+        access.allowed_users
+        and ANYONE not in access.allowed_users
+        and (ANYONE in access.allowed_groups)
+    ):
+        return [
+            "access.allowed_users is set, but access.allowed_groups lists '*': anyone can add "
+            "the bot to a group and use it there"
+        ]
+    return []
 
 
 def check_config(config: Config, platforms: tuple[str, ...] = ()) -> list[str]:

@@ -1,21 +1,26 @@
-"""`pinbot`: the command line entry point."""
+"""pinbot: an LLM chat bot for Telegram and Feishu whose users pin rules and notes the model
+always sees."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from bot.config import Config, ConfigError, load_config
+from bot.config import Config, ConfigError, StorageConfig, load_config
 from bot.core.bot import Pinbot
 from bot.llm import ChatModel, build_model
 from bot.logs import REDACTOR, setup_logging
 from storage.sqlite import Store
+
+UNEXPECTED_DETAIL_CHARS = 300
 
 
 def _version() -> str:
@@ -33,19 +38,85 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+_LLM_KEY = (
+    "  OPENAI_API_KEY       the model server's key, with llm.backend: openai (llm.api_key_env)"
+)
+_HELP: dict[str, tuple[str, str, str]] = {
+    # name: (what it does, the environment variables it reads, an example)
+    "console": (
+        "talk to the bot in this terminal, one message per line",
+        _LLM_KEY,
+        "pinbot console --config config.yaml --user 42 [--group -100123]",
+    ),
+    "telegram": (
+        "run the bot on Telegram (polling, or webhook with telegram.mode: webhook)",
+        "  TELEGRAM_BOT_TOKEN   the bot's token from @BotFather (telegram.token_env)\n"
+        "  TELEGRAM_WEBHOOK_SECRET  webhook mode only (telegram.webhook_secret_env)\n" + _LLM_KEY,
+        "TELEGRAM_BOT_TOKEN=123456:ABC... pinbot telegram --config config.yaml",
+    ),
+    "feishu": (
+        "run the bot on Feishu (Lark): webhook or long connection",
+        "  FEISHU_APP_SECRET    the app's secret (feishu.app_secret_env)\n"
+        "  FEISHU_VERIFICATION_TOKEN  webhook mode only (feishu.verification_token_env)\n"
+        "  the variable named by feishu.encrypt_key_env, if set\n" + _LLM_KEY,
+        "FEISHU_APP_SECRET=... FEISHU_VERIFICATION_TOKEN=... pinbot feishu --config config.yaml",
+    ),
+    "check-config": (
+        "validate the config file and the environment it needs (--online: ask the servers)",
+        "  every variable the configured platforms and model need (see their --help)",
+        "pinbot check-config --config config.yaml --online",
+    ),
+    "export": (
+        "write every block of every scope as JSON",
+        "  none",
+        "pinbot export --config config.yaml -o blocks.json",
+    ),
+    "import": (
+        "load blocks from a JSON file (all or nothing)",
+        "  none",
+        "pinbot import blocks.json --config config.yaml --dry-run",
+    ),
+    "usage": (
+        "model token usage per user and per group, with the cache hit ratio",
+        "  none",
+        "pinbot usage --config config.yaml --days 7 --json",
+    ),
+    "init": (
+        "write a short, commented config file to start from",
+        "  none",
+        "pinbot init --config config.yaml",
+    ),
+}
+
+
+def _subcommand(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str
+) -> argparse.ArgumentParser:
+    summary, variables, example = _HELP[name]
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        epilog=f"environment variables:\n{variables}\n\nexample:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pinbot", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="pinbot",
+        description=__doc__,
+        epilog="Start with: pinbot init, then pinbot console --config config.yaml --user 42",
+    )
     parser.add_argument("--version", action="version", version=f"pinbot {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    console = commands.add_parser("console", help="talk to the bot in this terminal")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    console = _subcommand(commands, "console")
     console.add_argument("--user", required=True, help="your sender id")
     console.add_argument("--group", help="speak in this group id instead of a DM")
     console.add_argument("--topic", help="forum topic id inside --group")
-    commands.add_parser("telegram", help="run the bot on Telegram")
-    commands.add_parser("feishu", help="run the bot on Feishu (Lark)")
-    check = commands.add_parser(
-        "check-config", help="validate the config file and the environment it needs"
-    )
+    _subcommand(commands, "telegram")
+    _subcommand(commands, "feishu")
+    check = _subcommand(commands, "check-config")
     check.add_argument(
         "--platform",
         action="append",
@@ -53,28 +124,44 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="also require this platform's secrets",
     )
-    export = commands.add_parser("export", help="write every block of every scope as JSON")
+    check.add_argument(
+        "--online", action="store_true", help="also ask Telegram, Feishu and the model server"
+    )
+    export = _subcommand(commands, "export")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
-    load = commands.add_parser("import", help="load blocks from an export (all or nothing)")
+    load = _subcommand(commands, "import")
     load.add_argument("file", help="the JSON file to import")
     load.add_argument("--dry-run", action="store_true", help="report what would change")
-    usage = commands.add_parser(
-        "usage", help="model token usage per user and per group, with the cache hit ratio"
-    )
+    usage = _subcommand(commands, "usage")
     usage.add_argument(
         "--days", type=_positive, default=30, help="the last N UTC days, today included (30)"
     )
     usage.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    for sub in commands.choices.values():
-        sub.add_argument("--config", help="YAML config file (default: embedded defaults)")
+    init = _subcommand(commands, "init")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    for name, sub in commands.choices.items():
+        default = "./config.yaml" if name == "init" else "embedded defaults"
+        sub.add_argument("--config", help=f"YAML config file (default: {default})")
     return parser
+
+
+async def open_store(config: Config) -> Store:
+    """The configured store, or ConfigError naming storage.path when it cannot be opened."""
+    try:
+        return await Store.open(config.storage.path)
+    except (OSError, sqlite3.Error) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise ConfigError(
+            f"storage.path: cannot open the database {config.storage.path} ({reason}); "
+            "choose a path this user can write"
+        ) from None
 
 
 @contextlib.asynccontextmanager
 async def _running_core(config: Config) -> AsyncIterator[Pinbot]:
     model: ChatModel = build_model(config.llm)
     try:
-        store = await Store.open(config.storage.path)
+        store = await open_store(config)
         try:
             yield Pinbot(config, store, model)
         finally:
@@ -123,23 +210,41 @@ async def _serve(config: Config, platform: str) -> int:
             from bot.adapters.feishu import FeishuFrontend
 
             frontend = FeishuFrontend.from_config(pinbot, config.feishu)
-        await frontend.start()
+        starting = asyncio.ensure_future(frontend.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        # A start that keeps retrying (the server cannot be reached yet) still ends on a signal.
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            return 0
+        starting.result()  # a start that failed for good raises here
         try:
-            await stop.wait()
+            await stopping
         finally:
             await frontend.stop()
     return 0
 
 
 def _check(config: Config, args: argparse.Namespace) -> int:
-    from bot.checks import check_config
+    from bot.checks import check_config, warnings_of
 
     problems = check_config(config, tuple(args.platform))
     source = args.config or "embedded defaults"
+    for warning in warnings_of(config):
+        print(f"warning: {warning}")
     for problem in problems:
         print(f"problem: {problem}")
-    if problems:
-        print(f"{len(problems)} problem(s) in {source}")
+    failed = 0
+    if args.online:
+        from bot.online import online_checks, passed
+
+        for name, result in asyncio.run(online_checks(config)):
+            print(f"{name}: {result}")
+            failed += not passed(result)
+    if problems or failed:
+        print(f"{len(problems)} problem(s) and {failed} failed check(s) in {source}")
         return 1
     print(f"configuration ok ({source})")
     return 0
@@ -151,7 +256,7 @@ async def _export(config: Config, output: str | None) -> int:
     from bot.core.clock import utc_now
     from bot.core.transfer import export_document
 
-    async with await Store.open(config.storage.path) as store:
+    async with await open_store(config) as store:
         document = await export_document(store, utc_now())
     text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     if output:
@@ -184,7 +289,9 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
     path = config.storage.path
     if dry_run and not Path(path).exists():
         path = ":memory:"
-    async with await Store.open(path) as store:
+    async with await open_store(
+        config.model_copy(update={"storage": StorageConfig(path=path)})
+    ) as store:
         changes = await describe_changes(store, plan)
         for line in changes or ["no changes"]:
             print(line)
@@ -202,7 +309,7 @@ async def _usage(config: Config, days: int, *, as_json: bool) -> int:
     from bot.core.clock import utc_now
     from bot.core.usage import usage_document, usage_table
 
-    async with await Store.open(config.storage.path) as store:
+    async with await open_store(config) as store:
         document = await usage_document(store, days, utc_now())
     if as_json:
         print(json.dumps(document, ensure_ascii=False, indent=2))
@@ -228,7 +335,15 @@ def _register_secrets(config: Config) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a pinbot subcommand; returns the process exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "init":
+        from bot.init import write_starter_config
+
+        return write_starter_config(args.config or "config.yaml", force=args.force)
     try:
         config = load_config(args.config)
         logging_config = config.logging
@@ -249,10 +364,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_serve(config, args.command))
         return asyncio.run(_console(config, args))
     except ConfigError as error:
-        print(f"pinbot: {error}", file=sys.stderr)
+        print(f"pinbot: {REDACTOR.redact(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as error:  # a fault, not an input problem: one line unless debugging
+        logging.getLogger("pinbot").debug("unexpected failure", exc_info=True)
+        message = REDACTOR.redact(str(error))[:UNEXPECTED_DETAIL_CHARS]
+        print(
+            f"pinbot: unexpected error ({type(error).__name__}: {message}); set "
+            "logging.level: debug for the details",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 
 class ConfigError(Exception):
@@ -24,6 +26,51 @@ def _ids_as_strings(value: Any) -> Any:
     return value
 
 
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_PREFIXES = ("sk-", "xox", "ghp_", "github_pat_", "AKIA", "AIza", "t-", "cli_")
+MIN_KEY_LENGTH = 32
+
+
+def looks_like_a_secret(value: str) -> bool:
+    """Whether value looks like a key or token rather than the name of a variable holding one."""
+    if value.startswith(_KEY_PREFIXES) or ":" in value:
+        return True
+    mixed = any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+    return len(value) >= MIN_KEY_LENGTH and mixed and value.count("_") <= 1
+
+
+def _variable_name(value: str) -> str:
+    """An `*_env` value: the name of an environment variable, never the secret itself (which is
+    not echoed back)."""
+    if value and (looks_like_a_secret(value) or not _VARIABLE_NAME.fullmatch(value)):
+        raise ValueError(
+            "this looks like the secret itself; put it in an environment variable and name the "
+            "variable here"
+            if looks_like_a_secret(value)
+            else "must be the name of an environment variable (letters, digits and _, not "
+            "starting with a digit)"
+        )
+    return value
+
+
+def _http_url(value: str) -> str:
+    if not re.match(r"https?://[^/\s]+", value):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+def _bot_api_url(value: str) -> str:
+    _http_url(value)
+    if not value.rstrip("/").endswith("/bot"):
+        raise ValueError(
+            "must end with /bot (pinbot appends the token), e.g. https://api.telegram.org/bot"
+        )
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_variable_name)]
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+BotApiUrl = Annotated[str, AfterValidator(_bot_api_url)]
 IdList = Annotated[list[str], BeforeValidator(_ids_as_strings)]
 NonNegative = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
@@ -43,9 +90,9 @@ class LlmConfig(_Section):
     """The downstream model: the offline default or an OpenAI-compatible server."""
 
     backend: Literal["offline", "openai"] = "offline"
-    base_url: str = "https://api.openai.com/v1"
+    base_url: HttpUrl = "https://api.openai.com/v1"
     model: str = "gpt-4o-mini"
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: EnvName = "OPENAI_API_KEY"
     system_prompt: str = "You are a helpful assistant in a chat."
     timeout_s: Annotated[float, Field(gt=0)] = 60.0
     max_retries: NonNegative = 1
@@ -78,15 +125,15 @@ class PinsConfig(_Section):
 class TelegramConfig(_Section):
     """The Telegram adapter: where the Bot API is, how updates arrive, when groups trigger."""
 
-    token_env: str = "TELEGRAM_BOT_TOKEN"
-    base_url: str = "https://api.telegram.org/bot"
+    token_env: EnvName = "TELEGRAM_BOT_TOKEN"
+    base_url: BotApiUrl = "https://api.telegram.org/bot"
     mode: Literal["polling", "webhook"] = "polling"
     poll_timeout_s: Positive = 30
     webhook_listen: str = "127.0.0.1"
     webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
     webhook_path: str = "telegram"
     webhook_url: str = ""
-    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
+    webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
     group_trigger: Literal["mention", "all"] = "mention"
     admin_cache_ttl_s: Annotated[float, Field(ge=0)] = 60.0
 
@@ -95,10 +142,10 @@ class FeishuConfig(_Section):
     """The Feishu (Lark) adapter: the app, how events arrive, when groups trigger."""
 
     app_id: str = ""
-    app_secret_env: str = "FEISHU_APP_SECRET"
-    verification_token_env: str = "FEISHU_VERIFICATION_TOKEN"
-    encrypt_key_env: str = ""
-    base_url: str = "https://open.feishu.cn"
+    app_secret_env: EnvName = "FEISHU_APP_SECRET"
+    verification_token_env: EnvName = "FEISHU_VERIFICATION_TOKEN"
+    encrypt_key_env: EnvName = ""
+    base_url: HttpUrl = "https://open.feishu.cn"
     mode: Literal["webhook", "websocket"] = "webhook"
     webhook_host: str = "127.0.0.1"
     webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8080
@@ -178,14 +225,34 @@ class Config(_Section):
     logging: LoggingConfig = LoggingConfig()
 
 
+def _known_keys(location: tuple[int | str, ...]) -> list[str]:
+    """The keys allowed in the section at location (the top level for an empty one)."""
+    model: type[BaseModel] = Config
+    for part in location:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _unknown_key_message(location: tuple[int | str, ...]) -> str:
+    guess = difflib.get_close_matches(str(location[-1]), _known_keys(location[:-1]), n=1)
+    hint = f"; did you mean {'.'.join([*map(str, location[:-1]), guess[0]])}?" if guess else ""
+    return f"unknown key{hint} (check its spelling against config.example.yaml)"
+
+
 def _describe(error: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"])
-        message = item["msg"]
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check its spelling against config.example.yaml)"
+            message = _unknown_key_message(tuple(item["loc"]))
         lines.append(f"  {key}: {message}")
+    if len(lines) == 2:  # one problem: one line
+        return f"{lines[0]} {lines[1].strip()}"
     return "\n".join(lines)
 
 

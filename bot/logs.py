@@ -25,7 +25,8 @@ class RedactSecrets(logging.Filter):
         if secret and secret not in self._secrets:
             self._secrets.append(secret)
 
-    def _clean(self, text: str) -> str:
+    def redact(self, text: str) -> str:
+        """text with every known secret replaced by [redacted]."""
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         return text
@@ -34,9 +35,9 @@ class RedactSecrets(logging.Filter):
         message = record.getMessage()
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        record.msg, record.args = self._clean(message), None
+        record.msg, record.args = self.redact(message), None
         if record.exc_text:
-            record.exc_text = self._clean(record.exc_text)
+            record.exc_text = self.redact(record.exc_text)
         return True
 
 
@@ -57,12 +58,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class WithoutTracebacks(logging.Filter):
+    """Keeps a record's message and drops its traceback (outside debug level): the line says what
+    failed, and whoever needs the traceback sets logging.level: debug."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            record.msg, record.args = (
+                f"{record.getMessage()} ({type(error).__name__}: {error})",
+                None,
+            )
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
 REDACTOR = RedactSecrets(())
 
 
 def setup_logging(config: LoggingConfig) -> None:
     """Send logs to stderr at the configured level and format, through the secret redactor."""
     handler = logging.StreamHandler(sys.stderr)
+    if config.level != "debug":
+        handler.addFilter(WithoutTracebacks())
     handler.addFilter(REDACTOR)
     if config.json_:
         handler.setFormatter(JsonFormatter())
@@ -84,3 +102,6 @@ def setup_logging(config: LoggingConfig) -> None:
         "aiohttp.access",
     ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # python-telegram-bot logs each failed request and then raises it to us; we log what it means.
+    if config.level != "debug":
+        logging.getLogger("telegram.request").setLevel(logging.CRITICAL)

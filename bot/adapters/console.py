@@ -10,6 +10,7 @@ from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 
 PLATFORM = "console"
+PROMPT = "> "
 
 
 def console_conversation(user: str, group: str | None, topic: str | None) -> Conversation:
@@ -25,9 +26,19 @@ async def run_console(
     source: TextIO = sys.stdin,
     sink: TextIO = sys.stdout,
 ) -> None:
-    """Answer each input line until end of input; every non-command line goes to the model."""
+    """Answer each input line until end of input; every non-command line goes to the model.
+
+    At a terminal a one-line banner and a prompt are shown; piped input gets replies only."""
     loop = asyncio.get_running_loop()
+    interactive = source.isatty()
+    if interactive:
+        sink.write(
+            f"pinbot console: {conversation.session_key}. /pin help for pins; Ctrl-D ends.\n"
+        )
     while True:
+        if interactive:
+            sink.write(PROMPT)
+            sink.flush()
         line = await loop.run_in_executor(None, source.readline)
         if not line:
             return

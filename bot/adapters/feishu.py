@@ -10,7 +10,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -31,6 +31,8 @@ PLATFORM = "feishu"
 MESSAGE_LIMIT = 8000
 EVENT_MEMORY = timedelta(days=7)
 TOKEN_REFRESH_MARGIN_S = 300
+CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
+CONNECT_RETRY_MAX_S = 60.0
 _EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
 DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
 MAX_WEBHOOK_BODY = 1024 * 1024
@@ -209,10 +211,19 @@ class FeishuApi:
                 "/open-apis/auth/v3/tenant_access_token/internal",
                 json={"app_id": self._config.app_id, "app_secret": self._app_secret},
             )
-            body = response.json()
-            if response.status_code != 200 or body.get("code") != 0:
-                raise FeishuApiError(
-                    f"tenant token refused: code {body.get('code')} {body.get('msg', '')}".strip()
+            try:
+                body = response.json()
+            except ValueError:  # a gateway's HTML error page: worth another try later
+                raise FeishuTransientError(
+                    f"tenant token: HTTP {response.status_code} without a JSON answer"
+                ) from None
+            if response.status_code >= httpx.codes.INTERNAL_SERVER_ERROR:
+                raise FeishuTransientError(f"tenant token: HTTP {response.status_code}")
+            if body.get("code") != 0:
+                raise FeishuCredentialsError(
+                    f"Feishu refused the app credentials (code {body.get('code')}: "
+                    f"{body.get('msg', '')}); check feishu.app_id and "
+                    f"${self._config.app_secret_env}"
                 )
             self._token = str(body["tenant_access_token"])
             expire = float(body.get("expire", DEFAULT_TOKEN_LIFETIME_S))
@@ -231,7 +242,9 @@ class FeishuApi:
             try:
                 body = response.json()
             except ValueError:
-                body = {"code": -1, "msg": f"HTTP {response.status_code}"}
+                raise FeishuTransientError(
+                    f"{method} {path}: HTTP {response.status_code} without a JSON answer"
+                ) from None
             code = body.get("code")
             if code == 0:
                 return dict(body)
@@ -260,6 +273,14 @@ class FeishuApiError(Exception):
     """Feishu refused a call; the message carries its code, never a secret."""
 
 
+class FeishuCredentialsError(FeishuApiError):
+    """Feishu refused the app id and secret: waiting will not help."""
+
+
+class FeishuTransientError(FeishuApiError):
+    """Feishu (or a gateway before it) failed in a way that waiting may fix."""
+
+
 class FeishuFrontend:
     """Runs the bot on Feishu: receives events, processes each event id once, replies."""
 
@@ -272,6 +293,7 @@ class FeishuFrontend:
         verification_token: str,
         encrypt_key: str,
         clock: Clock = utc_now,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         import lark_oapi as lark  # takes seconds to import: only when Feishu is used
 
@@ -279,6 +301,7 @@ class FeishuFrontend:
         self.config = config
         self.api = api
         self._clock = clock
+        self._sleep = sleep
         self.bot_open_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -317,17 +340,34 @@ class FeishuFrontend:
         """Learn the bot's open_id, then listen for events in the configured mode."""
         self._loop = asyncio.get_running_loop()
         await self.pinbot.forget_deliveries_before(self._clock() - EVENT_MEMORY)
-        try:
-            self.bot_open_id = await self.api.bot_open_id()
-        except (FeishuApiError, httpx.HTTPError) as error:
-            log.warning(
-                "could not fetch the bot's open_id (group mentions will not trigger): %s", error
-            )
+        await self._learn_open_id()
         if self.config.mode == "webhook":
             await self._start_webhook()
         else:
             self._start_long_connection()
         log.info("feishu bot started (%s)", self.config.mode)
+
+    async def _learn_open_id(self) -> None:
+        """Fetch the bot's open_id, retrying with backoff while Feishu cannot be reached; refused
+        credentials end the start with ConfigError."""
+        attempt = 0
+        while True:
+            try:
+                self.bot_open_id = await self.api.bot_open_id()
+                return
+            except FeishuCredentialsError as error:
+                raise ConfigError(str(error)) from None
+            except (httpx.HTTPError, FeishuTransientError) as error:
+                attempt += 1
+                wait = min(CONNECT_RETRY_MAX_S, CONNECT_RETRY_FIRST_S * 2 ** (attempt - 1))
+                log.warning("cannot reach Feishu (%s); retrying in %.0f s", error, wait)
+                await self._sleep(wait)
+            except FeishuApiError as error:
+                log.warning(
+                    "could not fetch the bot's open_id (group mentions will not trigger): %s",
+                    error,
+                )
+                return
 
     async def stop(self) -> None:
         """Stop listening and let the events in progress finish."""
@@ -349,7 +389,14 @@ class FeishuFrontend:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            await self._runner.cleanup()
+            raise ConfigError(
+                f"feishu.webhook_port: cannot listen on {self.config.webhook_host}:"
+                f"{self.config.webhook_port} ({error.strerror or error}); choose a free port"
+            ) from None
         addresses = self._runner.addresses
         if addresses:  # the real port, when the config asked for port 0
             self.port = int(addresses[0][1])

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+import httpx
 from telegram import (
     BotCommand,
     BotCommandScopeAllGroupChats,
@@ -23,7 +24,14 @@ from telegram import (
     Update,
 )
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, MessageLimit
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -46,6 +54,9 @@ ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
 STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 SEND_ATTEMPTS = 3
+CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
+CONNECT_RETRY_MAX_S = 60.0
+PROBE_TIMEOUT_S = 10.0
 MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 # httpcore walks every pooled connection on each request: a small pool keeps sends cheap while
 # many chats wait, and 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s).
@@ -53,6 +64,7 @@ SEND_CONNECTIONS = 8
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
     BotCommand("sticky", "Status of your pinned blocks (/pin status)"),
+    BotCommand("usage", "Your model usage and what is left of your budget"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("whoami", "Your ids and what you may do here"),
     BotCommand("help", "What this bot does"),
@@ -60,6 +72,7 @@ PRIVATE_COMMANDS = [
 GROUP_COMMANDS = [
     BotCommand("pin", "Pinned blocks: yours and this group's"),
     BotCommand("sticky", "Status of pinned blocks here (/pin status)"),
+    BotCommand("usage", "Your model usage and what is left of your budget"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("whoami", "Your ids and what you may do here"),
     BotCommand("help", "What this bot does"),
@@ -187,20 +200,29 @@ class TelegramFrontend:
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect (getMe), register the command menus, and start receiving updates."""
-        await self.app.initialize()
+        """Connect (getMe), register the command menus, and start receiving updates.
+
+        A rejected token, a wrong base URL or a port in use raise ConfigError naming what to fix;
+        failures that waiting can fix (network, timeouts, a failing gateway) are retried."""
+        await self._connect()
         self.pinbot.bot_username = self.app.bot.username
         await self._register_commands()
         updater = self.app.updater
         assert updater is not None
         if self.config.mode == "webhook":
-            await updater.start_webhook(
-                listen=self.config.webhook_listen,
-                port=self.config.webhook_port,
-                url_path=self.config.webhook_path,
-                webhook_url=self.config.webhook_url,
-                secret_token=self._webhook_secret,
-            )
+            try:
+                await updater.start_webhook(
+                    listen=self.config.webhook_listen,
+                    port=self.config.webhook_port,
+                    url_path=self.config.webhook_path,
+                    webhook_url=self.config.webhook_url,
+                    secret_token=self._webhook_secret,
+                )
+            except OSError as error:
+                raise ConfigError(
+                    f"telegram.webhook_port: cannot listen on {self.config.webhook_listen}:"
+                    f"{self.config.webhook_port} ({error.strerror or error}); choose a free port"
+                ) from None
         else:
             await updater.start_polling(timeout=self.config.poll_timeout_s)
         await self.app.start()
@@ -214,6 +236,46 @@ class TelegramFrontend:
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
+
+    async def _connect(self) -> None:
+        """getMe, retried with backoff while Telegram cannot be reached."""
+        attempt = 0
+        while True:
+            try:
+                await self.app.initialize()
+                return
+            except InvalidToken:
+                raise ConfigError(await self._why_rejected()) from None
+            except TelegramError as error:  # network, timeouts, 5xx, answers that are not JSON
+                attempt += 1
+                wait = min(CONNECT_RETRY_MAX_S, CONNECT_RETRY_FIRST_S * 2 ** (attempt - 1))
+                log.warning(
+                    "cannot reach Telegram at telegram.base_url (%s); retrying in %.0f s",
+                    error.message,
+                    wait,
+                )
+                await self._sleep(wait)
+
+    async def _why_rejected(self) -> str:
+        """Tell a rejected token from a wrong base URL (python-telegram-bot reports both as
+        InvalidToken): the Bot API answers a bad token with JSON, a wrong URL rarely does."""
+        url = f"{self.config.base_url.rstrip('/')}{self.app.bot.token}/getMe"
+        try:
+            async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+                response = await client.get(url)
+            answer = response.json()
+            from_bot_api = isinstance(answer, dict) and answer.get("ok") is False
+        except (httpx.HTTPError, ValueError):
+            from_bot_api = False
+        if from_bot_api:
+            return (
+                f"Telegram rejected the bot token in ${self.config.token_env}; copy it again "
+                "from @BotFather (telegram.token_env names the variable)"
+            )
+        return (
+            f"telegram.base_url ({self.config.base_url}) does not answer like the Telegram Bot "
+            "API; it should look like https://api.telegram.org/bot"
+        )
 
     async def _register_commands(self) -> None:
         try:

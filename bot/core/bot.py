@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 from bot.config import Config
-from bot.core.access import access_refusal
+from bot.core.access import admission
 from bot.core.chat import ChatService
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin, parse_sticky
@@ -146,7 +146,10 @@ class Pinbot:
         on_text: TextSink | None,
         thinking: Thinking | None,
     ) -> str:
-        if refusal := access_refusal(conversation, self.config.access):
+        context = MessageContext.resolve(
+            conversation, self.config.pins, platform_admin, self.config.access
+        )
+        if refusal := context.admission.refusal:
             return refusal
         limit = self.config.limits.max_message_chars
         if len(text) > limit:  # checked before any parsing
@@ -154,7 +157,6 @@ class Pinbot:
                 f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
                 "Please send a shorter one."
             )
-        context = MessageContext.resolve(conversation, self.config.pins, platform_admin)
         if text.startswith("/"):
             return await self.command(context, text)
         if wait := self._turns.acquire(self._sender_key(conversation)):
@@ -165,7 +167,7 @@ class Pinbot:
             return await self.chat.turn(context, text, on_text)
 
     def _answer_unreadable(self, conversation: Conversation) -> str | None:
-        if refusal := access_refusal(conversation, self.config.access):
+        if refusal := admission(conversation, self.config.access).refusal:
             return refusal
         if self._unreadable.acquire(conversation.session_key):
             return None

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.config import PinsConfig
+from bot.config import AccessConfig, PinsConfig
+from bot.core.access import Admission, admission
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.permissions import AdminLookup, Speaker, resolve_access
 
@@ -19,18 +20,23 @@ class MessageContext:
 
     conversation: Conversation
     speaker: Speaker
+    admission: Admission
 
     @classmethod
     def resolve(
-        cls, conversation: Conversation, pins: PinsConfig, platform_admin: AdminLookup | None
+        cls,
+        conversation: Conversation,
+        pins: PinsConfig,
+        platform_admin: AdminLookup | None,
+        access: AccessConfig | None = None,
     ) -> MessageContext:
-        """Resolve the sender's access here once; platform admin status is asked later, only if
-        a decision needs it."""
-        access = resolve_access(conversation, pins)
+        """Resolve, once, whether the bot serves the sender here and with which pin rights;
+        platform admin status is asked later, only if a decision needs it."""
+        pin_access = resolve_access(conversation, pins)
         speaker = Speaker(
-            access, platform_admin=platform_admin, inherit=pins.inherit_platform_admins
+            pin_access, platform_admin=platform_admin, inherit=pins.inherit_platform_admins
         )
-        return cls(conversation, speaker)
+        return cls(conversation, speaker, admission(conversation, access or AccessConfig()))
 
     @property
     def actor(self) -> str:

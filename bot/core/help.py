@@ -52,6 +52,7 @@ Talk to me and I pass your message to the model, together with your pinned block
 /pin status What your pinned blocks cost every request (also /sticky)
 /reset      Start a new conversation (also /new); pinned blocks stay
 /whoami     Your ids here, and what you may do
+/usage      Your model usage today and this month, and your budget
 /start and /help show this text."""
 
 

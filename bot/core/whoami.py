@@ -40,6 +40,7 @@ async def whoami(context: MessageContext) -> str:
     lines.append(f"Session key: {conversation.session_key}")
     if conversation.group_session_key:
         lines.append(f"Group session key: {conversation.group_session_key}")
+    lines.append(f"Access: {context.admission.reason}.")
     speaker = context.speaker
     role = await speaker.role()
     if role is None:

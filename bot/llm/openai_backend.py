@@ -151,25 +151,60 @@ def _reply_of(response: Any) -> ModelReply:
     return ModelReply(choice.message.content or "", calls, usage)
 
 
+_CONTEXT_LENGTH = ("context_length_exceeded", "context length", "maximum context", "too long")
+_CONTENT_FILTER = ("content_filter", "content_policy", "content management", "safety system")
+_MISCONFIGURED = {401, 403, 404}
+
+
+def _server_message(error: openai.APIStatusError) -> str:
+    """The server's own error message (and code), for the log."""
+    body = error.body if isinstance(error.body, dict) else {}
+    inner = body.get("error", body) if isinstance(body, dict) else {}
+    message = inner.get("message") if isinstance(inner, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    text = str(message or error.message or "")
+    return f"{text} (code {code})" if code else text
+
+
+def _status_error(error: openai.APIStatusError) -> ModelError:
+    status, said = error.status_code, _server_message(error)
+    detail = f"status {status}: {said}"
+    lowered = said.casefold()
+    if status == 429 or status >= 500:
+        return ModelError("The model is busy or failing. Please try again later.", detail)
+    if any(mark in lowered for mark in _CONTEXT_LENGTH):
+        return ModelError(
+            "This conversation is too long for the model. Send /reset to start a new one "
+            "(your pinned blocks stay).",
+            detail,
+        )
+    if any(mark in lowered for mark in _CONTENT_FILTER):
+        return ModelError(
+            "The model's provider refused this message (content filter). Please rephrase it.",
+            detail,
+        )
+    if status in _MISCONFIGURED:
+        return ModelError(
+            f"The bot is misconfigured: the model server answered {status}. The bot's operator "
+            "must fix its model settings (llm.base_url, llm.model or the API key).",
+            detail,
+        )
+    return ModelError(
+        f"The model server refused the request ({status}). The bot's operator can find the "
+        "reason in the logs.",
+        detail,
+    )
+
+
 def _model_error(error: openai.OpenAIError) -> ModelError:
-    """The one short line a user sees for a failed model call."""
+    """The one short line a user sees for a failed model call; the detail, for the log, keeps
+    the server's own message."""
     if isinstance(error, openai.APITimeoutError):
         return ModelError("The model did not answer in time. Please try again.", "timeout")
-    if isinstance(error, openai.AuthenticationError):
-        return ModelError(
-            "The model refused the bot's credentials; the operator must check the API key.",
-            "authentication failed",
-        )
-    if isinstance(error, openai.RateLimitError):
-        return ModelError(
-            "The model is busy (rate limited). Please try again in a moment.", "rate limited"
-        )
+    if isinstance(error, openai.APIStatusError):
+        return _status_error(error)
     if isinstance(error, openai.APIConnectionError):
         return ModelError(
             "The model could not be reached. Please try again later.", "connection failed"
-        )
-    if isinstance(error, openai.APIStatusError):
-        return ModelError(
-            "The model failed to answer. Please try again later.", f"status {error.status_code}"
         )
     return ModelError("The model failed to answer. Please try again later.", type(error).__name__)

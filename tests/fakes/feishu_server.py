@@ -32,6 +32,7 @@ class FakeFeishu:
         self.reply_errors: list[dict[str, Any]] = []
         self.tokens = itertools.count(1)
         self.current_token = ""
+        self.token_failures: list[int] = []  # statuses to answer with an HTML page, in order
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -43,6 +44,10 @@ class FakeFeishu:
     async def _token(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.token_requests.append(body)
+        if self.token_failures:
+            status = self.token_failures.pop(0)
+            page = f"<html><body><h1>{status} Bad Gateway</h1></body></html>"
+            return web.Response(text=page, status=status, content_type="text/html")
         if body != {"app_id": APP_ID, "app_secret": APP_SECRET}:
             return web.json_response({"code": 10014, "msg": "app secret invalid"})
         self.current_token = f"t-token-{next(self.tokens)}"

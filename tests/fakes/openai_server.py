@@ -104,11 +104,14 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.status = 200
+        self.error: dict[str, Any] = {"message": "fake failure", "type": "server_error"}
         self.release: asyncio.Event | None = None
         self.respond: Responder | None = None
         self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
         self.usage: dict[str, Any] | None = None  # the usage every answer reports, if set
         self.reject_stream_options = False  # answer 400 to stream_options, as some servers do
+        self.models: list[str] | None = ["fake-model"]  # None: no GET /models here (404)
+        self.api_key: str | None = None  # when set, other keys get 401
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
         self.port = 0
@@ -117,7 +120,23 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def _rejected_key(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return None
+        error = {"message": "Incorrect API key provided", "type": "invalid_request_error"}
+        return web.json_response({"error": error}, status=401)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if rejected := self._rejected_key(request):
+            return rejected
+        if self.models is None:
+            return web.json_response({"error": {"message": "Not Found"}}, status=404)
+        listed = [{"id": name, "object": "model", "owned_by": "fake"} for name in self.models]
+        return web.json_response({"object": "list", "data": listed})
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if rejected := self._rejected_key(request):
+            return rejected
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
@@ -126,9 +145,7 @@ class FakeOpenAI:
         if self.release is not None:
             await self.release.wait()
         if self.status != 200:
-            return web.json_response(
-                {"error": {"message": "fake failure", "type": "server_error"}}, status=self.status
-            )
+            return web.json_response({"error": self.error}, status=self.status)
         if self.reject_stream_options and "stream_options" in body:
             message = "Unrecognized request argument supplied: stream_options"
             return web.json_response(
@@ -158,6 +175,7 @@ class FakeOpenAI:
     async def start(self) -> FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_get("/v1/models", self._models)
         self._runner, self.port = await serve(app)
         return self
 

@@ -204,21 +204,42 @@ async def test_history_budget_drops_oldest_turns(
 
 
 @pytest.mark.parametrize(
-    ("status", "fragment"),
+    ("status", "error", "fragment"),
     [
-        (500, "failed to answer"),
-        (503, "failed to answer"),
-        (429, "rate limited"),
-        (401, "credentials"),
+        (500, {"message": "boom"}, "try again later"),
+        (503, {"message": "overloaded"}, "try again later"),
+        (429, {"message": "slow down"}, "try again later"),
+        (401, {"message": "Incorrect API key provided"}, "misconfigured"),
+        (
+            404,
+            {"message": "The model `gpt-9` does not exist", "code": "model_not_found"},
+            "misconfigured",
+        ),
+        (
+            400,
+            {
+                "message": "This model's maximum context length is 8192 tokens",
+                "code": "context_length_exceeded",
+            },
+            "/reset",
+        ),
+        (400, {"message": "filtered", "code": "content_filter"}, "content filter"),
     ],
 )
 async def test_failing_backend_gives_one_clear_message_and_no_history(
-    make_bot: BotFactory, fake_openai: FakeOpenAI, store: Store, status: int, fragment: str
+    make_bot: BotFactory,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    error: dict[str, Any],
+    fragment: str,
 ) -> None:
     bot = openai_bot(make_bot, fake_openai)
-    fake_openai.status = status
+    fake_openai.status, fake_openai.error = status, error
     reply = await bot.handle(dm(), "hello")
     assert reply is not None and fragment in reply and "sk-test" not in reply
+    assert error["message"] in caplog.text  # the server's own words reach the log
     assert await store.history("console:direct:42") == []
     fake_openai.status = 200
     assert await bot.handle(dm(), "again") == f"reply {len(fake_openai.requests)}"

@@ -1,0 +1,109 @@
+"""`pinbot check-config --online`: ask the servers the config sets up whether they accept it.
+
+One line per service: `ok`, `not configured` (its credentials are not set), or `failed: <status>
+<the server's own message>`. Secrets never appear in a line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from bot.config import Config
+from bot.logs import REDACTOR
+
+TIMEOUT_S = 10.0
+LISTED_MODELS_SHOWN = 5
+
+
+def _message(response: httpx.Response) -> str:
+    """The server's own error message, from the usual JSON shapes, else the body's start."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        return response.text[:200].strip()
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            return str(error.get("message", error))
+        for key in ("description", "msg", "message", "detail"):
+            if key in body:
+                return str(body[key])
+    return str(body)[:200]
+
+
+def _failed(response: httpx.Response) -> str:
+    return f"failed: {response.status_code} {_message(response)}".strip()
+
+
+async def _telegram(client: httpx.AsyncClient, config: Config) -> str:
+    token = os.environ.get(config.telegram.token_env, "")
+    if not token:
+        return "not configured"
+    response = await client.get(f"{config.telegram.base_url.rstrip('/')}{token}/getMe")
+    if response.status_code == httpx.codes.OK:
+        username = response.json().get("result", {}).get("username", "?")
+        return f"ok (@{username})"
+    return _failed(response)
+
+
+async def _llm(client: httpx.AsyncClient, config: Config) -> str:
+    llm = config.llm
+    if llm.backend != "openai":
+        return "not configured (the offline model needs no server)"
+    key = os.environ.get(llm.api_key_env, "")
+    if not key:
+        return "not configured"
+    headers = {"Authorization": f"Bearer {key}"}
+    base = llm.base_url.rstrip("/")
+    response = await client.get(f"{base}/models", headers=headers)
+    if response.status_code == httpx.codes.OK:
+        listed = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
+        if llm.model in listed:
+            return "ok"
+        shown = ", ".join(str(m) for m in listed[:LISTED_MODELS_SHOWN]) or "none"
+        return f"failed: the server does not list llm.model '{llm.model}' (it lists: {shown})"
+    if response.status_code not in (httpx.codes.NOT_FOUND, httpx.codes.METHOD_NOT_ALLOWED):
+        return _failed(response)
+    # No model listing here: one token of a completion tells as much.
+    body = {"model": llm.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    response = await client.post(f"{base}/chat/completions", headers=headers, json=body)
+    return "ok" if response.status_code == httpx.codes.OK else _failed(response)
+
+
+async def _feishu(client: httpx.AsyncClient, config: Config) -> str:
+    feishu = config.feishu
+    secret = os.environ.get(feishu.app_secret_env, "")
+    if not feishu.app_id or not secret:
+        return "not configured"
+    response = await client.post(
+        f"{feishu.base_url.rstrip('/')}/open-apis/auth/v3/tenant_access_token/internal",
+        json={"app_id": feishu.app_id, "app_secret": secret},
+    )
+    try:
+        code = response.json().get("code")
+    except ValueError:
+        code = None
+    if response.status_code == httpx.codes.OK and code == 0:
+        return "ok"
+    return _failed(response)
+
+
+async def online_checks(config: Config) -> list[tuple[str, str]]:
+    """(service, result) for Telegram, the model server and Feishu."""
+    results = []
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+        for name, check in (("telegram", _telegram), ("llm", _llm), ("feishu", _feishu)):
+            try:
+                result = await check(client, config)
+            except httpx.HTTPError as error:
+                result = f"failed: cannot reach the server ({type(error).__name__}: {error})"
+            results.append((name, REDACTOR.redact(result)))
+    return results
+
+
+def passed(result: str) -> bool:
+    """Whether a check's result lets check-config exit 0."""
+    return result.startswith(("ok", "not configured"))

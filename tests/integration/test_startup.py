@@ -1,0 +1,254 @@
+"""Safe to run for real, through the real `pinbot` process: every start-up failure ends with one
+line naming what to fix (exit 2) or is retried with one warning line, no secret appears in any
+output, check-config --online asks the servers, and a first run is guided."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
+
+PINBOT = str(Path(sys.executable).parent / "pinbot")
+LLM_KEY = "sk-live-secret-key-0123456789"
+SECRETS = (TOKEN, TOKEN.split(":")[1], LLM_KEY, APP_SECRET)
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    server = await FakeTelegram().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def fake_feishu() -> AsyncIterator[FakeFeishu]:
+    server = await FakeFeishu().start()
+    yield server
+    await server.stop()
+
+
+def config_file(tmp_path: Path, **sections: Any) -> Path:
+    sections.setdefault("storage", {"path": str(tmp_path / "pins.sqlite3")})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(sections), encoding="utf-8")
+    return path
+
+
+async def pinbot(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        PINBOT,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def assert_one_clean_line(out: str, err: str, *needles: str) -> None:
+    """One line on stderr naming what to fix; no traceback, no secret anywhere."""
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    for secret in SECRETS:
+        assert secret not in out + err
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_a_rejected_token(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
+    config = config_file(tmp_path, telegram={"base_url": fake_telegram.base_url})
+    wrong = "123456:WRONG-TOKEN-SECRET"
+    code, out, err = await pinbot(
+        "telegram", "--config", str(config), env={"TELEGRAM_BOT_TOKEN": wrong}
+    )
+    assert code == 2
+    assert_one_clean_line(out, err, "rejected the bot token", "$TELEGRAM_BOT_TOKEN")
+    assert wrong not in err and "WRONG-TOKEN-SECRET" not in err
+
+
+async def test_a_wrong_base_url(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
+    base = f"http://127.0.0.1:{fake_telegram.port}/not-the-api/bot"
+    config = config_file(tmp_path, telegram={"base_url": base})
+    code, out, err = await pinbot(
+        "telegram", "--config", str(config), env={"TELEGRAM_BOT_TOKEN": TOKEN}
+    )
+    assert code == 2
+    assert_one_clean_line(out, err, "telegram.base_url", "does not answer like the Telegram")
+
+
+@pytest.mark.parametrize(
+    ("sections", "needles"),
+    [
+        ({"telegram": {"base_url": "http://127.0.0.1:1/"}}, ["telegram.base_url", "/bot"]),
+        ({"llm": {"base_url": "localhost:8000/v1"}}, ["llm.base_url", "http"]),
+        ({"telegram": {"token_env": TOKEN}}, ["telegram.token_env", "looks like the secret"]),
+        ({"llm": {"api_key_env": LLM_KEY}}, ["llm.api_key_env", "looks like the secret"]),
+        ({"telegram": {"token": "x"}}, ["telegram.token", "did you mean telegram.token_env"]),
+    ],
+)
+async def test_config_shapes_that_cannot_work(
+    tmp_path: Path, sections: dict[str, Any], needles: list[str]
+) -> None:
+    config = config_file(tmp_path, **sections)
+    for command in ("telegram", "check-config"):
+        code, out, err = await pinbot(command, "--config", str(config))
+        assert code == 2
+        assert_one_clean_line(out, err, *needles)
+
+
+async def test_a_missing_config_file_and_an_unwritable_database(tmp_path: Path) -> None:
+    code, out, err = await pinbot("console", "--user", "1", "--config", str(tmp_path / "no.yaml"))
+    assert code == 2
+    assert_one_clean_line(out, err, "no.yaml")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    config = config_file(tmp_path, storage={"path": str(blocker / "pins.sqlite3")})
+    code, out, err = await pinbot("console", "--user", "1", "--config", str(config))
+    assert code == 2
+    assert_one_clean_line(out, err, "storage.path", "cannot open the database")
+
+
+async def test_a_port_in_use(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = config_file(
+            tmp_path,
+            telegram={
+                "base_url": fake_telegram.base_url,
+                "mode": "webhook",
+                "webhook_port": port,
+                "webhook_url": "https://example.invalid/telegram",
+            },
+        )
+        env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": "hook-secret"}
+        code, out, err = await pinbot("telegram", "--config", str(config), env=env)
+    assert code == 2
+    assert_one_clean_line(out, err, "telegram.webhook_port", "choose a free port")
+
+
+async def test_an_unreachable_server_is_retried_with_one_line_each(tmp_path: Path) -> None:
+    config = config_file(tmp_path, telegram={"base_url": f"http://127.0.0.1:{free_port()}/bot"})
+    process = await asyncio.create_subprocess_exec(
+        PINBOT,
+        "telegram",
+        "--config",
+        str(config),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN},
+    )
+    assert process.stderr is not None
+    first = await asyncio.wait_for(process.stderr.readline(), 30)
+    process.send_signal(signal.SIGTERM)  # a start that keeps retrying still stops on a signal
+    rest = await asyncio.wait_for(process.stderr.read(), 30)
+    await process.wait()
+    err = (first + rest).decode()
+    assert process.returncode == 0
+    assert "cannot reach Telegram at telegram.base_url" in err and "retrying in" in err
+    assert "Traceback" not in err and TOKEN not in err
+
+
+async def test_feishu_credentials_rejected(tmp_path: Path, fake_feishu: FakeFeishu) -> None:
+    config = config_file(
+        tmp_path,
+        feishu={"app_id": APP_ID, "base_url": fake_feishu.base_url, "webhook_port": free_port()},
+    )
+    env = {"FEISHU_APP_SECRET": "not-the-secret-0000", "FEISHU_VERIFICATION_TOKEN": "verify-0000"}
+    code, out, err = await pinbot("feishu", "--config", str(config), env=env)
+    assert code == 2
+    assert_one_clean_line(out, err, "refused the app credentials", "$FEISHU_APP_SECRET")
+    assert "not-the-secret-0000" not in err
+
+
+async def test_check_config_online(
+    tmp_path: Path,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    fake_feishu: FakeFeishu,
+) -> None:
+    fake_openai.api_key = LLM_KEY
+    llm = {"backend": "openai", "base_url": fake_openai.base_url, "model": "fake-model"}
+    feishu = {"app_id": APP_ID, "base_url": fake_feishu.base_url}
+    config = config_file(
+        tmp_path, telegram={"base_url": fake_telegram.base_url}, llm=llm, feishu=feishu
+    )
+    good = {
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "OPENAI_API_KEY": LLM_KEY,
+        "FEISHU_APP_SECRET": APP_SECRET,
+        "FEISHU_VERIFICATION_TOKEN": "verify-token-0000",
+    }
+
+    async def check(env: dict[str, str], path: Path = config) -> tuple[int, dict[str, str], str]:
+        code, out, err = await pinbot("check-config", "--online", "--config", str(path), env=env)
+        for secret in SECRETS:
+            assert secret not in out + err
+        lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+        return code, lines, out
+
+    code, lines, out = await check(good)
+    assert code == 0, out
+    assert lines["telegram"] == "ok (@pin_bot)" and lines["llm"] == "ok" and lines["feishu"] == "ok"
+    code, lines, _ = await check({**good, "TELEGRAM_BOT_TOKEN": "1:WRONG"})
+    assert code == 1 and lines["telegram"].startswith("failed: 404 Not Found")
+    code, lines, _ = await check({**good, "OPENAI_API_KEY": "sk-wrong-0000"})
+    assert code == 1 and lines["llm"] == "failed: 401 Incorrect API key provided"
+    code, lines, _ = await check({**good, "FEISHU_APP_SECRET": "wrong"})
+    assert code == 1 and lines["feishu"].startswith("failed: 200 app secret invalid")
+    (tmp_path / "other").mkdir()
+    missing = config_file(
+        tmp_path / "other",
+        telegram={"base_url": fake_telegram.base_url},
+        llm={**llm, "model": "gpt-9"},
+    )
+    code, lines, _ = await check({"OPENAI_API_KEY": LLM_KEY, "TELEGRAM_BOT_TOKEN": ""}, missing)
+    assert code == 1
+    assert (
+        lines["llm"] == "failed: the server does not list llm.model 'gpt-9' (it lists: fake-model)"
+    )
+    assert lines["telegram"] == "not configured" and lines["feishu"] == "not configured"
+    fake_openai.models = None  # a server without GET /models: one token of a completion
+    code, lines, _ = await check(good)
+    assert code == 0 and lines["llm"] == "ok" and fake_openai.requests[-1]["max_tokens"] == 1
+
+
+async def test_a_first_run_that_guides(tmp_path: Path) -> None:
+    code, out, _ = await pinbot()
+    assert code == 0 and "usage: pinbot" in out and "init" in out
+    target = tmp_path / "config.yaml"
+    code, out, _ = await pinbot("init", "--config", str(target))
+    assert code == 0 and "pinbot console --config" in out and target.exists()
+    code, _, err = await pinbot("init", "--config", str(target))
+    assert code == 2 and "--force" in err
+    code, out, err = await pinbot("check-config", "--config", str(target))
+    assert code == 0, out + err
+    for command, variable in (("telegram", "TELEGRAM_BOT_TOKEN"), ("feishu", "FEISHU_APP_SECRET")):
+        code, out, _ = await pinbot(command, "--help")
+        assert code == 0 and variable in out and "example:" in out
+    code, out, err = await pinbot(
+        "console", "--user", "1", "--config", str(target), env={"PYTHONUNBUFFERED": "1"}
+    )
+    assert code == 0 and out == "" and err == ""  # piped: no banner, no prompt, no log lines
