@@ -24,6 +24,8 @@ def _database(path: str) -> list[str]:
         return []
     file = Path(path)
     folder = file.parent if str(file.parent) else Path(".")
+    if file.is_dir():
+        return [f"storage.path: {file} is a directory; name the database file inside it"]
     if file.exists():
         if not os.access(file, os.R_OK | os.W_OK):
             return [f"storage.path: {file} is not readable and writable by this user"]
@@ -31,6 +33,8 @@ def _database(path: str) -> list[str]:
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    if not existing.is_dir():
+        return [f"storage.path: cannot create {file}: {existing} is a file, not a folder"]
     if not os.access(existing, os.W_OK):
         return [f"storage.path: cannot create {file}: {existing} is not writable"]
     return []

@@ -186,3 +186,47 @@ async def test_audit_survives_restart_and_moves_with_migration(
     assert await store.audit_log(GROUP_KEY, 10) == []
     (entry,) = await store.audit_log("console:group:-100999", 10)
     assert entry.label == "rules"
+
+
+ACCESS_TABLE = [
+    # (allowed_users, allowed_groups, speaker, admitted, reason in /whoami)
+    ([], [], dm("5"), True, "allowed_users is empty"),
+    (["42"], [], dm("42"), True, "allowed_users lists you ('42')"),
+    (["42"], [], dm("5"), False, ""),
+    (["42"], [], group("42"), True, "allowed_groups is empty, and access.allowed_users lists you"),
+    (["42"], [], group("5"), False, ""),  # allowed_users guards groups too
+    (["42"], ["-100123"], group("5"), True, "allowed_groups lists this chat ('-100123')"),
+    (["42"], ["-7"], group("42"), False, ""),  # a listed user, but not a listed group
+    ([], [f"{GROUP_KEY}:topic:3"], group("5", topic="3"), True, "lists this chat"),
+    ([], [f"{GROUP_KEY}:topic:3"], group("5", topic="4"), False, ""),  # that topic only
+    ([], [f"{GROUP_KEY}:topic:3"], group("5"), False, ""),
+    (["*"], [], group("5"), True, "lists you ('*')"),
+    (["42"], ["*"], group("5"), True, "lists this chat ('*')"),
+]
+
+
+@pytest.mark.parametrize(("users", "groups", "speaker", "admitted", "reason"), ACCESS_TABLE)
+async def test_access_table(
+    make_bot: BotFactory,
+    store: Store,
+    users: list[str],
+    groups: list[str],
+    speaker: Conversation,
+    admitted: bool,
+    reason: str,
+) -> None:
+    model = CountingModel()
+    bot = make_bot(
+        model,
+        access={"allowed_users": users, "allowed_groups": groups},
+        pins={"enable_in_group": True},
+    )
+    chat = await bot.handle(speaker, "hello")
+    command = await bot.handle(speaker, "/pin add a b")
+    whoami = await bot.handle(speaker, "/whoami") or ""
+    if admitted:
+        assert chat == "ok" and (command or "").startswith("Saved")
+        assert f"Access: {reason}" in whoami or reason in whoami, whoami
+        return
+    assert chat is not None and chat.startswith("Sorry") and command == chat == whoami
+    assert model.calls == 0 and await store.export_scopes() == {}

@@ -33,6 +33,7 @@ class FakeFeishu:
         self.tokens = itertools.count(1)
         self.current_token = ""
         self.token_failures: list[int] = []  # statuses to answer with an HTML page, in order
+        self.slept: list[float] = []  # what a frontend under test waited, for its tests to read
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0

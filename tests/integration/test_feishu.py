@@ -87,6 +87,9 @@ async def start_feishu(
 ) -> AsyncIterator[Any]:
     running: list[FeishuFrontend] = []
 
+    async def fake_sleep(seconds: float) -> None:
+        fake_feishu.slept.append(seconds)
+
     async def start(*, encrypt_key: str = "", on: Store | None = None, **sections: Any) -> Harness:
         feishu = {
             "app_id": APP_ID,
@@ -103,6 +106,7 @@ async def start_feishu(
             verification_token=VERIFICATION_TOKEN,
             encrypt_key=encrypt_key,
             clock=clock,
+            sleep=fake_sleep,
         )
         await frontend.start()
         running.append(frontend)
@@ -380,3 +384,16 @@ async def test_images_and_files_get_one_short_answer(start_feishu: Any, clock: F
     assert await bot.send(receive_event(None, **group)) == [UNREADABLE_REPLY]  # not addressed
     assert await bot.send(receive_event(None, mentions=[BOT], **group)) == [UNREADABLE_REPLY] * 2
     assert await bot.store.history("feishu:direct:ou_user1") == []
+
+
+async def test_an_html_gateway_error_at_start_is_retried(
+    start_feishu: Any, fake_feishu: FakeFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_feishu.token_failures = [502, 502]
+    bot = await start_feishu()
+    assert fake_feishu.slept == [1.0, 2.0]
+    assert caplog.text.count("cannot reach Feishu") == 2 and "Traceback" not in caplog.text
+    assert bot.frontend.bot_open_id == BOT_OPEN_ID
+    assert await bot.send(receive_event("/pin list")) == [
+        "You have no blocks. Add one with /pin add <label> <content>."
+    ]

@@ -678,3 +678,29 @@ async def test_messages_the_bot_cannot_read_get_one_short_answer(
     (reply,) = await bot.reply_to(addressed)
     assert reply == UNREADABLE_REPLY
     assert await bot.store.history("telegram:direct:5") == []  # nothing reached the model
+
+
+async def test_allowed_users_alone_closes_groups_on_telegram(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    bot = await start_bot(access={"allowed_users": [42]}, pins={"enable_in_group": True})
+    (reply,) = await bot.reply_to(message(group_chat(-1009), "@pin_bot hello", user(43)))
+    assert reply.startswith("Sorry") and "access.allowed_users" in reply
+    (reply,) = await bot.reply_to(message(group_chat(-1009), "/pin add a b", user(43)))
+    assert reply.startswith("Sorry")
+    (reply,) = await bot.reply_to(message(group_chat(-1009), "@pin_bot hello", user(42)))
+    assert reply.startswith("[offline model]")
+    assert await store.blocks(["telegram:group:-1009::u:43"]) == []  # the refused add
+    assert [e.content for e in await store.history("telegram:group:-1009")][0] == "hello"
+
+
+async def test_a_failing_gateway_at_start_is_retried(
+    start_bot: StartBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_telegram.fail("getMe", 502, "Bad Gateway")
+    fake_telegram.fail("getMe", 503, "Service Unavailable")
+    bot = await start_bot()
+    assert bot.sleeps[:2] == [1.0, 2.0]  # backoff, injected: no test waits for time
+    assert caplog.text.count("cannot reach Telegram at telegram.base_url") == 2
+    (reply,) = await bot.reply_to(message(private_chat(8), "/pin list", user(8)))
+    assert "no blocks" in reply

@@ -84,3 +84,30 @@ async def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
 async def test_invalid_yaml_keys_are_reported(tmp_path: Path) -> None:
     code, out = await check(tmp_path, {"pins": {"max_label_lenght": 3}})
     assert code == 2 and "pins.max_label_lenght" in out
+
+
+async def test_access_entries_and_storage_shapes(tmp_path: Path) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    settings = {
+        "storage": {"path": str(folder)},
+        "access": {
+            "allowed_users": ["foo bar", "nope:nope", "42", "telegram:direct:42"],
+            "allowed_groups": ["nope:nope", "-100", "telegram:group:-1:topic:3", "a b"],
+        },
+    }
+    code, out = await check(tmp_path, settings)
+    assert code == 1
+    assert "storage.path:" in out and "is a directory" in out
+    assert "access.allowed_users: 'foo bar'" in out and "access.allowed_users: 'nope:nope'" in out
+    assert "access.allowed_groups: 'nope:nope'" in out and "access.allowed_groups: 'a b'" in out
+    assert out.count("problem: access.") == 4  # 42, telegram:direct:42, -100 and a topic pass
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x", encoding="utf-8")
+    settings = {
+        "storage": {"path": str(blocker / "db.sqlite3")},
+        "access": {"allowed_users": ["42"], "allowed_groups": ["*"]},
+    }
+    code, out = await check(tmp_path, settings)
+    assert code == 1 and "is a file, not a folder" in out
+    assert "warning: access.allowed_users is set, but access.allowed_groups lists '*'" in out

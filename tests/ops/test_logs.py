@@ -49,3 +49,19 @@ async def test_debug_logs_show_content_but_never_secrets(
     logged = capsys.readouterr().err
     assert "my key is [redacted], please remember" in logged
     assert SECRET not in logged
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_tracebacks_only_at_debug_and_always_redacted(
+    level: str, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup_logging(LoggingConfig(level=level))  # type: ignore[arg-type]
+    REDACTOR.add(SECRET)
+    try:
+        raise RuntimeError(f"failed with {SECRET}")
+    except RuntimeError:
+        logging.getLogger("some.library").exception("a library failed")
+    logged = capsys.readouterr().err
+    assert "a library failed (RuntimeError: failed with [redacted])" in logged or level == "debug"
+    assert ("Traceback" in logged) is (level == "debug")
+    assert SECRET not in logged
