@@ -691,7 +691,7 @@ async def test_allowed_users_alone_closes_groups_on_telegram(
     (reply,) = await bot.reply_to(message(group_chat(-1009), "@pin_bot hello", user(42)))
     assert reply.startswith("[offline model]")
     assert await store.blocks(["telegram:group:-1009::u:43"]) == []  # the refused add
-    assert [e.content for e in await store.history("telegram:group:-1009")][0] == "hello"
+    assert (await store.history("telegram:group:-1009"))[0].content == "hello"
 
 
 async def test_a_failing_gateway_at_start_is_retried(
