@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -21,6 +23,7 @@ from bot.logs import REDACTOR, setup_logging
 from storage.sqlite import Store
 
 UNEXPECTED_DETAIL_CHARS = 300
+PRIVATE_FILE_MODE = 0o600
 
 
 def _version() -> str:
@@ -145,6 +148,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write text to path, readable by its owner only (exports hold DM blocks)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    os.fchmod(descriptor, PRIVATE_FILE_MODE)  # also when the file was there before
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
+
+
 async def open_store(config: Config) -> Store:
     """The configured store, or ConfigError naming storage.path when it cannot be opened."""
     try:
@@ -260,7 +271,7 @@ async def _export(config: Config, output: str | None) -> int:
         document = await export_document(store, utc_now())
     text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        write_private(Path(output), text)
         print(f"exported to {output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -277,6 +288,9 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
         document = json.loads(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         print(f"pinbot: cannot read {file}: {error}", file=sys.stderr)
+        return 1
+    except RecursionError:
+        print(f"pinbot: cannot read {file}: it is nested too deeply", file=sys.stderr)
         return 1
     plan = plan_import(document, config.pins, utc_now())
     if plan.problems:
@@ -333,8 +347,34 @@ def _register_secrets(config: Config) -> None:
         REDACTOR.add(os.environ.get(variable, ""))
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Load the config, set up logging, and run the subcommand."""
+    config = load_config(args.config)
+    logging_config = config.logging
+    if args.command == "console" and "level" not in logging_config.model_fields_set:
+        # The console shares the terminal with the conversation: only problems by default.
+        logging_config = logging_config.model_copy(update={"level": "warning"})
+    setup_logging(logging_config)
+    _register_secrets(config)
+    if args.command == "check-config":
+        return _check(config, args)
+    runs = {
+        "export": lambda: _export(config, args.output),
+        "import": lambda: _import(config, args.file, args.dry_run),
+        "usage": lambda: _usage(config, args.days, as_json=args.json),
+        "telegram": lambda: _serve(config, "telegram"),
+        "feishu": lambda: _serve(config, "feishu"),
+        "console": lambda: _console(config, args),
+    }
+    return asyncio.run(runs[args.command]())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a pinbot subcommand; returns the process exit status."""
+    # Whatever a reply or a problem holds, writing it never fails.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -345,24 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return write_starter_config(args.config or "config.yaml", force=args.force)
     try:
-        config = load_config(args.config)
-        logging_config = config.logging
-        if args.command == "console" and "level" not in logging_config.model_fields_set:
-            # The console shares the terminal with the conversation: only problems by default.
-            logging_config = logging_config.model_copy(update={"level": "warning"})
-        setup_logging(logging_config)
-        _register_secrets(config)
-        if args.command == "check-config":
-            return _check(config, args)
-        if args.command == "export":
-            return asyncio.run(_export(config, args.output))
-        if args.command == "import":
-            return asyncio.run(_import(config, args.file, args.dry_run))
-        if args.command == "usage":
-            return asyncio.run(_usage(config, args.days, as_json=args.json))
-        if args.command in ("telegram", "feishu"):
-            return asyncio.run(_serve(config, args.command))
-        return asyncio.run(_console(config, args))
+        return _run(args)
     except ConfigError as error:
         print(f"pinbot: {REDACTOR.redact(str(error))}", file=sys.stderr)
         return 2

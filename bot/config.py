@@ -72,12 +72,17 @@ EnvName = Annotated[str, AfterValidator(_variable_name)]
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 BotApiUrl = Annotated[str, AfterValidator(_bot_api_url)]
 IdList = Annotated[list[str], BeforeValidator(_ids_as_strings)]
-NonNegative = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
+# Integers have ranges: past them a value can only be a mistake, and could overflow the
+# database or the arithmetic on it.
+Days = Annotated[int, Field(ge=0, le=3650)]
+Tokens = Annotated[int, Field(ge=0, le=10**12)]
+PerMinute = Annotated[int, Field(ge=0, le=10_000)]
+Seconds = Annotated[float, Field(gt=0, le=3600)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a boolean is not a number and a number is not a boolean
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class StorageConfig(_Section):
@@ -94,24 +99,24 @@ class LlmConfig(_Section):
     model: str = "gpt-4o-mini"
     api_key_env: EnvName = "OPENAI_API_KEY"
     system_prompt: str = "You are a helpful assistant in a chat."
-    timeout_s: Annotated[float, Field(gt=0)] = 60.0
-    max_retries: NonNegative = 1
+    timeout_s: Seconds = 60.0
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 1
     stream: bool = False
     agent_tools: bool = False
-    max_tool_rounds: Positive = 4
+    max_tool_rounds: Annotated[int, Field(ge=1, le=100)] = 4
 
 
 class PinsConfig(_Section):
     """Limits, lifecycle and group permissions of pinned blocks."""
 
-    max_blocks_per_session: Positive = 20
-    max_label_length: Positive = 20
-    max_content_length: Positive = 500
-    idle_retention_days: NonNegative = 7
-    idle_retention_calls: NonNegative = 10
-    idle_hard_retention_days: NonNegative = 30
-    token_warning_threshold: NonNegative = 1000
-    max_total_chars: NonNegative = 0
+    max_blocks_per_session: Annotated[int, Field(ge=1, le=1000)] = 20
+    max_label_length: Annotated[int, Field(ge=1, le=200)] = 20
+    max_content_length: Annotated[int, Field(ge=1, le=100_000)] = 500
+    idle_retention_days: Days = 7
+    idle_retention_calls: Annotated[int, Field(ge=0, le=10**9)] = 10
+    idle_hard_retention_days: Days = 30
+    token_warning_threshold: Annotated[int, Field(ge=0, le=10_000_000)] = 1000
+    max_total_chars: Annotated[int, Field(ge=0, le=10_000_000)] = 0
     enable_in_group: bool = False
     group_whitelist: IdList = []
     group_shared_admin_ids: IdList = []
@@ -119,7 +124,7 @@ class PinsConfig(_Section):
     allow_prompt_injection: bool = True
     inherit_platform_admins: bool = False
     refuse_secrets_in_groups: bool = True
-    audit_retention_days: Positive = 180
+    audit_retention_days: Annotated[int, Field(ge=1, le=3650)] = 180
 
 
 class TelegramConfig(_Section):
@@ -128,14 +133,14 @@ class TelegramConfig(_Section):
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
     base_url: BotApiUrl = "https://api.telegram.org/bot"
     mode: Literal["polling", "webhook"] = "polling"
-    poll_timeout_s: Positive = 30
+    poll_timeout_s: Annotated[int, Field(ge=1, le=600)] = 30
     webhook_listen: str = "127.0.0.1"
     webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
     webhook_path: str = "telegram"
     webhook_url: str = ""
     webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
     group_trigger: Literal["mention", "all"] = "mention"
-    admin_cache_ttl_s: Annotated[float, Field(ge=0)] = 60.0
+    admin_cache_ttl_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
 
 
 class FeishuConfig(_Section):
@@ -151,17 +156,17 @@ class FeishuConfig(_Section):
     webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8080
     webhook_path: str = "/feishu/events"
     group_trigger: Literal["mention", "all"] = "mention"
-    request_timeout_s: Annotated[float, Field(gt=0)] = 15.0
+    request_timeout_s: Seconds = 15.0
 
 
 class ChatConfig(_Section):
     """How much conversation history goes to the model."""
 
-    history_max_chars: NonNegative = 8000
-    history_max_turns: NonNegative = 20
+    history_max_chars: Annotated[int, Field(ge=0, le=10_000_000)] = 8000
+    history_max_turns: Annotated[int, Field(ge=0, le=10_000)] = 20
     history_per_sender: bool = False
     compaction: Literal["summarize", "drop"] = "summarize"
-    compaction_keep_turns: NonNegative = 4
+    compaction_keep_turns: Annotated[int, Field(ge=0, le=1000)] = 4
 
 
 class AccessConfig(_Section):
@@ -174,19 +179,19 @@ class AccessConfig(_Section):
 class LimitsConfig(_Section):
     """Abuse limits per sender; 0 turns a rate limit off."""
 
-    pin_commands_per_minute: NonNegative = 30
-    model_turns_per_minute: NonNegative = 10
-    max_message_chars: Positive = 8000
+    pin_commands_per_minute: PerMinute = 30
+    model_turns_per_minute: PerMinute = 10
+    max_message_chars: Annotated[int, Field(ge=1, le=1_000_000)] = 8000
 
 
 class BudgetsConfig(_Section):
     """Token budgets (prompt + completion tokens as reported); 0 means no budget. Days and
     months are UTC."""
 
-    user_daily_tokens: NonNegative = 0
-    user_monthly_tokens: NonNegative = 0
-    group_daily_tokens: NonNegative = 0
-    group_monthly_tokens: NonNegative = 0
+    user_daily_tokens: Tokens = 0
+    user_monthly_tokens: Tokens = 0
+    group_daily_tokens: Tokens = 0
+    group_monthly_tokens: Tokens = 0
 
     @property
     def any(self) -> bool:
@@ -277,6 +282,11 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read config file {file}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"config file {file} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at "
+            f"position {error.start}); save it as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ from storage.models import (
     label_key,
 )
 
+PRIVATE_FILE_MODE = 0o600
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
 _BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
@@ -103,6 +105,10 @@ class Store:
         """Open (creating if needed) the database at path, in WAL mode, migrated to the latest."""
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # It holds DM blocks and chat history: its owner only. SQLite gives the -wal and
+            # -shm files the database file's permissions.
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, PRIVATE_FILE_MODE))
+            os.chmod(path, PRIVATE_FILE_MODE)
         db = await aiosqlite.connect(path, isolation_level=None)
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
@@ -20,15 +20,30 @@ def console_conversation(user: str, group: str | None, topic: str | None) -> Con
     return Conversation(PLATFORM, ChatKind.GROUP, chat_id=group, sender_id=user, topic_id=topic)
 
 
+def decode_line(raw: bytes) -> tuple[str | None, str | None]:
+    """A line of input as text, or None and the refusal saying which byte is not UTF-8."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n"), None
+    except UnicodeDecodeError as error:
+        bad = raw[error.start]
+        return None, (
+            f"That line is not valid UTF-8 (byte 0x{bad:02x} at position {error.start}); "
+            "nothing was sent. Please send text encoded as UTF-8."
+        )
+
+
 async def run_console(
     bot: Pinbot,
     conversation: Conversation,
-    source: TextIO = sys.stdin,
+    source: BinaryIO | None = None,
     sink: TextIO = sys.stdout,
 ) -> None:
     """Answer each input line until end of input; every non-command line goes to the model.
 
-    At a terminal a one-line banner and a prompt are shown; piped input gets replies only."""
+    Input is read as bytes and decoded line by line, so a line that is not UTF-8 gets a one-line
+    refusal and the next line is served. At a terminal a one-line banner and a prompt are shown;
+    piped input gets replies only."""
+    source = source or sys.stdin.buffer
     loop = asyncio.get_running_loop()
     interactive = source.isatty()
     if interactive:
@@ -39,10 +54,11 @@ async def run_console(
         if interactive:
             sink.write(PROMPT)
             sink.flush()
-        line = await loop.run_in_executor(None, source.readline)
-        if not line:
+        raw = await loop.run_in_executor(None, source.readline)
+        if not raw:
             return
-        reply = await bot.handle(conversation, line.rstrip("\r\n"))
+        line, refusal = decode_line(raw)
+        reply = refusal if line is None else await bot.handle(conversation, line)
         if reply is not None:
             sink.write(reply + "\n")
             sink.flush()

@@ -33,6 +33,8 @@ EVENT_MEMORY = timedelta(days=7)
 TOKEN_REFRESH_MARGIN_S = 300
 CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
 CONNECT_RETRY_MAX_S = 60.0
+REFUSAL_LOG_INTERVAL_S = 60.0
+MAX_TRACKED_ADDRESSES = 10_000
 _EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
 DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
 MAX_WEBHOOK_BODY = 1024 * 1024
@@ -281,6 +283,39 @@ class FeishuTransientError(FeishuApiError):
     """Feishu (or a gateway before it) failed in a way that waiting may fix."""
 
 
+def _adopt_lark_logger() -> None:
+    """lark-oapi logs through its own handler to stdout: send its records through ours
+    (redacted, JSON when asked) instead. Its request errors are ours to report (one line per
+    refused webhook), so below debug level only its critical records pass."""
+    lark_log = logging.getLogger("Lark")
+    lark_log.handlers.clear()
+    lark_log.propagate = True
+    if logging.getLogger().level > logging.DEBUG:
+        lark_log.setLevel(logging.CRITICAL)
+
+
+class RefusalLog:
+    """One warning line per refused webhook request, at most one per source address a minute
+    (with how many more were refused since), so nobody can flood the log."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._seen: dict[str, tuple[float, int]] = {}  # address → (last logged, refused since)
+
+    def note(self, address: str, detail: str) -> None:
+        """Record a refused request; log it unless this address was logged in the last minute."""
+        now = self._monotonic()
+        last, quiet = self._seen.get(address, (-REFUSAL_LOG_INTERVAL_S, 0))
+        if now - last < REFUSAL_LOG_INTERVAL_S:
+            self._seen[address] = (last, quiet + 1)
+            return
+        more = f" ({quiet} more refused from there since the last line)" if quiet else ""
+        log.warning("refused a Feishu webhook request from %s: %s%s", address, detail, more)
+        self._seen[address] = (now, 0)
+        if len(self._seen) > MAX_TRACKED_ADDRESSES:
+            self._seen.clear()
+
+
 class FeishuFrontend:
     """Runs the bot on Feishu: receives events, processes each event id once, replies."""
 
@@ -294,9 +329,11 @@ class FeishuFrontend:
         encrypt_key: str,
         clock: Clock = utc_now,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         import lark_oapi as lark  # takes seconds to import: only when Feishu is used
 
+        _adopt_lark_logger()
         self.pinbot = pinbot
         self.config = config
         self.api = api
@@ -307,6 +344,7 @@ class FeishuFrontend:
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._runner: web.AppRunner | None = None
+        self._refusals = RefusalLog(monotonic)
         self.port = config.webhook_port
         self.dispatcher = (
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
@@ -439,7 +477,7 @@ class FeishuFrontend:
         result = self.dispatcher.do(raw)
         if result.status_code != 200:
             detail = (result.content or b"").decode("utf-8", "replace")[:LOGGED_DETAIL_CHARS]
-            log.warning("refused a Feishu webhook request from %s: %s", request.remote, detail)
+            self._refusals.note(request.remote or "unknown", detail)
             status = 401 if ("token" in detail or "signature" in detail) else 400
             return web.json_response({"msg": "refused"}, status=status)
         return web.Response(body=result.content, status=200, content_type="application/json")

@@ -36,6 +36,7 @@ from storage.sqlite import Store
 log = logging.getLogger(__name__)
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 SHOWN_COMMAND_CHARS = 32  # an unknown command is echoed back at most this long
+FAILED_REPLY = "Sorry, something went wrong with that message. Please try again."
 UNREADABLE_REPLY = "I can only read text messages. Please send your request as text."
 UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 # A thinking indicator: a context manager that runs while the model works on a turn.
@@ -126,7 +127,11 @@ class Pinbot:
         elif not addressed:
             return None
         started = time.perf_counter()
-        reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
+        try:
+            reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
+        except Exception:  # a fault in one message must not stop the others: log, answer, go on
+            log.exception("handling a message in %s failed", conversation.session_key)
+            return FAILED_REPLY
         kind = "command" if text.startswith("/") else "chat"
         log.info(
             "handled %s session=%s ms=%.1f",

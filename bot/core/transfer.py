@@ -3,6 +3,8 @@ everything with /pin's rules and writes all of it in one transaction, or nothing
 
 from __future__ import annotations
 
+import difflib
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -71,6 +73,23 @@ class ImportPlan:
     changes: list[str] = field(default_factory=list)
 
 
+MAX_COUNT = 2**63 - 1  # SQLite's largest integer
+_TOP_KEYS = {"format", "version", "exported_at", "scopes"}
+_SCOPE_KEYS = {"model_calls", "blocks"}
+
+
+def _count_ok(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _unknown_keys(found: Any, known: set[str], where: str, problems: list[str]) -> None:
+    """Every key that is not known, with the closest known key as a hint."""
+    for key in sorted(set(found) - known, key=str):
+        guess = difflib.get_close_matches(str(key), sorted(known), n=1)
+        hint = f" (did you mean '{guess[0]}'?)" if guess else ""
+        problems.append(f"{where}: unknown key {str(key)!r}{hint}")
+
+
 def _parse_time(
     value: Any, where: str, name: str, problems: list[str], optional: bool = False
 ) -> datetime | None:
@@ -88,6 +107,11 @@ def _parse_time(
         return None
     if moment.tzinfo is None:
         problems.append(f"{where}: {name} '{value}' needs a time zone (e.g. +00:00)")
+        return None
+    try:
+        moment.astimezone(UTC).timestamp()
+    except (OverflowError, ValueError, OSError):
+        problems.append(f"{where}: {name} '{value}' is outside the years pinbot can store")
         return None
     return moment
 
@@ -141,9 +165,7 @@ def _parse_block(
     if isinstance(label, str):
         where = f"scope '{scope}', block '{label}'"
     before = len(problems)
-    unknown = sorted(set(item) - _FIELDS)
-    if unknown:
-        problems.append(f"{where}: unknown field(s) {', '.join(unknown)}")
+    _unknown_keys(item, _FIELDS, where, problems)
     _check_text(item, scope, where, pins, problems)
     default_level = "context" if is_group_scope(scope) else "strong"
     level, state = item.get("level", default_level), item.get("state", "active")
@@ -161,8 +183,10 @@ def _parse_block(
     )
     idle_since = _parse_time(item.get("idle_since"), where, "idle_since", problems, True)
     idle_calls = item.get("idle_calls")
-    if idle_calls is not None and (not isinstance(idle_calls, int) or idle_calls < 0):
-        problems.append(f"{where}: idle_calls must be a whole number of at least 0, or null")
+    if idle_calls is not None and not _count_ok(idle_calls):
+        problems.append(
+            f"{where}: idle_calls must be a whole number from 0 to {MAX_COUNT:,}, or null"
+        )
     if state == "idle" and idle_since is None and len(problems) == before:
         problems.append(f"{where}: an idle block needs idle_since")
     if len(problems) > before or created is None or updated is None:
@@ -222,34 +246,61 @@ def plan_import(document: Any, pins: PinsConfig, now: datetime) -> ImportPlan:
             f"unsupported version {document.get('version')!r}; this pinbot reads version {VERSION}"
         )
         return plan
+    _unknown_keys(document, _TOP_KEYS, "top level", plan.problems)
     scopes = document.get("scopes")
     if not isinstance(scopes, dict):
         plan.problems.append('"scopes" must be an object of scope keys')
         return plan
+    written_as: dict[str, str] = {}
     for written, body in scopes.items():
         parsed_scope = parse_scope(written)  # drops a leading agent:<name>: as everywhere
-        if parsed_scope is None:
+        if parsed_scope is None or _bad_text(written):
             plan.problems.append(
-                f"scope '{written}': not a scope key (e.g. telegram:direct:42, "
+                f"scope {written!r}: not a scope key (e.g. telegram:direct:42, "
                 "telegram:group:-100123, telegram:group:-100123::u:42)"
             )
             continue
         scope = parsed_scope.key
-        if not isinstance(body, dict) or not isinstance(body.get("blocks", []), list):
-            plan.problems.append(f"scope '{scope}': must be an object with a \"blocks\" list")
+        if scope in written_as:
+            plan.problems.append(
+                f"scope {written!r}: names the same scope as {written_as[scope]!r}; "
+                "keep one of them"
+            )
             continue
-        calls = body.get("model_calls", 0)
-        if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
-            plan.problems.append(f"scope '{scope}': model_calls must be a whole number >= 0")
-            calls = 0
-        parsed = [
-            _parse_block(item, scope, i, pins, plan.problems, now)
-            for i, item in enumerate(body.get("blocks", []))
-        ]
-        blocks = [b for b in parsed if b is not None]
-        _check_scope(scope, blocks, pins, plan.problems)
-        plan.scopes[scope] = (calls, blocks)
+        written_as[scope] = written
+        parsed = _parse_scope_body(body, scope, pins, plan.problems, now)
+        if parsed is not None:
+            plan.scopes[scope] = parsed
     return plan
+
+
+def _bad_text(text: str) -> bool:
+    """Whether text holds characters no key can: lone surrogates or control characters."""
+    return any(unicodedata.category(char) in ("Cs", "Cc") for char in text)
+
+
+def _parse_scope_body(
+    body: Any, scope: str, pins: PinsConfig, problems: list[str], now: datetime
+) -> tuple[int, list[Block]] | None:
+    where = f"scope '{scope}'"
+    if not isinstance(body, dict):
+        problems.append(f'{where}: must be an object with a "blocks" list')
+        return None
+    _unknown_keys(body, _SCOPE_KEYS, where, problems)
+    if not isinstance(body.get("blocks"), list):
+        # A missing or misspelled "blocks" must never import a scope as empty.
+        problems.append(f'{where}: needs a "blocks" list (use [] to empty the scope)')
+        return None
+    calls = body.get("model_calls", 0)
+    if not _count_ok(calls):
+        problems.append(f"{where}: model_calls must be a whole number from 0 to {MAX_COUNT:,}")
+        calls = 0
+    parsed = [
+        _parse_block(item, scope, i, pins, problems, now) for i, item in enumerate(body["blocks"])
+    ]
+    blocks = [b for b in parsed if b is not None]
+    _check_scope(scope, blocks, pins, problems)
+    return calls, blocks
 
 
 async def apply_import(store: Store, plan: ImportPlan, now: datetime) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, cast
 
@@ -74,19 +75,21 @@ class OpenAIChatModel:
                 continue
             delta = chunk.choices[0].delta
             if delta.content:
-                text += delta.content
-                await on_text(text)
+                text += delta.content if isinstance(delta.content, str) else str(delta.content)
+                await on_text(_text(text))
             for fragment in delta.tool_calls or []:
-                call = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+                index = fragment.index if isinstance(fragment.index, int) else 0
+                call = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
                 if fragment.id:
-                    call["id"] = fragment.id
-                if fragment.function is not None:
-                    call["name"] += fragment.function.name or ""
-                    call["arguments"] += fragment.function.arguments or ""
+                    call["id"] = _text(fragment.id)
+                function = getattr(fragment, "function", None)
+                if function is not None:
+                    call["name"] += _text(getattr(function, "name", None))
+                    call["arguments"] += _arguments(getattr(function, "arguments", None))
         tool_calls = [
             ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
         ]
-        return ModelReply(text, tool_calls, usage)
+        return ModelReply(_text(text), tool_calls, usage)
 
     async def _open_stream(
         self, messages: list[Message], extra: dict[str, Any]
@@ -144,11 +147,35 @@ def _reply_of(response: Any) -> ModelReply:
     if choice is None:
         return ModelReply("", usage=usage)
     calls = [
-        ToolCall(call.id, call.function.name, call.function.arguments or "")
+        ToolCall(
+            _text(getattr(call, "id", "")),
+            _text(getattr(function, "name", "")),
+            _arguments(getattr(function, "arguments", None)),
+        )
         for call in choice.message.tool_calls or []
-        if call.type == "function"
+        if getattr(call, "type", "function") == "function"
+        and (function := getattr(call, "function", None)) is not None
     ]
-    return ModelReply(choice.message.content or "", calls, usage)
+    return ModelReply(_text(choice.message.content), calls, usage)
+
+
+def _text(value: Any) -> str:
+    """A string field as servers send it: None becomes empty, anything else its text, and lone
+    surrogates (JSON can carry them; UTF-8 cannot) become U+FFFD."""
+    text = "" if value is None else value if isinstance(value, str) else str(value)
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _arguments(value: Any) -> str:
+    """Tool call arguments as JSON text; some servers send the object itself, not a string."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 _CONTEXT_LENGTH = ("context_length_exceeded", "context length", "maximum context", "too long")

@@ -99,7 +99,7 @@ async def test_import_reports_every_problem_and_writes_nothing(store: Store) -> 
         "block 'lvl': level must be",
         "block 'when': created_at 'yesterday'",
         "block 'idle': an idle block needs idle_since",
-        "block 'extra': unknown field(s) colour",
+        "block 'extra': unknown key 'colour'",
         "looks like an OpenAI-style API key",
         "scope 'nonsense': not a scope key",
     ):
