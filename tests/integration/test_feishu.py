@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.adapters.feishu import FeishuApi, FeishuFrontend, Mention, resolve_mentions
+from bot.adapters.feishu import FeishuApi, FeishuFrontend, Mention, RefusalLog, resolve_mentions
 from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.llm.offline import OfflineChatModel
 from storage.sqlite import Store
@@ -397,3 +397,29 @@ async def test_an_html_gateway_error_at_start_is_retried(
     assert await bot.send(receive_event("/pin list")) == [
         "You have no blocks. Add one with /pin add <label> <content>."
     ]
+
+
+async def test_refused_webhooks_are_one_line_per_address_a_minute(
+    start_feishu: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_feishu()
+    for _ in range(5):
+        status, _ = await bot.post(receive_event("hi", token="forged-token"))
+        assert status == 401
+    refused = [r for r in caplog.records if "refused a Feishu webhook request" in r.getMessage()]
+    assert len(refused) == 1 and not any(r.exc_info for r in caplog.records)
+    assert "[Lark]" not in capsys.readouterr().out  # lark-oapi no longer prints on its own
+    assert bot.server.replies == []
+
+
+def test_refusal_log_counts_what_it_did_not_write(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    refusals = RefusalLog(lambda: now[0])
+    for _ in range(4):
+        refusals.note("10.0.0.1", "bad token")
+    refusals.note("10.0.0.2", "bad signature")
+    now[0] = 61.0
+    refusals.note("10.0.0.1", "bad token")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3
+    assert lines[-1].endswith("bad token (3 more refused from there since the last line)")
