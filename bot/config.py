@@ -140,6 +140,7 @@ class TelegramConfig(_Section):
     webhook_url: str = ""
     webhook_secret_env: EnvName = "TELEGRAM_WEBHOOK_SECRET"
     group_trigger: Literal["mention", "all"] = "mention"
+    reply_format: Literal["markdown", "plain"] = "markdown"
     admin_cache_ttl_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
 
 
@@ -156,6 +157,7 @@ class FeishuConfig(_Section):
     webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8080
     webhook_path: str = "/feishu/events"
     group_trigger: Literal["mention", "all"] = "mention"
+    reply_format: Literal["markdown", "plain"] = "markdown"
     request_timeout_s: Seconds = 15.0
 
 

@@ -23,7 +23,7 @@ from telegram import (
     ReplyParameters,
     Update,
 )
-from telegram.constants import ChatAction, ChatMemberStatus, ChatType, MessageLimit
+from telegram.constants import ChatAction, ChatMemberStatus, ChatType
 from telegram.error import (
     BadRequest,
     Forbidden,
@@ -41,10 +41,11 @@ from telegram.ext import (
     filters,
 )
 
+from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
 from bot.config import ConfigError, TelegramConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.replies import split_message, utf16_length
+from bot.core.replies import ModelText
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,18 @@ ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
 STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 SEND_ATTEMPTS = 3
+# Bad Requests about the chat itself: sending again as plain text would not help.
+CHAT_PROBLEMS = (
+    "chat not found",
+    "bot was blocked",
+    "bot was kicked",
+    "not enough rights",
+    "have no rights",
+    "chat_write_forbidden",
+    "user is deactivated",
+    "upgraded to a supergroup",
+    "thread not found",
+)
 CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
 CONNECT_RETRY_MAX_S = 60.0
 PROBE_TIMEOUT_S = 10.0
@@ -427,18 +440,26 @@ class TelegramFrontend:
 
     # --- sending --------------------------------------------------------------------------------
 
+    def reply_parts(self, reply: str) -> list[Part]:
+        """The parts a reply goes out as: the model's Markdown formatted (unless
+        telegram.reply_format is plain), everything else as plain text, exactly as written."""
+        if isinstance(reply, ModelText) and self.config.reply_format == "markdown":
+            return formatted_parts(reply)
+        return plain_parts(reply)
+
     async def send_reply(self, message: Message, text: str) -> None:
         """Send text as replies to message, split to Telegram's limit, in order, never cut."""
-        for part in split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length):
-            if part.strip():
-                await self.send_part(message, part)
+        for part in self.reply_parts(text):
+            await self.send_part(message, part)
 
-    async def send_part(self, message: Message, text: str) -> Message | None:
-        """Send one part as a reply; returns the sent message, or None if it could not go."""
+    async def send_part(self, message: Message, part: Part) -> Message | None:
+        """Send one part as a reply; returns the sent message, or None if it could not go. If
+        Telegram refuses the formatting, the same text goes again as plain text."""
         for attempt in range(1, SEND_ATTEMPTS + 1):
             try:
                 return await message.reply_text(
-                    text,
+                    part[0],
+                    entities=list(part[1]) or None,
                     reply_parameters=ReplyParameters(
                         message.message_id, allow_sending_without_reply=True
                     ),
@@ -452,7 +473,17 @@ class TelegramFrontend:
                     attempt,
                 )
                 await self._sleep(wait)
-            except (Forbidden, BadRequest) as error:  # blocked, kicked, chat not found
+            except BadRequest as error:
+                if not part[1] or _about_the_chat(error):
+                    log.warning("cannot write to chat %s: %s", message.chat.id, error)
+                    return None
+                log.warning(
+                    "Telegram refused the formatting in chat %s (%s); sending plain text",
+                    message.chat.id,
+                    error,
+                )
+                part = (without_formatting(part), ())
+            except Forbidden as error:  # blocked, kicked
                 log.warning("cannot write to chat %s: %s", message.chat.id, error)
                 return None
             except NetworkError as error:
@@ -469,12 +500,20 @@ class TelegramFrontend:
         log.error("gave up sending a reply to chat %s", message.chat.id)
         return None
 
-    async def edit_part(self, sent: Message, text: str) -> bool:
-        """Replace a sent message's text; False if Telegram refused (it is then left as it was)."""
+    async def edit_part(self, sent: Message, part: Part) -> bool:
+        """Replace a sent message's text; False if Telegram refused (it is then left as it was).
+        Refused formatting is retried as plain text."""
         try:
-            await sent.edit_text(text)
+            await sent.edit_text(part[0], entities=list(part[1]) or None)
         except RetryAfter as error:
             log.info("edit rate-limited in chat %s for %.0f s", sent.chat.id, _retry_after_s(error))
+            return False
+        except BadRequest as error:
+            if "not modified" in error.message.casefold():
+                return True
+            if part[1] and not _about_the_chat(error):
+                return await self.edit_part(sent, (without_formatting(part), ()))
+            log.debug("edit in chat %s failed: %s", sent.chat.id, error)
             return False
         except TelegramError as error:
             log.debug("edit in chat %s failed: %s", sent.chat.id, error)
@@ -482,25 +521,30 @@ class TelegramFrontend:
         return True
 
 
+def _about_the_chat(error: BadRequest) -> bool:
+    """Whether Telegram refused because of the chat itself, not the message's formatting."""
+    said = error.message.casefold()
+    return any(fragment in said for fragment in CHAT_PROBLEMS)
+
+
 class StreamedReply:
-    """One reply that grows while the model streams: sent once, then edited at most once per
-    STREAM_EDIT_INTERVAL_S, and finally completed (split like any long reply)."""
+    """One reply that grows while the model streams: shown as plain text, sent once, then edited
+    at most once per STREAM_EDIT_INTERVAL_S; the final edit shows it formatted (split like any
+    long reply). Every step is a valid message."""
 
     def __init__(self, frontend: TelegramFrontend, message: Message) -> None:
         self._frontend = frontend
         self._message = message
         self._sent: Message | None = None
-        self._shown = ""
+        self._shown: Part = ("", ())
         self._last_edit = 0.0
-
-    def _first_part(self, text: str) -> str:
-        return split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length)[0]
 
     async def update(self, text: str) -> None:
         """Show the text so far, unless the last edit was too recent."""
-        preview = self._first_part(text)
-        if not preview.strip() or preview == self._shown:
+        parts = plain_parts(text)
+        if not parts or parts[0] == self._shown:
             return
+        preview = parts[0]
         now = self._frontend.monotonic()
         if self._sent is None:
             self._sent = await self._frontend.send_part(self._message, preview)
@@ -511,13 +555,14 @@ class StreamedReply:
         self._shown, self._last_edit = preview, now
 
     async def finish(self, text: str) -> None:
-        """Make the chat show exactly text: edit the streamed message, send any further parts."""
+        """Make the chat show exactly the reply: edit the streamed message, send further parts."""
         if self._sent is None:
             await self._frontend.send_reply(self._message, text)
             return
-        parts = split_message(text, MessageLimit.MAX_TEXT_LENGTH, utf16_length)
+        parts = self._frontend.reply_parts(text)
+        if not parts:
+            return
         if parts[0] != self._shown and not await self._frontend.edit_part(self._sent, parts[0]):
             await self._frontend.send_part(self._message, parts[0])
         for part in parts[1:]:
-            if part.strip():
-                await self._frontend.send_part(self._message, part)
+            await self._frontend.send_part(self._message, part)

@@ -18,6 +18,7 @@ from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
+from bot.core.replies import ModelText
 from bot.core.tools import TOOL_SPECS, PinTools, tool_message
 from bot.core.usage import UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
@@ -171,7 +172,7 @@ class ChatService:
             reply = await self._model.complete(this_round, on_text=on_text)
             await self._usage.record(context, this_round, reply)  # billed, whatever happens next
             if not reply.tool_calls or last:
-                return reply.text or NO_ANSWER
+                return ModelText(reply.text) if reply.text else NO_ANSWER
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
                 outcome = await self._tools.call(context, call.name, call.arguments)

@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
+class ModelText(str):
+    """A reply the model wrote (Markdown, as models answer): adapters may show it formatted.
+    Every other reply (/pin, help, /whoami, errors) is plain text shown exactly as it is."""
+
+    __slots__ = ()
+
+
 def utf16_length(text: str) -> int:
     """Length as Telegram counts it: UTF-16 code units."""
     return len(text.encode("utf-16-le")) // 2
