@@ -22,7 +22,7 @@ from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.replies import split_message
+from bot.core.replies import ModelText, split_message
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,37 @@ def post_content(text: str) -> str:
     return json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
 
 
+_AT_TAG = re.compile(r"<(\s*/?\s*at\b)", re.IGNORECASE)
+FENCE = "```"
+FENCE_ROOM = 20  # characters kept free in each part to close and reopen a code block
+# Refusals about the chat (bot not in it, no permission, chat gone): plain text would not help.
+CHAT_PROBLEM_CODES = {230002, 230006, 230013, 230017, 230027, 230035}
+
+
+def markdown_content(text: str) -> str:
+    """A `post` body with one `md` element: Feishu shows the model's Markdown formatted. `<at>`
+    tags are broken up (a zero-width space after the '<'), so model text can never mention
+    anyone."""
+    safe = _AT_TAG.sub("<\u200b\\1", text)
+    return json.dumps(
+        {"zh_cn": {"title": "", "content": [[{"tag": "md", "text": safe}]]}}, ensure_ascii=False
+    )
+
+
+def markdown_parts(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """Markdown split on lines into parts under limit; a code block cut by a split is closed at
+    the end of one part and reopened (with its language) at the start of the next."""
+    parts, reopen = [], ""
+    for piece in split_message(text, limit - FENCE_ROOM):
+        part, fence = reopen + piece, ""
+        for line in part.split("\n"):
+            if line.lstrip().startswith(FENCE):
+                fence = "" if fence else line.strip()
+        parts.append(f"{part}\n{FENCE}" if fence else part)
+        reopen = f"{fence}\n" if fence else ""
+    return [part for part in parts if part.strip()]
+
+
 class FeishuApi:
     """The few OpenAPI calls the bot makes, over one pooled async HTTP client, with the tenant
     access token fetched and refreshed on the event loop without blocking it."""
@@ -252,7 +283,7 @@ class FeishuApi:
                 return dict(body)
             if code not in _EXPIRED_TOKEN_CODES:
                 break
-        raise FeishuApiError(f"{method} {path}: code {code} {body.get('msg', '')}".strip())
+        raise FeishuApiError(f"{method} {path}: code {code} {body.get('msg', '')}".strip(), code)
 
     async def bot_open_id(self) -> str | None:
         """This app's bot open_id."""
@@ -260,19 +291,35 @@ class FeishuApi:
         bot = body.get("bot") or {}
         return bot.get("open_id") if isinstance(bot, dict) else None
 
-    async def reply(self, message_id: str, text: str) -> None:
-        """Reply to a message with text, split into parts under the size limit, in order."""
-        for part in split_message(text, MESSAGE_LIMIT):
-            if part.strip():
+    async def reply(self, message_id: str, text: str, *, markdown: bool = False) -> None:
+        """Reply to a message with text, split into parts under the size limit, in order; with
+        markdown, as formatted `md` posts, each sent again as literal text if Feishu refuses it."""
+        path = f"/open-apis/im/v1/messages/{message_id}/reply"
+        if not markdown:
+            for part in split_message(text, MESSAGE_LIMIT):
+                if part.strip():
+                    await self.call(
+                        "POST", path, {"msg_type": "post", "content": post_content(part)}
+                    )
+            return
+        for part in markdown_parts(text):
+            try:
                 await self.call(
-                    "POST",
-                    f"/open-apis/im/v1/messages/{message_id}/reply",
-                    {"msg_type": "post", "content": post_content(part)},
+                    "POST", path, {"msg_type": "post", "content": markdown_content(part)}
                 )
+            except FeishuApiError as error:
+                if isinstance(error, FeishuTransientError) or error.code in CHAT_PROBLEM_CODES:
+                    raise
+                log.warning("Feishu refused a formatted reply (%s); sending plain text", error)
+                await self.call("POST", path, {"msg_type": "post", "content": post_content(part)})
 
 
 class FeishuApiError(Exception):
     """Feishu refused a call; the message carries its code, never a secret."""
+
+    def __init__(self, message: str, code: object = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class FeishuCredentialsError(FeishuApiError):
@@ -517,6 +564,7 @@ class FeishuFrontend:
         reply = await self.pinbot.handle(event.conversation(), readable, mentioned=mentioned)
         if reply:
             try:
-                await self.api.reply(event.message_id, reply)
+                markdown = isinstance(reply, ModelText) and self.config.reply_format == "markdown"
+                await self.api.reply(event.message_id, reply, markdown=markdown)
             except (FeishuApiError, httpx.HTTPError) as error:
                 log.warning("reply to Feishu message %s failed: %s", event.message_id, error)

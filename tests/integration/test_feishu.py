@@ -423,3 +423,43 @@ def test_refusal_log_counts_what_it_did_not_write(caplog: pytest.LogCaptureFixtu
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3
     assert lines[-1].endswith("bad token (3 more refused from there since the last line)")
+
+
+def post_elements(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for line in json.loads(reply["content"])["zh_cn"]["content"] for e in line]
+
+
+async def test_model_markdown_goes_out_as_md_and_never_mentions_anyone(
+    start_feishu: Any, fake_feishu: FakeFeishu
+) -> None:
+    bot = await start_feishu()
+    await bot.send(receive_event('**bold** `a<b&c>` <at user_id="all">everyone</at>'))
+    (element,) = post_elements(fake_feishu.replies[-1])
+    assert element["tag"] == "md" and "**bold** `a<b&c>`" in element["text"]
+    assert '<at user_id="all">' not in element["text"]
+    assert '<\u200bat user_id="all">' in element["text"]  # shown, but not a mention
+    await bot.send(receive_event("/pin add md **x** <b>y</b> _z_"))
+    await bot.send(receive_event("/pin list"))
+    elements = post_elements(fake_feishu.replies[-1])
+    assert {e["tag"] for e in elements} == {"text"}  # /pin replies stay literal
+    assert {"tag": "text", "text": "**x** <b>y</b> _z_"} in elements
+
+
+async def test_a_refused_md_post_is_sent_again_as_text(
+    start_feishu: Any, fake_feishu: FakeFeishu
+) -> None:
+    bot = await start_feishu()
+    fake_feishu.reply_errors = [{"code": 230001, "msg": "invalid message content"}]
+    await bot.send(receive_event("**hello**"))
+    (reply,) = fake_feishu.replies
+    assert {e["tag"] for e in post_elements(reply)} == {"text"}
+    assert fake_feishu.texts()[-1].endswith("You said: **hello**")
+    fake_feishu.reply_errors = [{"code": 230002, "msg": "bot not in chat"}]
+    await bot.send(receive_event("**again**"))
+    assert len(fake_feishu.replies) == 1  # about the chat: plain text would not help
+
+
+async def test_feishu_plain_reply_format(start_feishu: Any, fake_feishu: FakeFeishu) -> None:
+    bot = await start_feishu(feishu={"reply_format": "plain"})
+    await bot.send(receive_event("**hello**"))
+    assert {e["tag"] for e in post_elements(fake_feishu.replies[-1])} == {"text"}

@@ -705,3 +705,117 @@ async def test_a_failing_gateway_at_start_is_retried(
     assert caplog.text.count("cannot reach Telegram at telegram.base_url") == 2
     (reply,) = await bot.reply_to(message(private_chat(8), "/pin list", user(8)))
     assert "no blocks" in reply
+
+
+class ScriptedModel:
+    """Answers each turn with the next of its texts (the model's Markdown)."""
+
+    def __init__(self, *texts: str) -> None:
+        self.texts = list(texts)
+
+    async def complete(self, request: Any, *, on_text: Any = None) -> Any:
+        from bot.llm.base import ModelReply
+
+        return ModelReply(self.texts.pop(0))
+
+    async def close(self) -> None:
+        pass
+
+
+def utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def assert_valid_parts(parts: list[dict[str, Any]]) -> None:
+    """Each message is valid on its own: within 4,096 UTF-16 units, every entity inside it."""
+    for part in parts:
+        size = utf16(part["text"])
+        assert 0 < size <= 4096
+        for entity in part.get("entities", []):
+            assert entity["offset"] >= 0 and entity["length"] > 0
+            assert entity["offset"] + entity["length"] <= size, (entity, size)
+
+
+MARKDOWN_CORPUS = {
+    "nested and unclosed": "**bold _both_ bold** then **never closed and _half",
+    "code with <, > and &": "Use `a < b && c > d`:\n```html\n<p>&amp; x > y</p>\n```",
+    "non-BMP before entities": "😀👍𝄞 **bold** and `code` ✅ [link](https://example.org/x)",
+    "table": "| name | value |\n|---|---|\n| a | 1 |\n| bb | 22 |",
+    "headings, lists, quotes": "# Title\n## Sub\n- one\n- two\n1. first\n> quoted\n~~gone~~",
+}
+
+
+@pytest.mark.parametrize("name", MARKDOWN_CORPUS)
+async def test_model_markdown_is_shown_formatted(
+    start_bot: StartBot, fake_telegram: FakeTelegram, name: str
+) -> None:
+    bot = await start_bot(ScriptedModel(MARKDOWN_CORPUS[name]))
+    await bot.reply_to(message(private_chat(11), "format this", user(11)))
+    parts = fake_telegram.sent(11)
+    assert_valid_parts(parts)
+    assert all(part.get("entities") for part in parts)
+    text, entities = parts[0]["text"], parts[0]["entities"]
+    if name == "nested and unclosed":  # closed markers format, unclosed ones stay as typed
+        assert text.startswith("bold both bold then **never closed and _half")
+        assert {e["type"] for e in entities} >= {"bold", "italic"}
+    else:
+        assert "**" not in text and "```" not in text and "`" not in text
+    if name == "non-BMP before entities":
+        by_type = {e["type"]: e for e in entities}
+        bold = by_type["bold"]
+        assert bold["offset"] == utf16(text[: text.index("bold")]) and bold["length"] == 4
+        assert by_type["text_link"]["url"] == "https://example.org/x"
+    if name == "code with <, > and &":
+        assert "a < b && c > d" in text and "<p>&amp; x > y</p>" in text
+        assert {"type": "pre", "language": "html"}.items() <= next(
+            e for e in entities if e["type"] == "pre"
+        ).items()
+    if name == "table":
+        assert any(e["type"] == "pre" for e in entities) and "bb" in text
+
+
+async def test_a_long_code_block_is_split_into_valid_parts(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    code = "\n".join(f"print('line {i:04d}')  # padding" for i in range(300))  # ~10,000 chars
+    bot = await start_bot(ScriptedModel(f"Here:\n```python\n{code}\n```\nDone."))
+    await bot.reply_to(message(private_chat(12), "long code", user(12)), count=3)
+    await bot.settle()
+    parts = fake_telegram.sent(12)
+    assert len(parts) >= 3
+    assert_valid_parts(parts)
+    for part in parts[:-1]:  # the block is closed and reopened: every part holds code
+        assert any(e["type"] == "pre" and e.get("language") == "python" for e in part["entities"])
+    shown = "\n".join(p["text"].strip("\n") for p in parts)
+    assert all(f"print('line {i:04d}')" in shown for i in range(300))
+
+
+async def test_refused_formatting_is_sent_again_as_plain_text(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_bot(ScriptedModel("**Bold** and [a link](https://example.org)"))
+    fake_telegram.fail("sendMessage", 400, "Bad Request: can't parse entities: bad offset")
+    (reply,) = await bot.reply_to(message(private_chat(13), "hi", user(13)))
+    assert reply == "Bold and a link (https://example.org)"
+    (sent,) = fake_telegram.sent(13)
+    assert "entities" not in sent
+    assert len(fake_telegram.failed) == 1
+
+
+async def test_pin_replies_are_never_read_as_markdown(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_bot()
+    content = "**x** <b>tag</b> _y_ `z` [l](u)"
+    await bot.reply_to(message(private_chat(14), f"/pin add md {content}", user(14)))
+    (listing,) = await bot.reply_to(message(private_chat(14), "/pin list", user(14)))
+    assert content in listing
+    assert all("entities" not in part for part in fake_telegram.sent(14))
+
+
+async def test_plain_reply_format_sends_the_markdown_as_it_is(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_bot(ScriptedModel("**as is**"), telegram={"reply_format": "plain"})
+    (reply,) = await bot.reply_to(message(private_chat(15), "hi", user(15)))
+    assert reply == "**as is**" and "entities" not in fake_telegram.sent(15)[0]
