@@ -22,7 +22,8 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.render import ScopedBlock, injected, render
 from bot.llm.offline import OfflineChatModel
 from storage.models import Block, Level, State
-from storage.sqlite import Store, block_from_row
+from storage.rows import block_from_row
+from storage.sqlite import Store
 
 TEXT = "What should I do next?"
 SELECT = (

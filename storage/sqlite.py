@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,57 +30,19 @@ from storage.models import (
     UsageTotals,
     label_key,
 )
+from storage.rows import (
+    BLOCK_COLUMNS,
+    PRIVATE_FILE_MODE,
+    USAGE_SUMS,
+    PendingCalls,
+    block_from_row,
+    dt,
+    import_audit_rows,
+    totals,
+    ts,
+)
 
-PRIVATE_FILE_MODE = 0o600
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
-_BLOCK_COLUMNS = (
-    "id, scope, label, content, level, state, priority, created_at, updated_at, "
-    "idle_since, idle_calls, rev"
-)
-
-
-def _ts(moment: datetime) -> float:
-    return moment.timestamp()
-
-
-def _dt(value: float) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
-
-
-def _dt_or_none(value: float | None) -> datetime | None:
-    return None if value is None else _dt(value)
-
-
-_LEVELS = {level.value: level for level in Level}  # a dict lookup is 10x cheaper than Level(x)
-_STATES = {state.value: state for state in State}
-
-
-def block_from_row(row: Sequence[Any]) -> Block:
-    """A Block from a row of the blocks table, columns in _BLOCK_COLUMNS order."""
-    return Block(
-        id=row[0],
-        scope=row[1],
-        label=row[2],
-        content=row[3],
-        level=_LEVELS[row[4]],
-        state=_STATES[row[5]],
-        priority=row[6],
-        created_at=_dt(row[7]),
-        updated_at=_dt(row[8]),
-        idle_since=_dt_or_none(row[9]),
-        idle_calls=row[10],
-        rev=row[11],
-    )
-
-
-_USAGE_SUMS = (
-    "COALESCE(SUM(calls), 0), COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
-    "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(estimated_calls), 0)"
-)
-
-
-def _totals(row: Sequence[Any]) -> UsageTotals:
-    return UsageTotals(*(int(value) for value in row))
 
 
 def _placeholders(count: int) -> str:
@@ -95,10 +57,7 @@ class Store:
         # Single-statement writes take this lock too, so none of them can land inside (and be
         # rolled back with) a multi-statement transaction on this shared connection.
         self._write_lock = asyncio.Lock()
-        # Model calls counted but not yet written: written with the turn's history, before an
-        # idle change reads them, and on close. A crash can lose a few, which only delays an
-        # idle block's cleanup; it never deletes one early.
-        self._pending_calls: dict[str, int] = {}
+        self._pending_calls = PendingCalls()
 
     @classmethod
     async def open(cls, path: str | Path) -> Store:
@@ -153,7 +112,7 @@ class Store:
                         [
                             (
                                 e.group_scope,
-                                _ts(e.at),
+                                ts(e.at),
                                 e.actor,
                                 e.action,
                                 e.label,
@@ -176,7 +135,7 @@ class Store:
         if not scopes:
             return []
         rows = await self._db.execute_fetchall(
-            f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE scope IN ({_placeholders(len(scopes))}) "
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope IN ({_placeholders(len(scopes))}) "
             "ORDER BY created_at, id",
             tuple(scopes),
         )
@@ -195,7 +154,7 @@ class Store:
 
         Returns whether the block was inserted (and committed).
         """
-        stamp = _ts(now)
+        stamp = ts(now)
         try:
             cursor = await self._write(
                 "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
@@ -255,7 +214,7 @@ class Store:
                 "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) "
                 "FROM scope_calls WHERE scope = blocks.scope)"
             )
-            idle_args: tuple[Any, ...] = (_ts(now),)
+            idle_args: tuple[Any, ...] = (ts(now),)
         elif new_state is State.IDLE:
             idle_sql, idle_args = "idle_since = idle_since", ()
         else:
@@ -272,7 +231,7 @@ class Store:
                 new_level.value,
                 new_state.value,
                 new_priority,
-                _ts(now),
+                ts(now),
                 *idle_args,
                 block.id,
                 block.rev,
@@ -314,7 +273,7 @@ class Store:
         if not scopes:
             return [], {}
         rows = await self._db.execute_fetchall(
-            f"SELECT {_BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
+            f"SELECT {BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
             f"blocks.scope) FROM blocks WHERE scope IN ({_placeholders(len(scopes))})",
             tuple(scopes),
         )
@@ -323,19 +282,13 @@ class Store:
         for row in rows:
             blocks.append(block_from_row(row))
             stored[row[1]] = row[12] or 0
-        before = {}
-        for scope in scopes:
-            pending = self._pending_calls.get(scope, 0)
-            if scope in stored:
-                before[scope] = stored[scope] + pending
-            self._pending_calls[scope] = pending + 1
-        return blocks, before
+        return blocks, self._pending_calls.count(scopes, stored)
 
     async def flush_calls(self) -> None:
         """Write the counted model calls that are not yet on disk."""
-        if not self._pending_calls:
+        pending = self._pending_calls.take()
+        if not pending:
             return
-        pending, self._pending_calls = self._pending_calls, {}
         try:
             async with self._write_lock:
                 await self._db.executemany(
@@ -344,8 +297,7 @@ class Store:
                     list(pending.items()),
                 )
         except BaseException:
-            for scope, count in pending.items():
-                self._pending_calls[scope] = self._pending_calls.get(scope, 0) + count
+            self._pending_calls.give_back(pending)
             raise
 
     async def model_calls(self, scope: str) -> int:
@@ -354,7 +306,7 @@ class Store:
             "SELECT calls FROM scope_calls WHERE scope = ?", (scope,)
         )
         stored = next((int(row[0]) for row in rows), 0)
-        return stored + self._pending_calls.get(scope, 0)
+        return stored + self._pending_calls.of(scope)
 
     # --- history --------------------------------------------------------------------------------
 
@@ -377,7 +329,7 @@ class Store:
         drop_ids: Sequence[int] = (),
     ) -> None:
         """Record one completed turn (both messages or neither), then forget drop_ids."""
-        stamp = _ts(now)
+        stamp = ts(now)
         # One statement writes both messages, so a crash never leaves half a turn; dropping the
         # compacted entries afterwards is idempotent and harmless if it never happens.
         await self._write(
@@ -411,7 +363,7 @@ class Store:
                 await self._db.execute(
                     "INSERT INTO history (session, role, content, created_at) "
                     "VALUES (?, 'summary', ?, ?)",
-                    (session, summary, _ts(now)),
+                    (session, summary, ts(now)),
                 )
 
     async def clear_history(self, session: str) -> int:
@@ -429,7 +381,7 @@ class Store:
         for row in await self._db.execute_fetchall("SELECT scope, calls FROM scope_calls"):
             scopes[row[0]] = (int(row[1]), [])
         rows = await self._db.execute_fetchall(
-            f"SELECT {_BLOCK_COLUMNS} FROM blocks ORDER BY scope, created_at, id"
+            f"SELECT {BLOCK_COLUMNS} FROM blocks ORDER BY scope, created_at, id"
         )
         for row in rows:
             block = block_from_row(row)
@@ -471,9 +423,9 @@ class Store:
                             b.level.value,
                             b.state.value,
                             b.priority,
-                            _ts(b.created_at),
-                            _ts(b.updated_at),
-                            None if b.idle_since is None else _ts(b.idle_since),
+                            ts(b.created_at),
+                            ts(b.updated_at),
+                            None if b.idle_since is None else ts(b.idle_since),
                             b.idle_calls,
                         )
                         for b in sorted(blocks, key=lambda b: b.created_at)
@@ -499,7 +451,7 @@ class Store:
                 label=r[3],
                 old_content=r[4],
                 new_content=r[5],
-                at=_dt(r[6]),
+                at=dt(r[6]),
             )
             for r in rows
         ]
@@ -507,7 +459,7 @@ class Store:
     async def prune_audit(self, group_scope: str, before: datetime) -> int:
         """Forget a group's audit entries older than before; returns how many went."""
         cursor = await self._write(
-            "DELETE FROM shared_audit WHERE group_scope = ? AND at < ?", (group_scope, _ts(before))
+            "DELETE FROM shared_audit WHERE group_scope = ? AND at < ?", (group_scope, ts(before))
         )
         return cursor.rowcount
 
@@ -516,22 +468,10 @@ class Store:
             "SELECT label_key, label, content FROM blocks WHERE scope = ?", (scope,)
         )
         before = {row[0]: (row[1], row[2]) for row in rows}
-        after = {label_key(b.label): (b.label, b.content) for b in blocks}
-        entries = [(key, before.get(key), after.get(key)) for key in {*before, *after}]
         await self._db.executemany(
             "INSERT INTO shared_audit (group_scope, at, actor, action, label, old_content, "
             "new_content) VALUES (?, ?, 'import', 'import', ?, ?, ?)",
-            [
-                (
-                    scope,
-                    _ts(now),
-                    (new or old or ("", ""))[0],
-                    old[1] if old else None,
-                    new[1] if new else None,
-                )
-                for _, old, new in sorted(entries, key=lambda e: e[0])
-                if old != new
-            ],
+            import_audit_rows(scope, before, blocks, now),
         )
 
     # --- usage of the model ----------------------------------------------------------------------
@@ -568,37 +508,37 @@ class Store:
     ) -> UsageTotals:
         """A sender's usage across all chats, over the UTC days first_day..last_day."""
         rows = await self._db.execute_fetchall(
-            f"SELECT {_USAGE_SUMS} FROM usage WHERE platform = ? AND sender = ? "
+            f"SELECT {USAGE_SUMS} FROM usage WHERE platform = ? AND sender = ? "
             "AND day BETWEEN ? AND ?",
             (platform, sender, first_day, last_day),
         )
-        return _totals(next(iter(rows)))
+        return totals(next(iter(rows)))
 
     async def group_usage(self, group_key: str, first_day: str, last_day: str) -> UsageTotals:
         """A group's usage, all its members together, over the UTC days first_day..last_day."""
         rows = await self._db.execute_fetchall(
-            f"SELECT {_USAGE_SUMS} FROM usage WHERE group_key = ? AND day BETWEEN ? AND ?",
+            f"SELECT {USAGE_SUMS} FROM usage WHERE group_key = ? AND day BETWEEN ? AND ?",
             (group_key, first_day, last_day),
         )
-        return _totals(next(iter(rows)))
+        return totals(next(iter(rows)))
 
     async def usage_report(self, first_day: str) -> tuple[list[UsageRow], list[UsageRow]]:
         """Per sender (across chats) and per group, usage since first_day, most tokens first."""
         users = await self._db.execute_fetchall(
-            f"SELECT platform, sender, {_USAGE_SUMS} FROM usage WHERE day >= ? "
+            f"SELECT platform, sender, {USAGE_SUMS} FROM usage WHERE day >= ? "
             "GROUP BY platform, sender ORDER BY SUM(prompt_tokens + completion_tokens) DESC, "
             "platform, sender",
             (first_day,),
         )
         groups = await self._db.execute_fetchall(
-            f"SELECT platform, group_key, {_USAGE_SUMS} FROM usage WHERE day >= ? "
+            f"SELECT platform, group_key, {USAGE_SUMS} FROM usage WHERE day >= ? "
             "AND group_key != '' GROUP BY platform, group_key "
             "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key",
             (first_day,),
         )
         return (
-            [UsageRow(r[0], r[1], _totals(r[2:])) for r in users],
-            [UsageRow(r[0], r[1], _totals(r[2:])) for r in groups],
+            [UsageRow(r[0], r[1], totals(r[2:])) for r in users],
+            [UsageRow(r[0], r[1], totals(r[2:])) for r in groups],
         )
 
     # --- platform event de-duplication ---------------------------------------------------------
@@ -607,13 +547,13 @@ class Store:
         """Record an event id; True the first time it is seen (ever, across restarts)."""
         cursor = await self._write(
             "INSERT OR IGNORE INTO seen_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
-            (platform, event_id, _ts(now)),
+            (platform, event_id, ts(now)),
         )
         return cursor.rowcount == 1
 
     async def forget_events_before(self, moment: datetime) -> int:
         """Drop event ids recorded before moment; returns how many went."""
-        cursor = await self._write("DELETE FROM seen_events WHERE seen_at < ?", (_ts(moment),))
+        cursor = await self._write("DELETE FROM seen_events WHERE seen_at < ?", (ts(moment),))
         return cursor.rowcount
 
     # --- moving a group ---------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""What both store backends share: rows to records, times as stored, the write-behind model-call
+counter, and the rows an import adds to the audit trail. No SQL dialect lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from storage.models import Block, Level, State, UsageTotals, label_key
+
+BLOCK_COLUMNS = (
+    "id, scope, label, content, level, state, priority, created_at, updated_at, "
+    "idle_since, idle_calls, rev"
+)
+USAGE_SUMS = (
+    "COALESCE(SUM(calls), 0), COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
+    "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(estimated_calls), 0)"
+)
+PRIVATE_FILE_MODE = 0o600
+
+
+def ts(moment: datetime) -> float:
+    """A time as stored: seconds since the epoch."""
+    return moment.timestamp()
+
+
+def dt(value: float) -> datetime:
+    """A stored time as an aware UTC datetime."""
+    return datetime.fromtimestamp(value, UTC)
+
+
+def dt_or_none(value: float | None) -> datetime | None:
+    """A stored optional time."""
+    return None if value is None else dt(value)
+
+
+_LEVELS = {level.value: level for level in Level}  # a dict lookup is 10x cheaper than Level(x)
+_STATES = {state.value: state for state in State}
+
+
+def block_from_row(row: Sequence[Any]) -> Block:
+    """A Block from a row of the blocks table, columns in BLOCK_COLUMNS order."""
+    return Block(
+        id=row[0],
+        scope=row[1],
+        label=row[2],
+        content=row[3],
+        level=_LEVELS[row[4]],
+        state=_STATES[row[5]],
+        priority=row[6],
+        created_at=dt(row[7]),
+        updated_at=dt(row[8]),
+        idle_since=dt_or_none(row[9]),
+        idle_calls=row[10],
+        rev=row[11],
+    )
+
+
+def totals(row: Sequence[Any]) -> UsageTotals:
+    """UsageTotals from a row of USAGE_SUMS."""
+    return UsageTotals(*(int(value) for value in row))
+
+
+class PendingCalls:
+    """Model calls counted in memory and not yet written: written with the turn's history,
+    before an idle mark reads them, and on close. A crash can lose a few, which only delays an
+    idle block's cleanup; it never deletes one early."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def count(self, scopes: Sequence[str], stored: dict[str, int]) -> dict[str, int]:
+        """Count one call for each scope; returns, for each scope that has blocks (a key of
+        stored), its count before this call."""
+        before = {}
+        for scope in scopes:
+            pending = self._counts.get(scope, 0)
+            if scope in stored:
+                before[scope] = stored[scope] + pending
+            self._counts[scope] = pending + 1
+        return before
+
+    def take(self) -> dict[str, int]:
+        """Every pending count, now the caller's to write (give them back if that fails)."""
+        pending, self._counts = self._counts, {}
+        return pending
+
+    def give_back(self, pending: dict[str, int]) -> None:
+        """Return counts whose write failed."""
+        for scope, number in pending.items():
+            self._counts[scope] = self._counts.get(scope, 0) + number
+
+    def of(self, scope: str) -> int:
+        """The pending count of one scope."""
+        return self._counts.get(scope, 0)
+
+
+def import_audit_rows(
+    scope: str, before: dict[str, tuple[str, str]], blocks: Sequence[Block], now: datetime
+) -> list[tuple[str, float, str, str | None, str | None]]:
+    """(group_scope, at, label, old content, new content) for each label an import changes;
+    before maps label keys to (label, content) as stored."""
+    after = {label_key(b.label): (b.label, b.content) for b in blocks}
+    entries = [(key, before.get(key), after.get(key)) for key in {*before, *after}]
+    return [
+        (
+            scope,
+            ts(now),
+            (new or old or ("", ""))[0],
+            old[1] if old else None,
+            new[1] if new else None,
+        )
+        for _, old, new in sorted(entries, key=lambda e: e[0])
+        if old != new
+    ]
