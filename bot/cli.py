@@ -12,15 +12,19 @@ import os
 import signal
 import sqlite3
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import asyncpg
+
+import storage
 from bot.config import Config, ConfigError, StorageConfig, load_config
 from bot.core.bot import Pinbot
 from bot.llm import ChatModel, build_model
 from bot.logs import REDACTOR, setup_logging
-from storage.sqlite import Store
+from storage import Store
 
 UNEXPECTED_DETAIL_CHARS = 300
 PRIVATE_FILE_MODE = 0o600
@@ -84,6 +88,16 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "  none",
         "pinbot usage --config config.yaml --days 7 --json",
     ),
+    "migrate": (
+        "apply pending schema migrations to the configured store and print its version",
+        "  the variable named by storage.url_env, when set (a postgresql:// URL)",
+        "PINBOT_DATABASE_URL=postgresql://... pinbot migrate --config config.yaml",
+    ),
+    "transfer": (
+        "copy everything (blocks, audit log, usage, history, seen events) to an empty store",
+        "  the variables named by each config's storage.url_env, when set",
+        "pinbot transfer --from-config sqlite.yaml --to-config postgres.yaml",
+    ),
     "init": (
         "write a short, commented config file to start from",
         "  none",
@@ -140,9 +154,15 @@ def _parser() -> argparse.ArgumentParser:
         "--days", type=_positive, default=30, help="the last N UTC days, today included (30)"
     )
     usage.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _subcommand(commands, "migrate")
+    transfer = _subcommand(commands, "transfer")
+    transfer.add_argument("--from-config", required=True, help="the config of the store to copy")
+    transfer.add_argument("--to-config", required=True, help="the config of the empty target")
     init = _subcommand(commands, "init")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     for name, sub in commands.choices.items():
+        if name == "transfer":
+            continue
         default = "./config.yaml" if name == "init" else "embedded defaults"
         sub.add_argument("--config", help=f"YAML config file (default: {default})")
     return parser
@@ -156,15 +176,45 @@ def write_private(path: Path, text: str) -> None:
         file.write(text)
 
 
+def database_url(config: Config) -> str | None:
+    """The PostgreSQL URL when storage.url_env is set (ConfigError when its variable is unset or
+    empty: never a silent fallback to SQLite); None for SQLite."""
+    variable = config.storage.url_env
+    if not variable:
+        return None
+    url = os.environ.get(variable, "")
+    if not url:
+        raise ConfigError(
+            f"storage.url_env names {variable}, which is not set or empty; set it to a "
+            "postgresql:// URL, or remove storage.url_env to use storage.path (SQLite)"
+        )
+    REDACTOR.add(url)
+    password = urllib.parse.urlsplit(url).password
+    if password:
+        REDACTOR.add(password)
+    return url
+
+
 async def open_store(config: Config) -> Store:
-    """The configured store, or ConfigError naming storage.path when it cannot be opened."""
+    """The configured store, or ConfigError naming what to fix when it cannot be opened."""
+    url = database_url(config)
     try:
-        return await Store.open(config.storage.path)
+        return await storage.open_store(path=config.storage.path, url=url)
     except (OSError, sqlite3.Error) as error:
+        if url:
+            raise ConfigError(
+                f"cannot connect to the PostgreSQL server in ${config.storage.url_env} "
+                f"({REDACTOR.redact(str(error))})"
+            ) from None
         reason = getattr(error, "strerror", None) or str(error)
         raise ConfigError(
             f"storage.path: cannot open the database {config.storage.path} ({reason}); "
             "choose a path this user can write"
+        ) from None
+    except asyncpg.PostgresError as error:
+        raise ConfigError(
+            f"the PostgreSQL server in ${config.storage.url_env} refused: "
+            f"{REDACTOR.redact(str(error))}"
         ) from None
 
 
@@ -317,6 +367,33 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
     return 0
 
 
+async def _migrate(config: Config) -> int:
+    async with await open_store(config) as store:
+        version = await store.schema_version()
+    kind = "PostgreSQL" if config.storage.url_env else f"SQLite {config.storage.path}"
+    print(f"{kind}: schema version {version}, up to date")
+    return 0
+
+
+async def _transfer(source_file: str, target_file: str) -> int:
+    """Copy one store into another, empty one, whatever their backends."""
+    source_config, target_config = load_config(source_file), load_config(target_file)
+    setup_logging(source_config.logging)
+    for config in (source_config, target_config):
+        _register_secrets(config)
+    async with await open_store(source_config) as source:
+        dump = await source.dump()
+    async with await open_store(target_config) as target:
+        if not await target.is_empty():
+            raise ConfigError(
+                f"the store of {target_file} is not empty; transfer only fills an empty store"
+            )
+        await target.load(dump)
+    counts = ", ".join(f"{len(rows)} {table}" for table, rows in dump.items())
+    print(f"copied {counts}")
+    return 0
+
+
 async def _usage(config: Config, days: int, *, as_json: bool) -> int:
     import json
 
@@ -333,9 +410,9 @@ async def _usage(config: Config, days: int, *, as_json: bool) -> int:
 
 
 def _register_secrets(config: Config) -> None:
-    import os
-
     feishu = config.feishu
+    if config.storage.url_env and os.environ.get(config.storage.url_env):
+        database_url(config)  # registers the URL and its password
     for variable in (
         config.llm.api_key_env,
         config.telegram.token_env,
@@ -349,6 +426,8 @@ def _register_secrets(config: Config) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     """Load the config, set up logging, and run the subcommand."""
+    if args.command == "transfer":
+        return asyncio.run(_transfer(args.from_config, args.to_config))
     config = load_config(args.config)
     logging_config = config.logging
     if args.command == "console" and "level" not in logging_config.model_fields_set:
@@ -365,6 +444,7 @@ def _run(args: argparse.Namespace) -> int:
         "telegram": lambda: _serve(config, "telegram"),
         "feishu": lambda: _serve(config, "feishu"),
         "console": lambda: _console(config, args),
+        "migrate": lambda: _migrate(config),
     }
     return asyncio.run(runs[args.command]())
 

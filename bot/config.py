@@ -86,9 +86,11 @@ class _Section(BaseModel):
 
 
 class StorageConfig(_Section):
-    """Where the SQLite database lives."""
+    """Where the data lives: SQLite at path, or the PostgreSQL server whose postgresql:// URL is
+    in the environment variable url_env names (then it must be set: no fallback to SQLite)."""
 
     path: str = "./pinbot.sqlite3"
+    url_env: EnvName = ""
 
 
 class LlmConfig(_Section):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from storage.models import Block, Level, State, UsageTotals, label_key
 
@@ -18,6 +18,25 @@ USAGE_SUMS = (
     "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(estimated_calls), 0)"
 )
 PRIVATE_FILE_MODE = 0o600
+# Every table a transfer copies, with the columns it copies (ids are the target's own), in an
+# order that keeps each table's rows in their original order.
+TABLES = {
+    "blocks": (
+        "scope, label, label_key, content, level, state, priority, created_at, updated_at, "
+        "idle_since, idle_calls, rev",
+        "id",
+    ),
+    "scope_calls": ("scope, calls", "scope"),
+    "history": ("session, role, content, created_at", "id"),
+    "seen_events": ("platform, event_id, seen_at", "platform, event_id"),
+    "shared_audit": ("group_scope, at, actor, action, label, old_content, new_content", "id"),
+    "usage": (
+        "platform, sender, day, group_key, calls, prompt_tokens, cached_tokens, "
+        "completion_tokens, estimated_calls",
+        "platform, sender, day, group_key",
+    ),
+}
+Dump = dict[str, list[tuple[Any, ...]]]
 
 
 def ts(moment: datetime) -> float:
@@ -39,7 +58,13 @@ _LEVELS = {level.value: level for level in Level}  # a dict lookup is 10x cheape
 _STATES = {state.value: state for state in State}
 
 
-def block_from_row(row: Sequence[Any]) -> Block:
+class Row(Protocol):
+    """A database row: its columns by position (a tuple, or a driver's record)."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+
+def block_from_row(row: Row) -> Block:
     """A Block from a row of the blocks table, columns in BLOCK_COLUMNS order."""
     return Block(
         id=row[0],

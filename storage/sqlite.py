@@ -18,7 +18,7 @@ from typing import Any
 
 import aiosqlite
 
-from storage.migrations import migrate
+from storage.migrations import migrate, schema_version
 from storage.models import (
     AuditEntry,
     Block,
@@ -33,7 +33,9 @@ from storage.models import (
 from storage.rows import (
     BLOCK_COLUMNS,
     PRIVATE_FILE_MODE,
+    TABLES,
     USAGE_SUMS,
+    Dump,
     PendingCalls,
     block_from_row,
     dt,
@@ -606,6 +608,40 @@ class Store:
                 await self._db.execute("ROLLBACK")
                 raise
             await self._db.execute("COMMIT")
+
+    # --- the whole store, for pinbot transfer -----------------------------------------------------
+
+    async def schema_version(self) -> int:
+        """The number of the last migration applied."""
+        return await schema_version(self._db)
+
+    async def dump(self) -> Dump:
+        """Every row of every table a transfer copies."""
+        await self.flush_calls()
+        result: Dump = {}
+        for table, (columns, order) in TABLES.items():
+            rows = await self._db.execute_fetchall(
+                f"SELECT {columns} FROM {table} ORDER BY {order}"
+            )
+            result[table] = [tuple(row) for row in rows]
+        return result
+
+    async def is_empty(self) -> bool:
+        """Whether no table a transfer copies holds a row."""
+        for table in TABLES:
+            rows = await self._db.execute_fetchall(f"SELECT 1 FROM {table} LIMIT 1")
+            if list(rows):
+                return False
+        return True
+
+    async def load(self, dump: Dump) -> None:
+        """Add every row of a dump, in one transaction."""
+        async with self._transaction():
+            for table, (columns, _) in TABLES.items():
+                marks = ", ".join("?" * len(columns.split(",")))
+                await self._db.executemany(
+                    f"INSERT INTO {table} ({columns}) VALUES ({marks})", dump.get(table, [])
+                )
 
     async def integrity_ok(self) -> bool:
         """Whether SQLite's integrity check passes."""

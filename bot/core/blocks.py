@@ -16,8 +16,8 @@ from bot.core.conversation import ChatKind
 from bot.core.credentials import credential_kind
 from bot.core.permissions import Action, Speaker
 from bot.core.validation import content_problem, label_problem, priority_problem
+from storage import Store
 from storage.models import AuditEntry, Block, Level, NewBlock, State, label_key
-from storage.sqlite import Store
 
 # Guarded writes fail only when another writer changed the scope in between; re-reading settles it.
 _ATTEMPTS = 5

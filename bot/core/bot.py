@@ -31,7 +31,7 @@ from bot.core.pins import PinService
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
-from storage.sqlite import Store
+from storage import Store
 
 log = logging.getLogger(__name__)
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)

@@ -23,8 +23,8 @@ from bot.core.tools import TOOL_SPECS, PinTools, tool_message
 from bot.core.usage import UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
+from storage import Store
 from storage.models import HistoryEntry
-from storage.sqlite import Store
 
 log = logging.getLogger(__name__)
 NO_ANSWER = "The model gave no answer. Please try again."

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 from bot.config import PinsConfig
 from bot.core.clock import Clock, utc_now
+from storage import Store
 from storage.models import Block, State
-from storage.sqlite import Store
 
 
 def expired(block: Block, now: datetime, calls_before: int, pins: PinsConfig) -> bool:

@@ -11,8 +11,8 @@ from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
 from bot.core.render import Estimate, estimate, injected
 from bot.core.status import ScopeStatus, status_text
+from storage import Store
 from storage.models import Block, State
-from storage.sqlite import Store
 
 _STATE_VERBS = {
     Verb.IDLE: State.IDLE,

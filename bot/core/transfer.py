@@ -13,8 +13,8 @@ from bot.config import PinsConfig
 from bot.core.credentials import credential_kind
 from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
 from bot.core.validation import content_problem, label_problem, priority_problem
+from storage import Store
 from storage.models import Block, Level, State, label_key
-from storage.sqlite import Store
 
 FORMAT = "pinbot-blocks"
 VERSION = 1

@@ -15,8 +15,8 @@ from bot.core.keys import parse_scope
 from bot.core.permissions import Role
 from bot.core.render import tokens_of
 from bot.llm.base import ModelReply, ModelRequest, Usage
+from storage import Store
 from storage.models import UsageRow, UsageTotals
-from storage.sqlite import Store
 
 LAST_DAY_OF_ANY_MONTH = "31"  # day strings compare as text, so -31 closes every month
 

@@ -1,0 +1,108 @@
+"""Numbered schema steps for PostgreSQL, applied on open under an advisory lock, so several
+processes starting at once apply each step exactly once.
+
+Steps are additive where they can be (new tables and columns), so a worker of the previous
+version keeps working while the others are upgraded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+MIGRATION_LOCK = 7_000_001  # the advisory lock key migrations hold
+if TYPE_CHECKING:  # generic only in the type stubs
+    Executor = asyncpg.Connection[Any] | PoolConnectionProxy[Any]
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE blocks (
+            id BIGSERIAL PRIMARY KEY,
+            scope TEXT NOT NULL,
+            label TEXT NOT NULL,
+            label_key TEXT NOT NULL,
+            content TEXT NOT NULL,
+            level TEXT NOT NULL CHECK (level IN ('strong', 'context')),
+            state TEXT NOT NULL CHECK (state IN ('active', 'idle', 'pinned')),
+            priority INTEGER NOT NULL DEFAULT 0,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            idle_since DOUBLE PRECISION,
+            idle_calls BIGINT,
+            rev INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (scope, label_key)
+        )""",
+        "CREATE TABLE scope_calls (scope TEXT PRIMARY KEY, calls BIGINT NOT NULL)",
+        """CREATE TABLE history (
+            id BIGSERIAL PRIMARY KEY,
+            session TEXT NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'summary')),
+            content TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX history_by_session ON history (session, id)",
+        """CREATE TABLE seen_events (
+            platform TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            seen_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (platform, event_id)
+        )""",
+        "CREATE INDEX seen_events_by_time ON seen_events (seen_at)",
+        """CREATE TABLE shared_audit (
+            id BIGSERIAL PRIMARY KEY,
+            group_scope TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            label TEXT NOT NULL,
+            old_content TEXT,
+            new_content TEXT
+        )""",
+        "CREATE INDEX shared_audit_by_group ON shared_audit (group_scope, at)",
+        """CREATE TABLE usage (
+            platform TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            day TEXT NOT NULL,
+            group_key TEXT NOT NULL,
+            calls BIGINT NOT NULL,
+            prompt_tokens BIGINT NOT NULL,
+            cached_tokens BIGINT NOT NULL,
+            completion_tokens BIGINT NOT NULL,
+            estimated_calls BIGINT NOT NULL,
+            PRIMARY KEY (platform, sender, day, group_key)
+        )""",
+        "CREATE INDEX usage_by_group ON usage (group_key, day)",
+        "CREATE INDEX usage_by_day ON usage (day)",
+    ],
+}
+LATEST = max(MIGRATIONS)
+
+
+async def schema_version(connection: Executor) -> int:
+    """The last step applied (0 for an empty database)."""
+    await connection.execute("CREATE TABLE IF NOT EXISTS pinbot_schema (version INTEGER NOT NULL)")
+    value = await connection.fetchval("SELECT MAX(version) FROM pinbot_schema")
+    return int(value or 0)
+
+
+async def migrate(connection: Executor) -> int:
+    """Apply every pending step, each in its own transaction, holding the migration lock so
+    that concurrent starts wait for each other; returns the version reached."""
+    await connection.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        current = await schema_version(connection)
+        if current > LATEST:
+            raise RuntimeError(
+                f"database schema version {current} is newer than this pinbot ({LATEST}); "
+                "upgrade pinbot"
+            )
+        for number in range(current + 1, LATEST + 1):
+            async with connection.transaction():
+                for statement in MIGRATIONS[number]:
+                    await connection.execute(statement)
+                await connection.execute("INSERT INTO pinbot_schema (version) VALUES ($1)", number)
+        return await schema_version(connection)
+    finally:
+        await connection.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)

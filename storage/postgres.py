@@ -1,0 +1,610 @@
+"""The store over PostgreSQL (asyncpg), for several processes sharing one database: the same
+contract as the SQLite store, with every limit exact under concurrency.
+
+PostgreSQL's READ COMMITTED lets two transactions both see a scope below its limit, so every
+write that a limit guards takes a per-scope advisory transaction lock first: writes to one scope
+queue, writes to different scopes do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from storage.models import (
+    AuditEntry,
+    Block,
+    HistoryEntry,
+    Level,
+    NewBlock,
+    State,
+    UsageRow,
+    UsageTotals,
+    label_key,
+)
+from storage.pg_migrations import migrate, schema_version
+from storage.rows import (
+    BLOCK_COLUMNS,
+    TABLES,
+    USAGE_SUMS,
+    Dump,
+    PendingCalls,
+    block_from_row,
+    dt,
+    import_audit_rows,
+    totals,
+    ts,
+)
+
+POOL_SIZE = 10
+if TYPE_CHECKING:  # generic only in the type stubs
+    Connection = PoolConnectionProxy[asyncpg.Record]
+_AUDIT_INSERT = (
+    "INSERT INTO shared_audit (group_scope, at, actor, action, label, old_content, new_content) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7)"
+)
+
+
+def _changed(status: str) -> int:
+    """Rows a statement changed, from asyncpg's status text ("UPDATE 1", "INSERT 0 1")."""
+    try:
+        return int(status.rsplit(" ", 1)[-1])
+    except ValueError:
+        return 0
+
+
+def _audit_rows(audit: Sequence[AuditEntry]) -> list[tuple[Any, ...]]:
+    return [
+        (e.group_scope, ts(e.at), e.actor, e.action, e.label, e.old_content, e.new_content)
+        for e in audit
+    ]
+
+
+class PostgresStore:
+    """pinbot's data in PostgreSQL: blocks per scope, model-call counts, history, audit trail,
+    delivered events and usage."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._pending_calls = PendingCalls()
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresStore:
+        """Connect to the database at url and apply pending migrations."""
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=POOL_SIZE)
+        try:
+            async with pool.acquire() as connection:
+                await migrate(connection)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool)
+
+    async def close(self) -> None:
+        """Write pending counts and close the pool; committed data is on the server."""
+        try:
+            await self.flush_calls()
+        finally:
+            await self._pool.close()
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, *lock_scopes: str) -> AsyncIterator[Connection]:
+        """One transaction, holding the advisory lock of each scope named (in a fixed order)."""
+        async with self._pool.acquire() as connection, connection.transaction():
+            for scope in sorted(set(lock_scopes)):
+                await connection.execute("SELECT pg_advisory_xact_lock(hashtext($1))", scope)
+            yield connection
+
+    # --- blocks -------------------------------------------------------------------------------
+
+    async def blocks(self, scopes: Sequence[str]) -> list[Block]:
+        """Every block of the given scopes, in any state, oldest creation first."""
+        if not scopes:
+            return []
+        rows = await self._pool.fetch(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ANY($1::text[]) "
+            "ORDER BY created_at, id",
+            list(scopes),
+        )
+        return [block_from_row(row) for row in rows]
+
+    async def insert_block(
+        self,
+        new: NewBlock,
+        *,
+        now: datetime,
+        max_blocks: int,
+        max_total_chars: int,
+        audit: Sequence[AuditEntry] = (),
+    ) -> bool:
+        """Insert unless the label exists or the scope's block or character limit would break;
+        returns whether the block was inserted (and committed)."""
+        stamp = ts(now)
+        async with self._transaction(new.scope) as connection:
+            status = await connection.execute(
+                "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
+                "created_at, updated_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $8 "
+                "WHERE (SELECT COUNT(*) FROM blocks WHERE scope = $1) < $9 "
+                "AND ($10 = 0 OR (SELECT COALESCE(SUM(length(content)), 0) FROM blocks "
+                "WHERE scope = $1) + length($4) <= $10) "
+                "ON CONFLICT (scope, label_key) DO NOTHING",
+                new.scope,
+                new.label,
+                label_key(new.label),
+                new.content,
+                new.level.value,
+                new.state.value,
+                new.priority,
+                stamp,
+                max_blocks,
+                max_total_chars,
+            )
+            inserted = _changed(status) == 1
+            if inserted and audit:
+                await connection.executemany(_AUDIT_INSERT, _audit_rows(audit))
+        return inserted
+
+    async def update_block(
+        self,
+        block: Block,
+        *,
+        now: datetime,
+        max_total_chars: int,
+        content: str | None = None,
+        level: Level | None = None,
+        state: State | None = None,
+        priority: int | None = None,
+        audit: Sequence[AuditEntry] = (),
+    ) -> bool:
+        """Change a block if it is still at the revision read, unless the change makes the
+        scope's content larger and over max_total_chars (0: no budget).
+
+        Making a block idle records the time and the scope's model-call count at that moment;
+        leaving idle clears both. Returns whether the change was committed."""
+        new_state = block.state if state is None else state
+        if new_state is State.IDLE and block.state is not State.IDLE:
+            await self.flush_calls()  # the idle mark records the scope's current count
+            idle_sql = (
+                "idle_since = $9, idle_calls = (SELECT COALESCE(MAX(calls), 0) FROM scope_calls "
+                "WHERE scope = blocks.scope)"
+            )
+        elif new_state is State.IDLE:
+            idle_sql = "idle_since = idle_since"
+        else:
+            idle_sql = "idle_since = NULL, idle_calls = NULL"
+        new_content = block.content if content is None else content
+        args = [
+            new_content,
+            (block.level if level is None else level).value,
+            new_state.value,
+            block.priority if priority is None else priority,
+            ts(now),
+            block.id,
+            block.rev,
+            max_total_chars,
+        ]
+        if "$9" in idle_sql:
+            args.append(ts(now))
+        async with self._transaction(block.scope) as connection:
+            status = await connection.execute(
+                "UPDATE blocks SET content = $1, level = $2, state = $3, priority = $4, "
+                f"updated_at = $5, {idle_sql}, rev = rev + 1 WHERE id = $6 AND rev = $7 "
+                "AND ($8 = 0 OR length($1) <= length(content) OR (SELECT "
+                "COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = blocks.scope) "
+                "- length(content) + length($1) <= $8)",
+                *args,
+            )
+            changed = _changed(status) == 1
+            if changed and audit:
+                await connection.executemany(_AUDIT_INSERT, _audit_rows(audit))
+        return changed
+
+    async def delete_block(self, block: Block, audit: Sequence[AuditEntry] = ()) -> bool:
+        """Delete a block if it still exists; returns whether a row went."""
+        async with self._transaction() as connection:
+            status = await connection.execute("DELETE FROM blocks WHERE id = $1", block.id)
+            deleted = _changed(status) == 1
+            if deleted and audit:
+                await connection.executemany(_AUDIT_INSERT, _audit_rows(audit))
+        return deleted
+
+    async def delete_blocks(self, ids: Iterable[int]) -> int:
+        """Delete the blocks with these ids; returns how many went."""
+        id_list = list(ids)
+        if not id_list:
+            return 0
+        status = await self._pool.execute(
+            "DELETE FROM blocks WHERE id = ANY($1::bigint[])", id_list
+        )
+        return _changed(status)
+
+    async def clear_scope(self, scope: str, audit: Sequence[AuditEntry] = ()) -> int:
+        """Delete every block of a scope, pinned included; returns how many went."""
+        async with self._transaction(scope) as connection:
+            count = _changed(await connection.execute("DELETE FROM blocks WHERE scope = $1", scope))
+            if count and audit:
+                await connection.executemany(_AUDIT_INSERT, _audit_rows(audit))
+        return count
+
+    # --- model-call counters ------------------------------------------------------------------
+
+    async def start_model_call(self, scopes: Sequence[str]) -> tuple[list[Block], dict[str, int]]:
+        """Count one model call for each scope and return, in one query, the scopes' blocks and,
+        for each scope that has blocks, its call count before this call."""
+        if not scopes:
+            return [], {}
+        rows = await self._pool.fetch(
+            f"SELECT {BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
+            "blocks.scope) FROM blocks WHERE scope = ANY($1::text[])",
+            list(scopes),
+        )
+        stored = {row[1]: row[12] or 0 for row in rows}
+        return [block_from_row(row) for row in rows], self._pending_calls.count(scopes, stored)
+
+    async def flush_calls(self) -> None:
+        """Write the counted model calls that are not yet on the server."""
+        pending = self._pending_calls.take()
+        if not pending:
+            return
+        try:
+            await self._pool.executemany(
+                "INSERT INTO scope_calls (scope, calls) VALUES ($1, $2) ON CONFLICT (scope) "
+                "DO UPDATE SET calls = scope_calls.calls + EXCLUDED.calls",
+                list(pending.items()),
+            )
+        except BaseException:
+            self._pending_calls.give_back(pending)
+            raise
+
+    async def model_calls(self, scope: str) -> int:
+        """How many model calls have been made with this scope."""
+        stored = await self._pool.fetchval("SELECT calls FROM scope_calls WHERE scope = $1", scope)
+        return int(stored or 0) + self._pending_calls.of(scope)
+
+    # --- history --------------------------------------------------------------------------------
+
+    async def history(self, session: str) -> list[HistoryEntry]:
+        """The stored history: its summary (if any) first, then turns oldest first."""
+        rows = await self._pool.fetch(
+            "SELECT id, role, content FROM history WHERE session = $1 "
+            "ORDER BY role != 'summary', id",
+            session,
+        )
+        return [HistoryEntry(id=row[0], role=row[1], content=row[2]) for row in rows]
+
+    async def append_turn(
+        self,
+        session: str,
+        user_text: str,
+        reply: str,
+        *,
+        now: datetime,
+        drop_ids: Sequence[int] = (),
+    ) -> None:
+        """Record one completed turn (both messages or neither), then forget drop_ids."""
+        await self._pool.execute(
+            "INSERT INTO history (session, role, content, created_at) VALUES "
+            "($1, 'user', $2, $4), ($1, 'assistant', $3, $4)",
+            session,
+            user_text,
+            reply,
+            ts(now),
+        )
+        await self.flush_calls()
+        if drop_ids:
+            await self._pool.execute(
+                "DELETE FROM history WHERE session = $1 AND id = ANY($2::bigint[])",
+                session,
+                list(drop_ids),
+            )
+
+    async def compact_history(
+        self, session: str, drop_ids: Sequence[int], summary: str | None, *, now: datetime
+    ) -> None:
+        """Replace the entries in drop_ids with summary (or just forget them), in one
+        transaction."""
+        async with self._transaction() as connection:
+            if drop_ids:
+                await connection.execute(
+                    "DELETE FROM history WHERE session = $1 AND id = ANY($2::bigint[])",
+                    session,
+                    list(drop_ids),
+                )
+            if summary is not None:
+                await connection.execute(
+                    "DELETE FROM history WHERE session = $1 AND role = 'summary'", session
+                )
+                await connection.execute(
+                    "INSERT INTO history (session, role, content, created_at) "
+                    "VALUES ($1, 'summary', $2, $3)",
+                    session,
+                    summary,
+                    ts(now),
+                )
+
+    async def clear_history(self, session: str) -> int:
+        """Forget a conversation's history (never its blocks); returns entries deleted."""
+        return _changed(await self._pool.execute("DELETE FROM history WHERE session = $1", session))
+
+    # --- export and import ------------------------------------------------------------------------
+
+    async def export_scopes(self) -> dict[str, tuple[int, list[Block]]]:
+        """Every scope that has blocks or counted calls: its call count and blocks (oldest
+        first)."""
+        await self.flush_calls()
+        scopes: dict[str, tuple[int, list[Block]]] = {}
+        for row in await self._pool.fetch("SELECT scope, calls FROM scope_calls"):
+            scopes[row[0]] = (int(row[1]), [])
+        rows = await self._pool.fetch(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks ORDER BY scope, created_at, id"
+        )
+        for row in rows:
+            block = block_from_row(row)
+            scopes.setdefault(block.scope, (0, []))[1].append(block)
+        return scopes
+
+    async def replace_scopes(
+        self,
+        scopes: dict[str, tuple[int, list[Block]]],
+        *,
+        now: datetime,
+        audited: Collection[str] = (),
+    ) -> int:
+        """Make each given scope hold exactly these blocks and this call count, in one
+        transaction; changes to the scopes in audited go to their audit trail."""
+        await self.flush_calls()
+        written = 0
+        async with self._transaction(*scopes) as connection:
+            for scope, (calls, blocks) in scopes.items():
+                if scope in audited:
+                    rows = await connection.fetch(
+                        "SELECT label_key, label, content FROM blocks WHERE scope = $1", scope
+                    )
+                    before = {row[0]: (row[1], row[2]) for row in rows}
+                    await connection.executemany(
+                        "INSERT INTO shared_audit (group_scope, at, actor, action, label, "
+                        "old_content, new_content) VALUES ($1, $2, 'import', 'import', $3, $4, $5)",
+                        import_audit_rows(scope, before, blocks, now),
+                    )
+                await connection.execute("DELETE FROM blocks WHERE scope = $1", scope)
+                await connection.execute(
+                    "INSERT INTO scope_calls (scope, calls) VALUES ($1, $2) "
+                    "ON CONFLICT (scope) DO UPDATE SET calls = EXCLUDED.calls",
+                    scope,
+                    calls,
+                )
+                await connection.executemany(
+                    "INSERT INTO blocks (scope, label, label_key, content, level, state, "
+                    "priority, created_at, updated_at, idle_since, idle_calls) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    [
+                        (
+                            scope,
+                            b.label,
+                            label_key(b.label),
+                            b.content,
+                            b.level.value,
+                            b.state.value,
+                            b.priority,
+                            ts(b.created_at),
+                            ts(b.updated_at),
+                            None if b.idle_since is None else ts(b.idle_since),
+                            b.idle_calls,
+                        )
+                        for b in sorted(blocks, key=lambda b: b.created_at)
+                    ],
+                )
+                written += len(blocks)
+        return written
+
+    # --- audit trail of shared blocks -------------------------------------------------------------
+
+    async def audit_log(self, group_scope: str, limit: int) -> list[AuditEntry]:
+        """The latest changes to a group's shared blocks, newest first."""
+        rows = await self._pool.fetch(
+            "SELECT group_scope, actor, action, label, old_content, new_content, at "
+            "FROM shared_audit WHERE group_scope = $1 ORDER BY at DESC, id DESC LIMIT $2",
+            group_scope,
+            limit,
+        )
+        return [
+            AuditEntry(
+                group_scope=r[0],
+                actor=r[1],
+                action=r[2],
+                label=r[3],
+                old_content=r[4],
+                new_content=r[5],
+                at=dt(r[6]),
+            )
+            for r in rows
+        ]
+
+    async def prune_audit(self, group_scope: str, before: datetime) -> int:
+        """Forget a group's audit entries older than before; returns how many went."""
+        status = await self._pool.execute(
+            "DELETE FROM shared_audit WHERE group_scope = $1 AND at < $2", group_scope, ts(before)
+        )
+        return _changed(status)
+
+    # --- usage of the model ----------------------------------------------------------------------
+
+    async def add_usage(
+        self, *, platform: str, sender: str, day: str, group_key: str, usage: UsageTotals
+    ) -> None:
+        """Add one call's usage to its sender's row for that UTC day and chat ('' for DMs)."""
+        await self._pool.execute(
+            "INSERT INTO usage (platform, sender, day, group_key, calls, prompt_tokens, "
+            "cached_tokens, completion_tokens, estimated_calls) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+            "ON CONFLICT (platform, sender, day, group_key) DO UPDATE SET "
+            "calls = usage.calls + EXCLUDED.calls, "
+            "prompt_tokens = usage.prompt_tokens + EXCLUDED.prompt_tokens, "
+            "cached_tokens = usage.cached_tokens + EXCLUDED.cached_tokens, "
+            "completion_tokens = usage.completion_tokens + EXCLUDED.completion_tokens, "
+            "estimated_calls = usage.estimated_calls + EXCLUDED.estimated_calls",
+            platform,
+            sender,
+            day,
+            group_key,
+            usage.calls,
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+            usage.estimated_calls,
+        )
+
+    async def sender_usage(
+        self, platform: str, sender: str, first_day: str, last_day: str
+    ) -> UsageTotals:
+        """A sender's usage across all chats, over the UTC days first_day..last_day."""
+        row = await self._pool.fetchrow(
+            f"SELECT {USAGE_SUMS} FROM usage WHERE platform = $1 AND sender = $2 "
+            "AND day BETWEEN $3 AND $4",
+            platform,
+            sender,
+            first_day,
+            last_day,
+        )
+        return totals(tuple(row or ()))
+
+    async def group_usage(self, group_key: str, first_day: str, last_day: str) -> UsageTotals:
+        """A group's usage, all its members together, over the UTC days first_day..last_day."""
+        row = await self._pool.fetchrow(
+            f"SELECT {USAGE_SUMS} FROM usage WHERE group_key = $1 AND day BETWEEN $2 AND $3",
+            group_key,
+            first_day,
+            last_day,
+        )
+        return totals(tuple(row or ()))
+
+    async def usage_report(self, first_day: str) -> tuple[list[UsageRow], list[UsageRow]]:
+        """Per sender (across chats) and per group, usage since first_day, most tokens first."""
+        users = await self._pool.fetch(
+            f"SELECT platform, sender, {USAGE_SUMS} FROM usage WHERE day >= $1 "
+            "GROUP BY platform, sender ORDER BY SUM(prompt_tokens + completion_tokens) DESC, "
+            "platform, sender",
+            first_day,
+        )
+        groups = await self._pool.fetch(
+            f"SELECT platform, group_key, {USAGE_SUMS} FROM usage WHERE day >= $1 "
+            "AND group_key != '' GROUP BY platform, group_key "
+            "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key",
+            first_day,
+        )
+        return (
+            [UsageRow(r[0], r[1], totals(tuple(r)[2:])) for r in users],
+            [UsageRow(r[0], r[1], totals(tuple(r)[2:])) for r in groups],
+        )
+
+    # --- platform event de-duplication ---------------------------------------------------------
+
+    async def claim_event(self, platform: str, event_id: str, *, now: datetime) -> bool:
+        """Record an event id; True the first time it is seen (ever, by any process)."""
+        status = await self._pool.execute(
+            "INSERT INTO seen_events (platform, event_id, seen_at) VALUES ($1, $2, $3) "
+            "ON CONFLICT DO NOTHING",
+            platform,
+            event_id,
+            ts(now),
+        )
+        return _changed(status) == 1
+
+    async def forget_events_before(self, moment: datetime) -> int:
+        """Drop event ids recorded before moment; returns how many went."""
+        return _changed(
+            await self._pool.execute("DELETE FROM seen_events WHERE seen_at < $1", ts(moment))
+        )
+
+    # --- moving a group ---------------------------------------------------------------------------
+
+    async def move_group(
+        self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
+    ) -> int:
+        """Move a group's blocks, counters and history from the key old to new, in one
+        transaction; returns how many blocks moved. A block whose label already exists at the
+        destination stays where it was."""
+        await self.flush_calls()
+        in_group = "(scope = $1 OR starts_with(scope, $3))"
+        renamed = "$2 || substr(scope, length($1) + 1)"
+        async with self._transaction(old, new) as connection:
+            status = await connection.execute(
+                "UPDATE blocks b SET scope = $2 || substr(b.scope, length($1) + 1) "
+                "WHERE (b.scope = $1 OR starts_with(b.scope, $3)) AND NOT EXISTS (SELECT 1 FROM "
+                "blocks d WHERE d.scope = $2 || substr(b.scope, length($1) + 1) "
+                "AND d.label_key = b.label_key)",
+                old,
+                new,
+                members_prefix,
+            )
+            await connection.execute(
+                f"INSERT INTO scope_calls (scope, calls) SELECT {renamed}, calls FROM scope_calls "
+                f"WHERE {in_group} ON CONFLICT (scope) DO UPDATE SET "
+                "calls = scope_calls.calls + EXCLUDED.calls",
+                old,
+                new,
+                members_prefix,
+            )
+            await connection.execute(
+                "DELETE FROM scope_calls WHERE scope = $1 OR starts_with(scope, $2)",
+                old,
+                members_prefix,
+            )
+            await connection.execute(
+                "UPDATE shared_audit SET group_scope = $2 WHERE group_scope = $1", old, new
+            )
+            await connection.execute(
+                "UPDATE history SET session = $2 || substr(session, length($1) + 1) "
+                "WHERE session = $1 OR starts_with(session, $3)",
+                old,
+                new,
+                sessions_prefix,
+            )
+        return _changed(status)
+
+    # --- the whole store, for pinbot transfer -----------------------------------------------------
+
+    async def schema_version(self) -> int:
+        """The number of the last migration applied."""
+        async with self._pool.acquire() as connection:
+            return await schema_version(connection)
+
+    async def dump(self) -> Dump:
+        """Every row of every table a transfer copies."""
+        await self.flush_calls()
+        result: Dump = {}
+        for table, (columns, order) in TABLES.items():
+            rows = await self._pool.fetch(f"SELECT {columns} FROM {table} ORDER BY {order}")
+            result[table] = [tuple(row) for row in rows]
+        return result
+
+    async def is_empty(self) -> bool:
+        """Whether no table a transfer copies holds a row."""
+        for table in TABLES:
+            if await self._pool.fetchval(f"SELECT 1 FROM {table} LIMIT 1") is not None:
+                return False
+        return True
+
+    async def load(self, dump: Dump) -> None:
+        """Add every row of a dump, in one transaction."""
+        async with self._transaction() as connection:
+            for table, (columns, _) in TABLES.items():
+                marks = ", ".join(f"${n}" for n in range(1, len(columns.split(",")) + 1))
+                await connection.executemany(
+                    f"INSERT INTO {table} ({columns}) VALUES ({marks})", dump.get(table, [])
+                )
+
+    async def integrity_ok(self) -> bool:
+        """Whether the server answers (PostgreSQL checks its own integrity)."""
+        return bool(await self._pool.fetchval("SELECT true"))

@@ -1,0 +1,97 @@
+"""A throwaway PostgreSQL cluster for tests and the benchmark: initdb in a temporary folder, a
+free port on 127.0.0.1, trust authentication on loopback, stopped afterwards. As root (CI, our
+machines) it runs as the unprivileged `postgres` user, since initdb refuses root."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+START_TIMEOUT_S = 60
+
+
+def _bin_dir() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    if initdb is None:
+        raise RuntimeError(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb); "
+            "apt-get install -y postgresql"
+        )
+    return Path(initdb).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PgCluster:
+    """One running cluster; `url(database)` names a database in it."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="pinbot-pg-"))
+        self.data = self.folder / "data"
+        self.port = _free_port()
+        self._bin = _bin_dir()
+        self._as_postgres = os.geteuid() == 0
+
+    def _run(self, *command: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
+        subprocess.run(
+            [*prefix, *command],
+            check=True,
+            capture_output=True,
+            timeout=START_TIMEOUT_S,
+        )
+
+    def start(self) -> PgCluster:
+        """initdb and start the server; raises if it cannot start."""
+        if self._as_postgres:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self._run(
+            str(self._bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        )
+        options = (
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run(
+            str(self._bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.folder / "server.log"),
+            "start",
+        )
+        return self
+
+    def url(self, database: str = "postgres", password: str | None = None) -> str:
+        """A postgresql:// URL of a database in this cluster."""
+        secret = f":{password}" if password else ""
+        return f"postgresql://postgres{secret}@127.0.0.1:{self.port}/{database}"
+
+    def stop(self) -> None:
+        """Stop the server and delete its files."""
+        try:
+            self._run(str(self._bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
