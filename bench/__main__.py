@@ -16,6 +16,7 @@ from typing import Any
 
 from bench import commands, data, headofline, memory, prefix, turn
 from bench.stats import median_of
+from tests.pg import PgCluster
 
 
 def _settings(quick: bool) -> dict[str, Any]:
@@ -49,17 +50,39 @@ def _shown(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
-def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int) -> dict[str, Any]:
-    """Turn overhead and the four baselines at one store size."""
+def _database(cluster: PgCluster, name: str) -> str:
+    """A new empty database in the benchmark's PostgreSQL server."""
+    import asyncio
+
+    import asyncpg
+
+    async def create() -> None:
+        connection = await asyncpg.connect(cluster.url())
+        try:
+            await connection.execute(f"CREATE DATABASE {name}")
+        finally:
+            await connection.close()
+
+    asyncio.run(create())
+    return cluster.url(name)
+
+
+def measure_turns(
+    folder: Path, scopes: int, settings: dict[str, Any], runs: int, cluster: PgCluster
+) -> dict[str, Any]:
+    """Turn overhead (SQLite and PostgreSQL) and the four baselines at one store size."""
     db = folder / f"store-{scopes}.sqlite3"
     single = folder / f"single-{scopes}.json"
     per_scope = folder / f"per-scope-{scopes}"
     data.build_sqlite(db, scopes)
     data.build_json_single(single, scopes)
     data.build_json_per_scope(per_scope, scopes)
+    url = _database(cluster, f"turns_{scopes}")
+    data.build_postgres(url, scopes)
     n = settings["turns"]
     results: dict[str, list[dict[str, float]]] = {
         "ours": [],
+        "ours_postgres": [],
         "a_sqlite3_floor": [],
         "b_single_aiosqlite": [],
         "c_json_single_file": [],
@@ -70,6 +93,7 @@ def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int
         # Warm the OS page cache for every contender alike before timing anything.
         turn.floor_sqlite3(db, scopes, min(n, scopes), seed + 50)
         results["ours"].append(turn.run_ours(db, scopes, n, seed))
+        results["ours_postgres"].append(turn.run_ours(db, scopes, n, seed, url))
         results["a_sqlite3_floor"].append(turn.floor_sqlite3(db, scopes, n, seed))
         results["b_single_aiosqlite"].append(turn.run_single_aiosqlite(db, scopes, n, seed))
         results["c_json_single_file"].append(
@@ -86,10 +110,15 @@ def measure_turns(folder: Path, scopes: int, settings: dict[str, Any], runs: int
     return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "scopes": scopes, **figures, "ratios": ratios}
 
 
-def measure_commands(folder: Path, settings: dict[str, Any], runs: int) -> dict[str, Any]:
-    """Committed /pin commands per second, ours and plain sqlite3, on fresh stores."""
+def measure_commands(
+    folder: Path, settings: dict[str, Any], runs: int, cluster: PgCluster
+) -> dict[str, Any]:
+    """Committed /pin commands per second, ours (SQLite and PostgreSQL) and plain sqlite3, on
+    fresh stores."""
     ours: list[float] = []
+    postgres: list[float] = []
     plain: list[float] = []
+    count = settings["commands"]
     for run in range(runs):
         for name, rates, runner in (
             ("ours", ours, commands.run_ours),
@@ -97,12 +126,17 @@ def measure_commands(folder: Path, settings: dict[str, Any], runs: int) -> dict[
         ):
             db = folder / f"commands-{name}-{run}.sqlite3"
             data.build_sqlite(db, 0)
-            rates.append(runner(db, settings["commands"], 100))
+            rates.append(runner(db, count, 100))
+        url = _database(cluster, f"commands_{run}")
+        postgres.append(commands.run_ours(folder / "unused.sqlite3", count, 100, url))
     ours_rate, plain_rate = statistics.median(ours), statistics.median(plain)
+    postgres_rate = statistics.median(postgres)
     return {
         "ours_per_s": round(ours_rate),
+        "ours_postgres_per_s": round(postgres_rate),
         "plain_sqlite3_per_s": round(plain_rate),
         "plain_over_ours": round(_ratio(plain_rate, ours_rate), 2),
+        "sqlite_over_postgres": round(_ratio(ours_rate, postgres_rate), 2),
     }
 
 
@@ -176,10 +210,12 @@ def print_table(report: dict[str, Any]) -> None:
     header = [
         "blocks",
         "ours",
+        "ours (pg)",
         "(a) sqlite3",
         "(b) aiosqlite",
         "(c) one JSON",
         "(d) JSON/scope",
+        "ours/pg",
         "ours/(a)",
         "ours/(b)",
         "ours/(c)",
@@ -190,6 +226,7 @@ def print_table(report: dict[str, Any]) -> None:
         cells = [f"{row['blocks']:,}"]
         for name in (
             "ours",
+            "ours_postgres",
             "a_sqlite3_floor",
             "b_single_aiosqlite",
             "c_json_single_file",
@@ -200,7 +237,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(" | ".join(f"{c:>15}" for c in cells))
     c = report["commands"]
     print(
-        f"\nCommands: {c['ours_per_s']:,}/s committed (/pin add, edit, remove); plain sqlite3 "
+        f"\nCommands: {c['ours_per_s']:,}/s committed (/pin add, edit, remove) on SQLite, "
+        f"{c['ours_postgres_per_s']:,}/s on PostgreSQL; plain sqlite3 "
         f"{c['plain_sqlite3_per_s']:,}/s ({c['plain_over_ours']}x ours)"
     )
     h = report["head_of_line"]
@@ -249,9 +287,15 @@ def main(argv: list[str] | None = None) -> int:
             "runs": runs,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
             f"{platform.python_version()}, {platform.system()}",
-            "turns": [measure_turns(folder, s, settings, runs) for s in settings["scopes"]],
-            "commands": measure_commands(folder, settings, runs),
         }
+        cluster = PgCluster().start()
+        try:
+            report["turns"] = [
+                measure_turns(folder, s, settings, runs, cluster) for s in settings["scopes"]
+            ]
+            report["commands"] = measure_commands(folder, settings, runs, cluster)
+        finally:
+            cluster.stop()
         slow, lists, delay = settings["hol"]
         hol, alone = [], []
         for _ in range(runs):

@@ -13,8 +13,8 @@ from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.llm.offline import OfflineChatModel
+from storage import open_store
 from storage.models import label_key
-from storage.sqlite import Store
 
 CONTENT = "Keep answers short and cite the source of every figure you give, please. " * 2
 
@@ -24,9 +24,10 @@ def _work(count: int, scopes: int) -> list[tuple[int, str]]:
     return [(i % scopes, f"bench{i}") for i in range(count)]
 
 
-async def ours(path: Path, count: int, scopes: int) -> float:
-    """Commands per second: /pin add, then /pin edit, then /pin remove of each block."""
-    store = await Store.open(path)
+async def ours(path: Path, count: int, scopes: int, url: str | None = None) -> float:
+    """Commands per second: /pin add, then /pin edit, then /pin remove of each block (on the
+    PostgreSQL database at url when given)."""
+    store = await open_store(path=str(path), url=url)
     bot = Pinbot(
         parse_config({"pins": {"max_blocks_per_session": 1000}}), store, OfflineChatModel()
     )
@@ -74,6 +75,6 @@ def plain_sqlite3(path: Path, count: int, scopes: int) -> float:
     return 3 * count / elapsed
 
 
-def run_ours(path: Path, count: int, scopes: int) -> float:
+def run_ours(path: Path, count: int, scopes: int, url: str | None = None) -> float:
     """ours() on a fresh event loop."""
-    return asyncio.run(ours(path, count, scopes))
+    return asyncio.run(ours(path, count, scopes, url))

@@ -90,6 +90,42 @@ def build_sqlite(path: Path, scopes: int) -> None:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
+def build_postgres(url: str, scopes: int) -> None:
+    """Fill the (empty) PostgreSQL database at url with the same blocks as build_sqlite."""
+    asyncio.run(_fill_postgres(url, scopes))
+
+
+async def _fill_postgres(url: str, scopes: int) -> None:
+    import asyncpg
+
+    from storage.postgres import PostgresStore
+
+    store = await PostgresStore.open(url)  # the schema
+    await store.close()
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.copy_records_to_table(
+            "blocks",
+            records=[(*row[:3], *row[3:]) for row in rows(scopes)],
+            columns=[
+                "scope",
+                "label",
+                "label_key",
+                "content",
+                "level",
+                "state",
+                "priority",
+                "created_at",
+                "updated_at",
+                "idle_since",
+                "idle_calls",
+            ],
+        )
+        await connection.execute("ANALYZE blocks")
+    finally:
+        await connection.close()
+
+
 async def _create_schema(path: Path) -> None:
     store = await Store.open(path)
     await store.close()

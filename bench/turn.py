@@ -21,9 +21,9 @@ from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.render import ScopedBlock, injected, render
 from bot.llm.offline import OfflineChatModel
+from storage import open_store
 from storage.models import Block, Level, State
 from storage.rows import block_from_row
-from storage.sqlite import Store
 
 TEXT = "What should I do next?"
 SELECT = (
@@ -66,10 +66,12 @@ def _render_json(slots: dict[str, dict[str, Any]]) -> str:
     )
 
 
-async def ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+async def ours(
+    path: Path, scopes: int, turns: int, seed: int, url: str | None = None
+) -> dict[str, float]:
     """pinbot's blocks path of a turn: conversation → resolved context → scopes → counting and
     cleanup → render."""
-    store = await Store.open(path)
+    store = await open_store(path=str(path), url=url)
     config = parse_config({})
     bot = Pinbot(config, store, OfflineChatModel())
     samples = []
@@ -131,9 +133,11 @@ def json_per_scope(folder: Path, scopes: int, turns: int, seed: int) -> dict[str
     return summary_us(samples)
 
 
-def run_ours(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:
+def run_ours(
+    path: Path, scopes: int, turns: int, seed: int, url: str | None = None
+) -> dict[str, float]:
     """ours() on a fresh event loop."""
-    return asyncio.run(ours(path, scopes, turns, seed))
+    return asyncio.run(ours(path, scopes, turns, seed, url))
 
 
 def run_single_aiosqlite(path: Path, scopes: int, turns: int, seed: int) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from bot.llm.offline import OfflineChatModel
 from storage.sqlite import Store
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI
+from tests.pg import PgCluster, fresh_database
 
 
 @pytest.fixture
@@ -26,6 +27,21 @@ def clock() -> FakeClock:
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     async with await Store.open(tmp_path / "pins.sqlite3") as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One PostgreSQL server for the whole run, started the first time a test needs it; a test
+    that needs it fails (never skips) when it cannot start."""
+    cluster = PgCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+async def pg_url(pg_cluster: PgCluster) -> str:
+    """The URL of a fresh, empty database of its own."""
+    return await fresh_database(pg_cluster)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ machines) it runs as the unprivileged `postgres` user, since initdb refuses root
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 START_TIMEOUT_S = 60
+_databases = itertools.count(1)
 
 
 def _bin_dir() -> Path:
@@ -95,3 +97,16 @@ class PgCluster:
             self._run(str(self._bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+async def fresh_database(cluster: PgCluster) -> str:
+    """Create an empty database of its own in cluster; returns its URL."""
+    import asyncpg
+
+    name = f"test_{os.getpid()}_{next(_databases)}"
+    connection = await asyncpg.connect(cluster.url())
+    try:
+        await connection.execute(f"CREATE DATABASE {name}")
+    finally:
+        await connection.close()
+    return cluster.url(name)

@@ -25,6 +25,7 @@ from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
+from storage import PostgresStore
 from storage.sqlite import Store
 from tests.conftest import dm, make_config
 from tests.fakes.clock import FakeClock
@@ -38,6 +39,7 @@ from tests.fakes.telegram_server import (
     service,
     user,
 )
+from tests.pg import fresh_database
 
 GROUP = -1001234
 GROUP_KEY = f"telegram:group:{GROUP}"
@@ -75,6 +77,19 @@ class Harness:
 
 
 StartBot = Callable[..., Any]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """Every test here runs on both backends: SQLite, and a real PostgreSQL server."""
+    if request.param == "postgres":
+        opened: Any = await PostgresStore.open(
+            await fresh_database(request.getfixturevalue("pg_cluster"))
+        )
+    else:
+        opened = await Store.open(tmp_path / "pins.sqlite3")
+    async with opened:
+        yield opened
 
 
 @pytest.fixture

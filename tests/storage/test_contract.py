@@ -1,0 +1,192 @@
+"""One store contract, two backends: every test here runs on SQLite and on a real PostgreSQL
+server, including the concurrency guarantees (several store instances stand for several
+processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from storage import PostgresStore, SqliteStore, Store
+from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals
+from tests.pg import fresh_database
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+Opener = Callable[[], Awaitable[Store]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
+    """Opens store instances on one database of the parametrized backend."""
+    opened: list[Store] = []
+    url = None
+    if request.param == "postgres":
+        url = await fresh_database(request.getfixturevalue("pg_cluster"))
+
+    async def open_one() -> Store:
+        store: Store = (
+            await PostgresStore.open(url) if url else await SqliteStore.open(tmp_path / "c.sqlite3")
+        )
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        await store.close()
+
+
+def new(label: str, scope: str = "s", content: str = "text") -> NewBlock:
+    return NewBlock(scope=scope, label=label, content=content, level=Level.CONTEXT)
+
+
+async def test_fifty_concurrent_adds_from_several_processes_leave_exactly_the_limit(
+    open_store: Opener,
+) -> None:
+    stores = [await open_store() for _ in range(3)]
+    results = await asyncio.gather(
+        *(
+            stores[i % 3].insert_block(new(f"b{i}"), now=NOW, max_blocks=20, max_total_chars=0)
+            for i in range(50)
+        )
+    )
+    assert sum(results) == 20
+    assert len(await stores[0].blocks(["s"])) == 20
+
+
+async def test_concurrent_adds_of_one_label_and_a_budget_stay_exact(open_store: Opener) -> None:
+    stores = [await open_store() for _ in range(3)]
+    same = await asyncio.gather(
+        *(s.insert_block(new("dup"), now=NOW, max_blocks=50, max_total_chars=0) for s in stores)
+    )
+    assert sum(same) == 1
+    budget = await asyncio.gather(
+        *(
+            stores[i % 3].insert_block(
+                new(f"c{i}", scope="t", content="x" * 10),
+                now=NOW,
+                max_blocks=50,
+                max_total_chars=55,
+            )
+            for i in range(20)
+        )
+    )
+    assert sum(budget) == 5
+
+
+async def test_guarded_updates_and_the_budget_rule(open_store: Opener) -> None:
+    store = await open_store()
+    await store.insert_block(new("a", content="x" * 40), now=NOW, max_blocks=5, max_total_chars=0)
+    await store.insert_block(new("b", content="y" * 40), now=NOW, max_blocks=5, max_total_chars=0)
+    a, b = await store.blocks(["s"])
+    # The scope (80) is over a budget of 50: shrinking and state changes still work.
+    assert await store.update_block(a, now=NOW, max_total_chars=50, content="x" * 10)
+    assert not await store.update_block(a, now=NOW, max_total_chars=50, state=State.IDLE)  # stale
+    (a, b) = await store.blocks(["s"])
+    assert await store.update_block(b, now=NOW, max_total_chars=50, state=State.PINNED)
+    (a, b) = await store.blocks(["s"])
+    assert not await store.update_block(a, now=NOW, max_total_chars=50, content="x" * 30)
+    assert await store.update_block(a, now=NOW, max_total_chars=0, level=Level.STRONG, priority=9)
+    (a, b) = await store.blocks(["s"])
+    assert (a.level, a.priority, b.state) == (Level.STRONG, 9, State.PINNED)
+
+
+async def test_idle_marks_and_call_counts(open_store: Opener) -> None:
+    store = await open_store()
+    await store.insert_block(new("a"), now=NOW, max_blocks=5, max_total_chars=0)
+    for _ in range(3):
+        await store.start_model_call(["s"])
+    (a,) = await store.blocks(["s"])
+    assert await store.update_block(a, now=NOW, max_total_chars=0, state=State.IDLE)
+    (a,) = await store.blocks(["s"])
+    assert a.idle_calls == 3 and a.idle_since == NOW
+    blocks, before = await store.start_model_call(["s", "empty"])
+    assert before == {"s": 3} and [b.label for b in blocks] == ["a"]
+    assert await store.model_calls("s") == 4 and await store.model_calls("empty") == 1
+    assert await store.delete_blocks([a.id]) == 1
+
+
+async def test_history_compaction_and_reset(open_store: Opener) -> None:
+    store = await open_store()
+    await store.append_turn("k", "one", "reply 1", now=NOW)
+    await store.append_turn("k", "two", "reply 2", now=NOW)
+    first = await store.history("k")
+    assert [(e.role, e.content) for e in first] == [
+        ("user", "one"),
+        ("assistant", "reply 1"),
+        ("user", "two"),
+        ("assistant", "reply 2"),
+    ]
+    await store.compact_history("k", [first[0].id, first[1].id], "they said one", now=NOW)
+    assert [e.content for e in await store.history("k")] == ["they said one", "two", "reply 2"]
+    assert await store.clear_history("k") == 3 and await store.history("k") == []
+
+
+async def test_audit_trail_and_clear(open_store: Opener) -> None:
+    store = await open_store()
+    entry = AuditEntry("g", "7", "add context", "a", None, "text", NOW)
+    assert await store.insert_block(
+        new("a", scope="g"), now=NOW, max_blocks=5, max_total_chars=0, audit=(entry,)
+    )
+    old = AuditEntry("g", "7", "clear", "a", "text", None, NOW - timedelta(days=400))
+    assert await store.clear_scope("g", (old,)) == 1
+    assert [e.action for e in await store.audit_log("g", 10)] == ["add context", "clear"]
+    assert await store.prune_audit("g", NOW - timedelta(days=1)) == 1
+    assert [e.action for e in await store.audit_log("g", 10)] == ["add context"]
+
+
+async def test_each_event_is_claimed_once_by_all_processes(open_store: Opener) -> None:
+    stores = [await open_store() for _ in range(3)]
+    claims = await asyncio.gather(
+        *(s.claim_event("feishu", "ev_1", now=NOW) for s in stores for _ in range(3))
+    )
+    assert sum(claims) == 1
+    assert await stores[0].forget_events_before(NOW + timedelta(seconds=1)) == 1
+
+
+async def test_moving_a_group(open_store: Opener) -> None:
+    store = await open_store()
+    for scope in ("p:group:1", "p:group:1::u:5"):
+        await store.insert_block(new("a", scope=scope), now=NOW, max_blocks=5, max_total_chars=0)
+    await store.insert_block(new("a", scope="p:group:2"), now=NOW, max_blocks=5, max_total_chars=0)
+    await store.append_turn("p:group:1:topic:3", "hi", "hello", now=NOW)
+    moved = await store.move_group(
+        "p:group:1", "p:group:2", members_prefix="p:group:1::u:", sessions_prefix="p:group:1:"
+    )
+    assert moved == 1  # the shared 'a' already exists at the destination and stays
+    assert [b.scope for b in await store.blocks(["p:group:2::u:5"])] == ["p:group:2::u:5"]
+    assert [e.content for e in await store.history("p:group:2:topic:3")] == ["hi", "hello"]
+
+
+async def test_usage_sums(open_store: Opener) -> None:
+    store = await open_store()
+    for day, group in (("2026-01-01", ""), ("2026-01-01", "p:group:1"), ("2026-01-02", "")):
+        await store.add_usage(
+            platform="p", sender="5", day=day, group_key=group, usage=UsageTotals(1, 100, 60, 7, 0)
+        )
+    assert await store.sender_usage("p", "5", "2026-01-01", "2026-01-31") == UsageTotals(
+        3, 300, 180, 21, 0
+    )
+    assert (await store.group_usage("p:group:1", "2026-01-01", "2026-01-01")).calls == 1
+    users, groups = await store.usage_report("2026-01-02")
+    assert [(u.key, u.totals.calls) for u in users] == [("5", 1)] and groups == []
+
+
+async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> None:
+    store = await open_store()
+    await store.insert_block(new("a", scope="p:group:1"), now=NOW, max_blocks=5, max_total_chars=0)
+    await store.start_model_call(["p:group:1"])
+    exported = await store.export_scopes()
+    written = await store.replace_scopes(exported, now=NOW, audited={"p:group:1"})
+    assert written == 1
+    again = await store.export_scopes()
+    assert {k: (c, [(b.label, b.content) for b in bs]) for k, (c, bs) in again.items()} == {
+        "p:group:1": (1, [("a", "text")])
+    }
+    assert await store.schema_version() >= 1
+    assert not await store.is_empty()
+    dump = await store.dump()
+    assert dump["blocks"] and dump["scope_calls"] == [("p:group:1", 1)]
