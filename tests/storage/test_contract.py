@@ -190,3 +190,10 @@ async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> Non
     assert not await store.is_empty()
     dump = await store.dump()
     assert dump["blocks"] and dump["scope_calls"] == [("p:group:1", 1)]
+
+
+async def test_processes_starting_at_once_migrate_once(open_store: Opener) -> None:
+    stores = await asyncio.gather(*(open_store() for _ in range(4)))
+    versions = {await store.schema_version() for store in stores}
+    assert len(versions) == 1 and versions.pop() >= 1
+    assert await stores[0].is_empty()
