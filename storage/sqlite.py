@@ -45,10 +45,25 @@ from storage.rows import (
 )
 
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
+WAL_ATTEMPTS = 50
+WAL_RETRY_S = 0.01
 
 
 def _placeholders(count: int) -> str:
     return ",".join("?" * count)
+
+
+async def _use_wal(db: aiosqlite.Connection) -> None:
+    """Switch to WAL. The switch needs the database to itself and SQLite does not wait for it
+    (busy_timeout does not apply), so processes opening a new file at once take turns."""
+    for attempt in range(1, WAL_ATTEMPTS + 1):
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or attempt == WAL_ATTEMPTS:
+                raise
+            await asyncio.sleep(WAL_RETRY_S * attempt)
 
 
 class Store:
@@ -73,7 +88,7 @@ class Store:
         db = await aiosqlite.connect(path, isolation_level=None)
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await db.execute("PRAGMA journal_mode = WAL")
+            await _use_wal(db)
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.execute("PRAGMA foreign_keys = ON")
             await migrate(db)

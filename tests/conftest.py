@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +12,12 @@ from bot.config import Config, parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.llm.offline import OfflineChatModel
+from bot.llm.openai_backend import OpenAIChatModel
 from storage.sqlite import Store
 from tests.fakes.clock import FakeClock
+from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
 from tests.pg import PgCluster, fresh_database
 
 
@@ -45,6 +48,22 @@ async def pg_url(pg_cluster: PgCluster) -> str:
 
 
 @pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    """A fake Telegram Bot API server on 127.0.0.1."""
+    server = await FakeTelegram().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def fake_feishu() -> AsyncIterator[FakeFeishu]:
+    """A fake Feishu OpenAPI server on 127.0.0.1."""
+    server = await FakeFeishu().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
 async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     server = await FakeOpenAI().start()
     yield server
@@ -64,6 +83,38 @@ def make_config(**sections: Any) -> Config:
 
 
 BotFactory = Callable[..., Pinbot]
+OpenAIBots = Callable[..., Awaitable[Pinbot]]
+SYSTEM = "Be helpful."
+
+
+@pytest.fixture
+async def openai_bots(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[OpenAIBots]:
+    """Opens bots on one database that talk to the fake OpenAI server through the real SDK
+    (system prompt SYSTEM, no retries); keyword sections as for make_config."""
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    opened: list[tuple[Store, OpenAIChatModel]] = []
+
+    async def open_bot(**sections: Any) -> Pinbot:
+        llm = {
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "api_key_env": "PINBOT_TEST_KEY",
+            "system_prompt": SYSTEM,
+            "max_retries": 0,
+            **sections.pop("llm", {}),
+        }
+        config = make_config(llm=llm, **sections)
+        store = await Store.open(tmp_path / "bot.sqlite3")
+        model = OpenAIChatModel.from_config(config.llm)
+        opened.append((store, model))
+        return Pinbot(config, store, model, clock=clock)
+
+    yield open_bot
+    for store, model in opened:
+        await store.close()
+        await model.close()
 
 
 @pytest.fixture

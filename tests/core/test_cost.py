@@ -9,16 +9,13 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bot.core.bot import Pinbot
-from bot.llm.openai_backend import OpenAIChatModel
-from storage.sqlite import Store
-from tests.conftest import dm, group, make_config
+from tests.conftest import OpenAIBots, dm, group
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
@@ -28,34 +25,6 @@ USAGE = {
     "total_tokens": 107,
     "prompt_tokens_details": {"cached_tokens": 64},
 }
-
-
-@pytest.fixture
-async def bots(
-    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Any]:
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
-    opened: list[tuple[Store, OpenAIChatModel]] = []
-
-    async def open_bot(**sections: Any) -> Pinbot:
-        llm = {
-            "backend": "openai",
-            "base_url": fake_openai.base_url,
-            "api_key_env": "PINBOT_TEST_KEY",
-            "system_prompt": "Be helpful.",
-            "max_retries": 0,
-            **sections.pop("llm", {}),
-        }
-        config = make_config(llm=llm, **sections)
-        store = await Store.open(tmp_path / "bot.sqlite3")
-        model = OpenAIChatModel.from_config(config.llm)
-        opened.append((store, model))
-        return Pinbot(config, store, model, clock=clock)
-
-    yield open_bot
-    for store, model in opened:
-        await store.close()
-        await model.close()
 
 
 def assert_cacheable(requests: list[dict[str, Any]]) -> None:
@@ -79,9 +48,9 @@ async def pin_five(bot: Pinbot, speaker: Any) -> None:
     "llm", [{}, {"stream": True}, {"agent_tools": True}, {"agent_tools": True, "stream": True}]
 )
 async def test_requests_keep_a_cacheable_prefix_in_a_dm(
-    bots: Any, fake_openai: FakeOpenAI, llm: dict[str, Any]
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, llm: dict[str, Any]
 ) -> None:
-    bot = await bots(llm=llm)
+    bot = await openai_bots(llm=llm)
     await pin_five(bot, dm())
     streamed: list[str] = []
 
@@ -97,9 +66,9 @@ async def test_requests_keep_a_cacheable_prefix_in_a_dm(
 
 
 async def test_requests_keep_a_cacheable_prefix_in_a_group(
-    bots: Any, fake_openai: FakeOpenAI
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
 ) -> None:
-    bot = await bots(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    bot = await openai_bots(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
     await bot.handle(group("7"), "/pin shared add-strong house Be kind.")
     await bot.handle(group("7"), "/pin shared add faq The FAQ.")
     await bot.handle(group("5"), "/pin add mine My note.")
@@ -108,8 +77,10 @@ async def test_requests_keep_a_cacheable_prefix_in_a_group(
     assert_cacheable(fake_openai.requests)
 
 
-async def test_a_block_change_changes_the_prefix_once(bots: Any, fake_openai: FakeOpenAI) -> None:
-    bot = await bots()
+async def test_a_block_change_changes_the_prefix_once(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots()
     await pin_five(bot, dm())
     await bot.handle(dm(), "one")
     await bot.handle(dm(), "/pin edit a Rule a: be very careful.")
@@ -120,9 +91,11 @@ async def test_a_block_change_changes_the_prefix_once(bots: Any, fake_openai: Fa
     assert_cacheable([second, third])
 
 
-async def test_usage_is_recorded_for_every_call(bots: Any, fake_openai: FakeOpenAI) -> None:
+async def test_usage_is_recorded_for_every_call(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
     fake_openai.usage = USAGE
-    bot = await bots(llm={"agent_tools": True})
+    bot = await openai_bots(llm={"agent_tools": True})
     fake_openai.script = [tool_calls(("pin_get", {})), completion("done")]
     await bot.handle(dm(), "use a tool")  # two calls: the tool round and the answer
     await bot.handle(dm(), "plain")
@@ -132,10 +105,10 @@ async def test_usage_is_recorded_for_every_call(bots: Any, fake_openai: FakeOpen
 
 
 async def test_streamed_usage_and_a_server_that_rejects_stream_options(
-    bots: Any, fake_openai: FakeOpenAI
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.usage = USAGE
-    bot = await bots(llm={"stream": True})
+    bot = await openai_bots(llm={"stream": True})
 
     async def sink(text: str) -> None:
         pass
@@ -154,23 +127,25 @@ async def test_streamed_usage_and_a_server_that_rejects_stream_options(
     assert "2 call(s)" in report and "2 call(s) estimated" in report
 
 
-async def test_deepseek_cache_hits_count_as_cached(bots: Any, fake_openai: FakeOpenAI) -> None:
+async def test_deepseek_cache_hits_count_as_cached(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
     fake_openai.usage = {
         "prompt_tokens": 50,
         "completion_tokens": 5,
         "prompt_cache_hit_tokens": 40,
         "prompt_cache_miss_tokens": 10,
     }
-    bot = await bots()
+    bot = await openai_bots()
     await bot.handle(dm(), "hi")
     assert "50 prompt tokens (40 cached)" in (await bot.handle(dm(), "/usage") or "")
 
 
 async def test_a_turn_that_fails_after_the_model_answered_is_still_billed(
-    bots: Any, fake_openai: FakeOpenAI
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.usage = USAGE
-    bot = await bots(llm={"agent_tools": True})
+    bot = await openai_bots(llm={"agent_tools": True})
 
     def answer_then_fail(body: dict[str, Any]) -> Any:
         fake_openai.status = 500  # the next request fails
@@ -185,10 +160,10 @@ async def test_a_turn_that_fails_after_the_model_answered_is_still_billed(
 
 
 async def test_budgets_refuse_turns_without_a_model_call(
-    bots: Any, fake_openai: FakeOpenAI, clock: FakeClock
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, clock: FakeClock
 ) -> None:
     fake_openai.usage = USAGE
-    bot = await bots(
+    bot = await openai_bots(
         budgets={"user_daily_tokens": 200, "group_monthly_tokens": 300},
         pins={"enable_in_group": True, "group_shared_admin_ids": ["9"]},
     )
@@ -222,9 +197,11 @@ async def test_the_offline_model_is_counted_as_estimated(make_bot: Any) -> None:
     assert "0 prompt tokens" not in report
 
 
-async def test_pinbot_usage_json(bots: Any, fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+async def test_pinbot_usage_json(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
     fake_openai.usage = USAGE
-    bot = await bots(pins={"enable_in_group": True})
+    bot = await openai_bots(pins={"enable_in_group": True})
     await bot.handle(dm("1"), "a")
     await bot.handle(group("1"), "b")
     await bot.handle(group("2"), "c")

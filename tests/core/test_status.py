@@ -5,50 +5,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.core.bot import Pinbot
-from bot.llm.openai_backend import OpenAIChatModel
 from storage.models import State, label_key
 from storage.sqlite import Store
-from tests.conftest import BotFactory, dm, group, make_config
+from tests.conftest import SYSTEM, BotFactory, OpenAIBots, dm, group
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
-
-SYSTEM = "You are helpful."
-
-
-@pytest.fixture
-async def openai_bot(
-    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Any]:
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
-    opened: list[tuple[Store, OpenAIChatModel]] = []
-
-    async def open_bot(**sections: Any) -> Pinbot:
-        llm = {
-            "backend": "openai",
-            "base_url": fake_openai.base_url,
-            "api_key_env": "PINBOT_TEST_KEY",
-            "system_prompt": SYSTEM,
-            **sections.pop("llm", {}),
-        }
-        config = make_config(llm=llm, **sections)
-        store = await Store.open(tmp_path / "bot.sqlite3")
-        model = OpenAIChatModel.from_config(config.llm)
-        opened.append((store, model))
-        return Pinbot(config, store, model, clock=clock)
-
-    yield open_bot
-    for store, model in opened:
-        await store.close()
-        await model.close()
 
 
 def total_estimate(reply: str) -> int:
@@ -58,9 +23,9 @@ def total_estimate(reply: str) -> int:
 
 
 async def test_the_estimate_matches_what_the_renderer_sends(
-    openai_bot: Any, fake_openai: FakeOpenAI
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
 ) -> None:
-    bot = await openai_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    bot = await openai_bots(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
     admin, member = group("7"), group("8")
     await bot.handle(admin, "/pin shared add-strong rule " + "Keep answers short. " * 10)
     await bot.handle(admin, "/pin shared add ref Project notes: " + "pinbot " * 30)
@@ -149,9 +114,9 @@ async def test_labels_under_hypothesis(
 
 
 async def test_tools_are_offered_only_where_the_speaker_can_pin(
-    openai_bot: Any, fake_openai: FakeOpenAI
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
 ) -> None:
-    bot = await openai_bot(llm={"agent_tools": True})  # pins are off in groups by default
+    bot = await openai_bots(llm={"agent_tools": True})  # pins are off in groups by default
     await bot.handle(group("8"), "hello group")
     assert "tools" not in fake_openai.requests[-1]
     await bot.handle(dm("8"), "hello dm")
@@ -163,9 +128,9 @@ async def test_tools_are_offered_only_where_the_speaker_can_pin(
 
 
 async def test_pin_set_on_an_idle_block_says_it_stays_idle(
-    openai_bot: Any, fake_openai: FakeOpenAI
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
 ) -> None:
-    bot = await openai_bot(llm={"agent_tools": True})
+    bot = await openai_bots(llm={"agent_tools": True})
     await bot.handle(dm(), "/pin add task Old task")
     await bot.handle(dm(), "/pin idle task")
     fake_openai.script = [

@@ -75,13 +75,6 @@ class Harness:
 
 
 @pytest.fixture
-async def fake_feishu() -> AsyncIterator[FakeFeishu]:
-    server = await FakeFeishu().start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def start_feishu(
     fake_feishu: FakeFeishu, store: Store, clock: FakeClock
 ) -> AsyncIterator[Any]:

@@ -3,11 +3,8 @@ from a user, the model, a file or the network stops it, prints a traceback, or l
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,24 +13,7 @@ import yaml
 
 from storage.sqlite import Store
 from tests.fakes.openai_server import FakeOpenAI, completion
-
-PINBOT = str(Path(sys.executable).parent / "pinbot")
-
-
-async def run(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
-) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        PINBOT,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(process.communicate(stdin), 60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+from tests.process import run_pinbot
 
 
 def write_config(tmp_path: Path, **sections: Any) -> Path:
@@ -78,7 +58,7 @@ async def test_bad_tool_calls_never_stop_the_console(
     }
     config = write_config(tmp_path, llm=llm)
     lines = b"use the tools\n/pin list\nand again\n"
-    code, out, err = await run(
+    code, out, err = await run_pinbot(
         "console",
         "--user",
         "1",
@@ -104,7 +84,7 @@ async def test_bad_tool_calls_never_stop_the_console(
 
 async def test_invalid_utf8_on_the_console(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    code, out, err = await run(
+    code, out, err = await run_pinbot(
         "console",
         "--user",
         "1",
@@ -173,10 +153,12 @@ async def test_hostile_imports_list_problems_and_write_nothing(
     tmp_path: Path, text: str, problem: str
 ) -> None:
     config = write_config(tmp_path)
-    await run("console", "--user", "1", "--config", str(config), stdin=b"/pin add keep Me.\n")
+    await run_pinbot(
+        "console", "--user", "1", "--config", str(config), stdin=b"/pin add keep Me.\n"
+    )
     file = tmp_path / "import.json"
     file.write_text(text, encoding="utf-8", errors="surrogatepass")
-    code, out, err = await run("import", str(file), "--config", str(config))
+    code, out, err = await run_pinbot("import", str(file), "--config", str(config))
     assert code == 1 and "Traceback" not in err
     assert problem in out + err
     async with await Store.open(tmp_path / "pins.sqlite3") as store:
@@ -199,16 +181,16 @@ async def test_config_values_that_cannot_be_right(tmp_path: Path, raw: bytes, ne
     config = tmp_path / "config.yaml"
     config.write_bytes(raw)
     for command in (["check-config"], ["console", "--user", "1"]):
-        code, out, err = await run(*command, "--config", str(config), stdin=b"/pin list\n")
+        code, out, err = await run_pinbot(*command, "--config", str(config), stdin=b"/pin list\n")
         assert code == 2 and out == "" and "Traceback" not in err
         assert needle in err and len(err.strip().splitlines()) == 1
 
 
 async def test_files_we_create_are_private(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    await run("console", "--user", "1", "--config", str(config), stdin=b"/pin add a b\n")
+    await run_pinbot("console", "--user", "1", "--config", str(config), stdin=b"/pin add a b\n")
     export = tmp_path / "out.json"
-    code, _, _ = await run("export", "-o", str(export), "--config", str(config))
+    code, _, _ = await run_pinbot("export", "-o", str(export), "--config", str(config))
     assert code == 0
     for path in (tmp_path / "pins.sqlite3", export):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

@@ -8,8 +8,6 @@ import asyncio
 import os
 import signal
 import socket
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +17,10 @@ import yaml
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.process import PINBOT, run_pinbot
 
-PINBOT = str(Path(sys.executable).parent / "pinbot")
 LLM_KEY = "sk-live-secret-key-0123456789"
 SECRETS = (TOKEN, TOKEN.split(":")[1], LLM_KEY, APP_SECRET)
-
-
-@pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegram]:
-    server = await FakeTelegram().start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def fake_feishu() -> AsyncIterator[FakeFeishu]:
-    server = await FakeFeishu().start()
-    yield server
-    await server.stop()
 
 
 def config_file(tmp_path: Path, **sections: Any) -> Path:
@@ -44,20 +28,6 @@ def config_file(tmp_path: Path, **sections: Any) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(sections), encoding="utf-8")
     return path
-
-
-async def pinbot(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        PINBOT,
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 def assert_one_clean_line(out: str, err: str, *needles: str) -> None:
@@ -80,7 +50,7 @@ def free_port() -> int:
 async def test_a_rejected_token(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
     config = config_file(tmp_path, telegram={"base_url": fake_telegram.base_url})
     wrong = "123456:WRONG-TOKEN-SECRET"
-    code, out, err = await pinbot(
+    code, out, err = await run_pinbot(
         "telegram", "--config", str(config), env={"TELEGRAM_BOT_TOKEN": wrong}
     )
     assert code == 2
@@ -91,7 +61,7 @@ async def test_a_rejected_token(tmp_path: Path, fake_telegram: FakeTelegram) -> 
 async def test_a_wrong_base_url(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
     base = f"http://127.0.0.1:{fake_telegram.port}/not-the-api/bot"
     config = config_file(tmp_path, telegram={"base_url": base})
-    code, out, err = await pinbot(
+    code, out, err = await run_pinbot(
         "telegram", "--config", str(config), env={"TELEGRAM_BOT_TOKEN": TOKEN}
     )
     assert code == 2
@@ -113,19 +83,21 @@ async def test_config_shapes_that_cannot_work(
 ) -> None:
     config = config_file(tmp_path, **sections)
     for command in ("telegram", "check-config"):
-        code, out, err = await pinbot(command, "--config", str(config))
+        code, out, err = await run_pinbot(command, "--config", str(config))
         assert code == 2
         assert_one_clean_line(out, err, *needles)
 
 
 async def test_a_missing_config_file_and_an_unwritable_database(tmp_path: Path) -> None:
-    code, out, err = await pinbot("console", "--user", "1", "--config", str(tmp_path / "no.yaml"))
+    code, out, err = await run_pinbot(
+        "console", "--user", "1", "--config", str(tmp_path / "no.yaml")
+    )
     assert code == 2
     assert_one_clean_line(out, err, "no.yaml")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder", encoding="utf-8")
     config = config_file(tmp_path, storage={"path": str(blocker / "pins.sqlite3")})
-    code, out, err = await pinbot("console", "--user", "1", "--config", str(config))
+    code, out, err = await run_pinbot("console", "--user", "1", "--config", str(config))
     assert code == 2
     assert_one_clean_line(out, err, "storage.path", "cannot open the database")
 
@@ -145,7 +117,7 @@ async def test_a_port_in_use(tmp_path: Path, fake_telegram: FakeTelegram) -> Non
             },
         )
         env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": "hook-secret"}
-        code, out, err = await pinbot("telegram", "--config", str(config), env=env)
+        code, out, err = await run_pinbot("telegram", "--config", str(config), env=env)
     assert code == 2
     assert_one_clean_line(out, err, "telegram.webhook_port", "choose a free port")
 
@@ -177,7 +149,7 @@ async def test_feishu_credentials_rejected(tmp_path: Path, fake_feishu: FakeFeis
         feishu={"app_id": APP_ID, "base_url": fake_feishu.base_url, "webhook_port": free_port()},
     )
     env = {"FEISHU_APP_SECRET": "not-the-secret-0000", "FEISHU_VERIFICATION_TOKEN": "verify-0000"}
-    code, out, err = await pinbot("feishu", "--config", str(config), env=env)
+    code, out, err = await run_pinbot("feishu", "--config", str(config), env=env)
     assert code == 2
     assert_one_clean_line(out, err, "refused the app credentials", "$FEISHU_APP_SECRET")
     assert "not-the-secret-0000" not in err
@@ -203,7 +175,9 @@ async def test_check_config_online(
     }
 
     async def check(env: dict[str, str], path: Path = config) -> tuple[int, dict[str, str], str]:
-        code, out, err = await pinbot("check-config", "--online", "--config", str(path), env=env)
+        code, out, err = await run_pinbot(
+            "check-config", "--online", "--config", str(path), env=env
+        )
         for secret in SECRETS:
             assert secret not in out + err
         lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
@@ -236,19 +210,19 @@ async def test_check_config_online(
 
 
 async def test_a_first_run_that_guides(tmp_path: Path) -> None:
-    code, out, _ = await pinbot()
+    code, out, _ = await run_pinbot()
     assert code == 0 and "usage: pinbot" in out and "init" in out
     target = tmp_path / "config.yaml"
-    code, out, _ = await pinbot("init", "--config", str(target))
+    code, out, _ = await run_pinbot("init", "--config", str(target))
     assert code == 0 and "pinbot console --config" in out and target.exists()
-    code, _, err = await pinbot("init", "--config", str(target))
+    code, _, err = await run_pinbot("init", "--config", str(target))
     assert code == 2 and "--force" in err
-    code, out, err = await pinbot("check-config", "--config", str(target))
+    code, out, err = await run_pinbot("check-config", "--config", str(target))
     assert code == 0, out + err
     for command, variable in (("telegram", "TELEGRAM_BOT_TOKEN"), ("feishu", "FEISHU_APP_SECRET")):
-        code, out, _ = await pinbot(command, "--help")
+        code, out, _ = await run_pinbot(command, "--help")
         assert code == 0 and variable in out and "example:" in out
-    code, out, err = await pinbot(
+    code, out, err = await run_pinbot(
         "console", "--user", "1", "--config", str(target), env={"PYTHONUNBUFFERED": "1"}
     )
     assert code == 0 and out == "" and err == ""  # piped: no banner, no prompt, no log lines

@@ -93,13 +93,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 @pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegram]:
-    server = await FakeTelegram().start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def start_bot(
     fake_telegram: FakeTelegram, store: Store, clock: FakeClock
 ) -> AsyncIterator[StartBot]:
