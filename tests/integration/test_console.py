@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from storage.sqlite import Store
+from storage import Store, open_store
 from tests.fakes.openai_server import FakeOpenAI
+from tests.pg import fresh_database
 
 PINBOT = str(Path(sys.executable).parent / "pinbot")
 
@@ -36,15 +39,40 @@ async def console(
     return process.returncode, out.decode(), err.decode()
 
 
+_BACKEND: dict[str, str | None] = {"url": None}  # the PostgreSQL database of this test, if any
+URL_VARIABLE = "PINBOT_CONSOLE_DB"
+
+
+@pytest.fixture(autouse=True, params=["sqlite", "postgres"])
+async def backend(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[str]:
+    """Every console test here runs on SQLite and on a real PostgreSQL server."""
+    if request.param == "postgres":
+        url = await fresh_database(request.getfixturevalue("pg_cluster"))
+        monkeypatch.setenv(URL_VARIABLE, url)
+        _BACKEND["url"] = url
+    yield str(request.param)
+    _BACKEND["url"] = None
+
+
 def write_config(tmp_path: Path, **sections: Any) -> Path:
-    sections.setdefault("storage", {"path": str(tmp_path / "pins.sqlite3")})
+    storage_section: dict[str, str] = {"path": str(tmp_path / "pins.sqlite3")}
+    if _BACKEND["url"]:
+        storage_section["url_env"] = URL_VARIABLE
+    sections.setdefault("storage", storage_section)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(sections), encoding="utf-8")
     return path
 
 
+async def open_test_store(tmp_path: Path) -> Store:
+    """The store the console of this test wrote to."""
+    return await open_store(path=str(tmp_path / "pins.sqlite3"), url=_BACKEND["url"])
+
+
 async def stored(tmp_path: Path, scope: str) -> list[tuple[str, str, str, str]]:
-    async with await Store.open(tmp_path / "pins.sqlite3") as store:
+    async with await open_test_store(tmp_path) as store:
         return [
             (b.label, b.content, b.level.value, b.state.value) for b in await store.blocks([scope])
         ]
@@ -215,7 +243,7 @@ async def test_a_crash_mid_turn_loses_no_committed_history(
     process.send_signal(signal.SIGKILL)
     await process.wait()
     fake_openai.release.set()
-    async with await Store.open(tmp_path / "pins.sqlite3") as store:
+    async with await open_test_store(tmp_path) as store:
         assert [e.content for e in await store.history("console:direct:42")] == ["first", "reply 1"]
         assert [b.label for b in await store.blocks(["console:direct:42"])] == ["rule"]
         assert await store.integrity_ok()
