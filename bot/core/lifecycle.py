@@ -41,7 +41,12 @@ class Lifecycle:
         blocks left (idle ones included; rendering leaves those out)."""
         blocks, before = await self._store.start_model_call(scopes)
         now = self._clock()
-        gone = {b.id for b in blocks if expired(b, now, before.get(b.scope, 0), self._pins)}
+        idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
+        gone = {
+            b.id
+            for b in blocks
+            if b.state is idle and expired(b, now, before.get(b.scope, 0), self._pins)
+        }
         if gone:
             await self._store.delete_blocks(gone)
             blocks = [b for b in blocks if b.id not in gone]
