@@ -29,13 +29,15 @@ from storage.models import (
 )
 from storage.pg_migrations import migrate, schema_version
 from storage.rows import (
+    AUDIT_COLUMNS,
     BLOCK_COLUMNS,
     TABLES,
     USAGE_SUMS,
     Dump,
     PendingCalls,
+    audit_from_row,
     block_from_row,
-    dt,
+    block_insert_rows,
     import_audit_rows,
     totals,
     ts,
@@ -388,22 +390,7 @@ class PostgresStore:
                     "INSERT INTO blocks (scope, label, label_key, content, level, state, "
                     "priority, created_at, updated_at, idle_since, idle_calls) "
                     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                    [
-                        (
-                            scope,
-                            b.label,
-                            label_key(b.label),
-                            b.content,
-                            b.level.value,
-                            b.state.value,
-                            b.priority,
-                            ts(b.created_at),
-                            ts(b.updated_at),
-                            None if b.idle_since is None else ts(b.idle_since),
-                            b.idle_calls,
-                        )
-                        for b in sorted(blocks, key=lambda b: b.created_at)
-                    ],
+                    block_insert_rows(scope, blocks),
                 )
                 written += len(blocks)
         return written
@@ -413,23 +400,12 @@ class PostgresStore:
     async def audit_log(self, group_scope: str, limit: int) -> list[AuditEntry]:
         """The latest changes to a group's shared blocks, newest first."""
         rows = await self._pool.fetch(
-            "SELECT group_scope, actor, action, label, old_content, new_content, at "
+            f"SELECT {AUDIT_COLUMNS} "
             "FROM shared_audit WHERE group_scope = $1 ORDER BY at DESC, id DESC LIMIT $2",
             group_scope,
             limit,
         )
-        return [
-            AuditEntry(
-                group_scope=r[0],
-                actor=r[1],
-                action=r[2],
-                label=r[3],
-                old_content=r[4],
-                new_content=r[5],
-                at=dt(r[6]),
-            )
-            for r in rows
-        ]
+        return [audit_from_row(r) for r in rows]
 
     async def prune_audit(self, group_scope: str, before: datetime) -> int:
         """Forget a group's audit entries older than before; returns how many went."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from storage.models import Block, Level, State, UsageTotals, label_key
+from storage.models import AuditEntry, Block, Level, State, UsageTotals, label_key
 
 BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
@@ -143,3 +143,41 @@ def import_audit_rows(
         for _, old, new in sorted(entries, key=lambda e: e[0])
         if old != new
     ]
+
+
+def block_insert_rows(scope: str, blocks: Sequence[Block]) -> list[tuple[Any, ...]]:
+    """Rows for inserting blocks as they are (times, states and all), oldest first, in the
+    column order scope, label, label_key, content, level, state, priority, created_at,
+    updated_at, idle_since, idle_calls."""
+    return [
+        (
+            scope,
+            b.label,
+            label_key(b.label),
+            b.content,
+            b.level.value,
+            b.state.value,
+            b.priority,
+            ts(b.created_at),
+            ts(b.updated_at),
+            None if b.idle_since is None else ts(b.idle_since),
+            b.idle_calls,
+        )
+        for b in sorted(blocks, key=lambda b: b.created_at)
+    ]
+
+
+AUDIT_COLUMNS = "group_scope, actor, action, label, old_content, new_content, at"
+
+
+def audit_from_row(row: Row) -> AuditEntry:
+    """An AuditEntry from a row of AUDIT_COLUMNS."""
+    return AuditEntry(
+        group_scope=row[0],
+        actor=row[1],
+        action=row[2],
+        label=row[3],
+        old_content=row[4],
+        new_content=row[5],
+        at=dt(row[6]),
+    )
