@@ -276,3 +276,26 @@ async def test_bad_identities_are_refused(tmp_path: Path) -> None:
     ):
         code, out, err = await console(config, ["hi"], *args)
         assert code == 2 and out == "" and ("ids cannot" in err or "--topic needs --group" in err)
+
+
+def test_a_terminal_gets_a_banner_and_a_prompt(tmp_path: Path) -> None:
+    import pty
+    import subprocess
+
+    config = write_config(tmp_path)
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [PINBOT, "console", "--config", str(config), "--user", "5"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    os.close(terminal)
+    os.write(controller, b"/pin list\n\x04")  # a line, then Ctrl-D ends the input
+    out, err = process.communicate(timeout=60)
+    os.close(controller)
+    assert process.returncode == 0, err
+    lines = out.decode().splitlines()
+    assert lines[0] == "pinbot console: console:direct:5. /pin help for pins; Ctrl-D ends."
+    assert lines[1].startswith("> You have no blocks.")  # the prompt, then the reply
+    assert err == b""

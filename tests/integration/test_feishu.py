@@ -456,3 +456,14 @@ async def test_feishu_plain_reply_format(start_feishu: Any, fake_feishu: FakeFei
     bot = await start_feishu(feishu={"reply_format": "plain"})
     await bot.send(receive_event("**hello**"))
     assert {e["tag"] for e in post_elements(fake_feishu.replies[-1])} == {"text"}
+
+
+async def test_a_webhook_port_in_use_is_one_clear_error(start_feishu: Any) -> None:
+    from bot.config import ConfigError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=r"feishu\.webhook_port.*choose a free port"):
+            await start_feishu(feishu={"webhook_port": port})
