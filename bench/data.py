@@ -99,6 +99,7 @@ async def _fill_postgres(url: str, scopes: int) -> None:
     import asyncpg
 
     from storage.postgres import PostgresStore
+    from storage.rows import BLOCK_INSERT_COLUMNS
 
     store = await PostgresStore.open(url)  # the schema
     await store.close()
@@ -106,20 +107,8 @@ async def _fill_postgres(url: str, scopes: int) -> None:
     try:
         await connection.copy_records_to_table(
             "blocks",
-            records=[(*row[:3], *row[3:]) for row in rows(scopes)],
-            columns=[
-                "scope",
-                "label",
-                "label_key",
-                "content",
-                "level",
-                "state",
-                "priority",
-                "created_at",
-                "updated_at",
-                "idle_since",
-                "idle_calls",
-            ],
+            records=rows(scopes),
+            columns=list(BLOCK_INSERT_COLUMNS),
         )
         await connection.execute("ANALYZE blocks")
     finally:

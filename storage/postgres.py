@@ -31,6 +31,7 @@ from storage.pg_migrations import migrate, schema_version
 from storage.rows import (
     AUDIT_COLUMNS,
     BLOCK_COLUMNS,
+    BLOCK_INSERT_COLUMNS,
     TABLES,
     USAGE_SUMS,
     Dump,
@@ -44,6 +45,10 @@ from storage.rows import (
 )
 
 POOL_SIZE = 10
+_INSERT_BLOCK_ROW = (
+    f"INSERT INTO blocks ({', '.join(BLOCK_INSERT_COLUMNS)}) "
+    f"VALUES ({', '.join(f'${n}' for n in range(1, len(BLOCK_INSERT_COLUMNS) + 1))})"
+)
 if TYPE_CHECKING:  # generic only in the type stubs
     Connection = PoolConnectionProxy[asyncpg.Record]
 _AUDIT_INSERT = (
@@ -387,9 +392,7 @@ class PostgresStore:
                     calls,
                 )
                 await connection.executemany(
-                    "INSERT INTO blocks (scope, label, label_key, content, level, state, "
-                    "priority, created_at, updated_at, idle_since, idle_calls) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    _INSERT_BLOCK_ROW,
                     block_insert_rows(scope, blocks),
                 )
                 written += len(blocks)

@@ -145,10 +145,24 @@ def import_audit_rows(
     ]
 
 
+BLOCK_INSERT_COLUMNS = (
+    "scope",
+    "label",
+    "label_key",
+    "content",
+    "level",
+    "state",
+    "priority",
+    "created_at",
+    "updated_at",
+    "idle_since",
+    "idle_calls",
+)
+
+
 def block_insert_rows(scope: str, blocks: Sequence[Block]) -> list[tuple[Any, ...]]:
     """Rows for inserting blocks as they are (times, states and all), oldest first, in the
-    column order scope, label, label_key, content, level, state, priority, created_at,
-    updated_at, idle_since, idle_calls."""
+    order of BLOCK_INSERT_COLUMNS."""
     return [
         (
             scope,

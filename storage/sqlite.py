@@ -33,6 +33,7 @@ from storage.models import (
 from storage.rows import (
     AUDIT_COLUMNS,
     BLOCK_COLUMNS,
+    BLOCK_INSERT_COLUMNS,
     PRIVATE_FILE_MODE,
     TABLES,
     USAGE_SUMS,
@@ -46,6 +47,10 @@ from storage.rows import (
     ts,
 )
 
+_INSERT_BLOCK_ROW = (
+    f"INSERT INTO blocks ({', '.join(BLOCK_INSERT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(BLOCK_INSERT_COLUMNS))})"
+)
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another connection's transaction
 WAL_ATTEMPTS = 50
 WAL_RETRY_S = 0.01
@@ -430,9 +435,7 @@ class Store:
                     (scope, calls),
                 )
                 await self._db.executemany(
-                    "INSERT INTO blocks (scope, label, label_key, content, level, state, "
-                    "priority, created_at, updated_at, idle_since, idle_calls) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _INSERT_BLOCK_ROW,
                     block_insert_rows(scope, blocks),
                 )
                 written += len(blocks)
