@@ -91,6 +91,9 @@ class StorageConfig(_Section):
 
     path: str = "./pinbot.sqlite3"
     url_env: EnvName = ""
+    # How often a webhook worker looks for chats whose updates wait while no live worker
+    # holds them (their worker stopped or died).
+    takeover_check_s: Annotated[float, Field(ge=0.05, le=3600)] = 2.0
 
 
 class LlmConfig(_Section):

@@ -164,6 +164,54 @@ def _usage() -> list[str]:
     ]
 
 
+@data_migration(7)
+async def _delivery(db: aiosqlite.Connection) -> None:
+    """Updates are recorded on arrival and processed per chat by whichever worker holds the
+    chat; ids of events already seen become processed updates, so none is handled again."""
+    for statement in DELIVERY_TABLES:
+        await db.execute(statement)
+    await db.execute(
+        "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at, done_at) "
+        "SELECT platform, event_id, '', 0, '', seen_at, seen_at FROM seen_events"
+    )
+    await db.execute("DROP TABLE seen_events")
+
+
+DELIVERY_TABLES = [
+    # position orders one chat's updates (Telegram's update_id; 0 elsewhere), seq breaks ties
+    # in arrival order. A processed update stays a while to recognise a repeated delivery.
+    """CREATE TABLE inbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        platform TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        chat TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        payload TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        done_at REAL,
+        UNIQUE (platform, event_id)
+    )""",
+    "CREATE INDEX inbox_pending ON inbox (chat, position, seq) WHERE done_at IS NULL",
+    "CREATE INDEX inbox_done ON inbox (done_at) WHERE done_at IS NOT NULL",
+    "CREATE TABLE chat_leases (chat TEXT PRIMARY KEY, owner INTEGER NOT NULL, since REAL NOT NULL)",
+    """CREATE TABLE workers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at REAL NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL
+    )""",
+    # A token bucket per limiter and key; full_at says when it is full again (and may go).
+    """CREATE TABLE rate_buckets (
+        key TEXT PRIMARY KEY,
+        tokens REAL NOT NULL,
+        at REAL NOT NULL,
+        full_at REAL NOT NULL,
+        granted INTEGER NOT NULL
+    )""",
+    "CREATE INDEX rate_buckets_full ON rate_buckets (full_at)",
+]
+
+
 LATEST = max(MIGRATIONS)
 
 

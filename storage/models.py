@@ -112,3 +112,17 @@ class UsageRow:
     platform: str
     key: str  # the sender id, or the group's session key
     totals: UsageTotals
+
+
+@dataclass(frozen=True, slots=True)
+class PendingUpdate:
+    """An update recorded on arrival and not yet processed: its place in the inbox, the
+    platform it came from, and the platform's payload as received."""
+
+    seq: int
+    platform: str
+    payload: str
+
+
+class WorkerConflict(Exception):
+    """Another live process already holds what this worker asked to hold alone."""

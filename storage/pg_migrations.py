@@ -76,6 +76,45 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX usage_by_group ON usage (group_key, day)",
         "CREATE INDEX usage_by_day ON usage (day)",
     ],
+    # Updates recorded on arrival, processed per chat by whichever worker holds the chat (see
+    # storage/migrations.py step 7); rate limits counted here so they hold across workers.
+    2: [
+        """CREATE TABLE inbox (
+            seq BIGSERIAL PRIMARY KEY,
+            platform TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            chat TEXT NOT NULL,
+            position BIGINT NOT NULL,
+            payload TEXT NOT NULL,
+            received_at DOUBLE PRECISION NOT NULL,
+            done_at DOUBLE PRECISION,
+            UNIQUE (platform, event_id)
+        )""",
+        "CREATE INDEX inbox_pending ON inbox (chat, position, seq) WHERE done_at IS NULL",
+        "CREATE INDEX inbox_done ON inbox (done_at) WHERE done_at IS NOT NULL",
+        """CREATE TABLE chat_leases (
+            chat TEXT PRIMARY KEY,
+            owner BIGINT NOT NULL,
+            since DOUBLE PRECISION NOT NULL
+        )""",
+        """CREATE TABLE workers (
+            id BIGSERIAL PRIMARY KEY,
+            started_at DOUBLE PRECISION NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL
+        )""",
+        """CREATE TABLE rate_buckets (
+            key TEXT PRIMARY KEY,
+            tokens DOUBLE PRECISION NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            full_at DOUBLE PRECISION NOT NULL,
+            granted BOOLEAN NOT NULL
+        )""",
+        "CREATE INDEX rate_buckets_full ON rate_buckets (full_at)",
+        "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at, done_at) "
+        "SELECT platform, event_id, '', 0, '', seen_at, seen_at FROM seen_events",
+        "DROP TABLE seen_events",
+    ],
 }
 LATEST = max(MIGRATIONS)
 

@@ -9,6 +9,8 @@ queue, writes to different scopes do not.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,9 +24,11 @@ from storage.models import (
     HistoryEntry,
     Level,
     NewBlock,
+    PendingUpdate,
     State,
     UsageRow,
     UsageTotals,
+    WorkerConflict,
     label_key,
 )
 from storage.pg_migrations import migrate, schema_version
@@ -45,6 +49,16 @@ from storage.rows import (
 )
 
 POOL_SIZE = 10
+# Advisory lock spaces (the first key of pg_advisory_lock(int, int)): a worker holds
+# (WORKER_LOCKS, its id) while it lives, and (SOLE_LOCKS, hashtext(role)) for a sole role.
+WORKER_LOCKS = 7_000_002
+SOLE_LOCKS = 7_000_003
+# The ids of the live workers of this database.
+_LIVE = (
+    "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    f"AND classid = {WORKER_LOCKS} AND objsubid = 2 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 _INSERT_BLOCK_ROW = (
     f"INSERT INTO blocks ({', '.join(BLOCK_INSERT_COLUMNS)}) "
     f"VALUES ({', '.join(f'${n}' for n in range(1, len(BLOCK_INSERT_COLUMNS) + 1))})"
@@ -76,9 +90,14 @@ class PostgresStore:
     """pinbot's data in PostgreSQL: blocks per scope, model-call counts, history, audit trail,
     delivered events and usage."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         self._pool = pool
+        self._url = url
         self._pending_calls = PendingCalls()
+        self._worker = 0  # this process's worker id once it serves (register_worker)
+        # Holds this worker's liveness lock for as long as the process lives: PostgreSQL drops
+        # it the moment the process dies, however it dies.
+        self._liveness: asyncpg.Connection[Any] | None = None
 
     @classmethod
     async def open(cls, url: str) -> PostgresStore:
@@ -90,14 +109,17 @@ class PostgresStore:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool)
+        return cls(pool, url)
 
     async def close(self) -> None:
         """Write pending counts and close the pool; committed data is on the server."""
         try:
             await self.flush_calls()
         finally:
-            await self._pool.close()
+            try:
+                await self._pool.close()
+            finally:
+                await self.leave_workers()
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -487,23 +509,152 @@ class PostgresStore:
             [UsageRow(r[0], r[1], totals(tuple(r)[2:])) for r in groups],
         )
 
-    # --- platform event de-duplication ---------------------------------------------------------
+    # --- delivery: updates recorded on arrival, chat leases, rate buckets ---------------------
 
-    async def claim_event(self, platform: str, event_id: str, *, now: datetime) -> bool:
-        """Record an event id; True the first time it is seen (ever, by any process)."""
+    async def register_worker(self, *, now: datetime, sole: str | None = None) -> int:
+        """Join the workers serving this store; returns this worker's id. The worker counts as
+        live while this store is open and its process runs. With sole, also hold that role alone
+        (one poller per bot): raises WorkerConflict when a live worker holds it already."""
+        liveness = await asyncpg.connect(self._url)
+        try:
+            worker = int(
+                await liveness.fetchval(
+                    "INSERT INTO workers (started_at, host, pid) VALUES ($1, $2, $3) RETURNING id",
+                    ts(now),
+                    socket.gethostname(),
+                    os.getpid(),
+                )
+            )
+            await liveness.execute("SELECT pg_advisory_lock($1, $2)", WORKER_LOCKS, worker)
+            if sole is not None and not await liveness.fetchval(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))", SOLE_LOCKS, sole
+            ):
+                raise WorkerConflict(f"another live pinbot worker already runs as {sole}")
+        except BaseException:
+            await liveness.close()
+            raise
+        if self._liveness is not None:
+            await self._liveness.close()
+        self._liveness, self._worker = liveness, worker
+        return worker
+
+    async def leave_workers(self) -> None:
+        """Stop being a live worker: this worker's chats and sole role go to the others."""
+        if self._liveness is not None:
+            await self._liveness.close()
+            self._liveness = None
+
+    async def record_update(
+        self, platform: str, event_id: str, *, chat: str, position: int, payload: str, now: datetime
+    ) -> bool:
+        """Record an update as it arrives; False if this event was recorded before (a repeated
+        delivery, to any worker, which must not be processed again)."""
         status = await self._pool.execute(
-            "INSERT INTO seen_events (platform, event_id, seen_at) VALUES ($1, $2, $3) "
-            "ON CONFLICT DO NOTHING",
+            "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
             platform,
             event_id,
+            chat,
+            position,
+            payload,
             ts(now),
         )
         return _changed(status) == 1
 
-    async def forget_events_before(self, moment: datetime) -> int:
-        """Drop event ids recorded before moment; returns how many went."""
+    async def claim_chat(self, chat: str, *, now: datetime) -> bool:
+        """Take the chat's lease for this worker unless another live worker holds it; True when
+        this worker holds it now."""
+        row = await self._pool.fetchrow(
+            "INSERT INTO chat_leases (chat, owner, since) VALUES ($1, $2, $3) "
+            "ON CONFLICT (chat) DO UPDATE SET owner = EXCLUDED.owner, since = EXCLUDED.since "
+            f"WHERE chat_leases.owner = EXCLUDED.owner OR chat_leases.owner NOT IN ({_LIVE}) "
+            "RETURNING owner",
+            chat,
+            self._worker,
+            ts(now),
+        )
+        return row is not None
+
+    async def next_update(self, chat: str) -> PendingUpdate | None:
+        """The chat's first unprocessed update in order, if any."""
+        row = await self._pool.fetchrow(
+            "SELECT seq, platform, payload FROM inbox WHERE chat = $1 AND done_at IS NULL "
+            "ORDER BY position, seq LIMIT 1",
+            chat,
+        )
+        return PendingUpdate(int(row[0]), row[1], row[2]) if row else None
+
+    async def finish_update(self, seq: int, *, now: datetime) -> None:
+        """Mark an update processed."""
+        await self._pool.execute("UPDATE inbox SET done_at = $1 WHERE seq = $2", ts(now), seq)
+
+    async def release_chat(self, chat: str) -> bool:
+        """Give up the chat's lease unless updates of it wait; True when this worker no longer
+        holds it (released, or taken over), False when updates wait and the lease is still ours.
+
+        An update recorded while this runs is either seen waiting here, or its worker's claim
+        waits for this delete and then takes the chat."""
+        keep = await self._pool.fetchval(
+            "WITH waiting AS (SELECT EXISTS (SELECT 1 FROM inbox WHERE chat = $1 "
+            "AND done_at IS NULL) AS yes), "
+            "released AS (DELETE FROM chat_leases WHERE chat = $1 AND owner = $2 "
+            "AND NOT (SELECT yes FROM waiting) RETURNING 1) "
+            "SELECT (SELECT yes FROM waiting) AND EXISTS (SELECT 1 FROM chat_leases "
+            "WHERE chat = $1 AND owner = $2)",
+            chat,
+            self._worker,
+        )
+        return not keep
+
+    async def drop_lease(self, chat: str) -> None:
+        """Give up the chat's lease whatever waits (another worker will take the chat up)."""
+        await self._pool.execute(
+            "DELETE FROM chat_leases WHERE chat = $1 AND owner = $2", chat, self._worker
+        )
+
+    async def abandoned_chats(self, limit: int) -> list[str]:
+        """Chats with unprocessed updates that no other live worker holds, at most limit of
+        them."""
+        rows = await self._pool.fetch(
+            "SELECT DISTINCT i.chat FROM inbox i LEFT JOIN chat_leases l ON l.chat = i.chat "
+            "WHERE i.done_at IS NULL "
+            f"AND (l.owner IS NULL OR l.owner = $2 OR l.owner NOT IN ({_LIVE})) LIMIT $1",
+            limit,
+            self._worker,
+        )
+        return [row[0] for row in rows]
+
+    async def forget_updates_before(self, moment: datetime) -> int:
+        """Drop updates processed before moment; returns how many went."""
         return _changed(
-            await self._pool.execute("DELETE FROM seen_events WHERE seen_at < $1", ts(moment))
+            await self._pool.execute("DELETE FROM inbox WHERE done_at < $1", ts(moment))
+        )
+
+    async def take_token(
+        self, key: str, *, capacity: float, per_s: float, now: datetime
+    ) -> float | None:
+        """Take one token from key's bucket (capacity tokens, refilled at per_s); None if one
+        was there, else the seconds until one is. Exact across workers: the row is locked."""
+        refilled = "LEAST($2, rate_buckets.tokens + ($4 - rate_buckets.at) * $3)"
+        left = f"({refilled} - CASE WHEN {refilled} >= 1 THEN 1 ELSE 0 END)"
+        row = await self._pool.fetchrow(
+            "INSERT INTO rate_buckets (key, tokens, at, full_at, granted) "
+            "VALUES ($1, $2::float8 - 1, $4::float8, $4::float8 + 1 / $3::float8, true) "
+            f"ON CONFLICT (key) DO UPDATE SET granted = {refilled} >= 1, tokens = {left}, "
+            f"full_at = $4 + ($2 - {left}) / $3, at = $4 "
+            "RETURNING granted, tokens",
+            key,
+            float(capacity),
+            float(per_s),
+            ts(now),
+        )
+        assert row is not None
+        return None if row[0] else (1 - row[1]) / per_s
+
+    async def forget_full_buckets(self, now: datetime) -> int:
+        """Drop rate buckets that are full again (a new bucket behaves the same)."""
+        return _changed(
+            await self._pool.execute("DELETE FROM rate_buckets WHERE full_at <= $1", ts(now))
         )
 
     # --- moving a group ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ TABLES = {
     ),
     "scope_calls": ("scope, calls", "scope"),
     "history": ("session, role, content, created_at", "id"),
-    "seen_events": ("platform, event_id, seen_at", "platform, event_id"),
+    "inbox": ("platform, event_id, chat, position, payload, received_at, done_at", "seq"),
     "shared_audit": ("group_scope, at, actor, action, label, old_content, new_content", "id"),
     "usage": (
         "platform, sender, day, group_key, calls, prompt_tokens, cached_tokens, "

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
+import socket
 import sqlite3
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from datetime import datetime
@@ -25,9 +27,11 @@ from storage.models import (
     HistoryEntry,
     Level,
     NewBlock,
+    PendingUpdate,
     State,
     UsageRow,
     UsageTotals,
+    WorkerConflict,
     label_key,
 )
 from storage.rows import (
@@ -76,8 +80,11 @@ async def _use_wal(db: aiosqlite.Connection) -> None:
 class Store:
     """pinbot's SQLite database: blocks per scope, per-scope model-call counts, history."""
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: Path | None = None) -> None:
         self._db = db
+        self._path = path
+        self._worker = 0  # this process's worker id once it serves (register_worker)
+        self._serving: int | None = None  # the file descriptor holding the one-server lock
         # Single-statement writes take this lock too, so none of them can land inside (and be
         # rolled back with) a multi-statement transaction on this shared connection.
         self._write_lock = asyncio.Lock()
@@ -102,12 +109,15 @@ class Store:
         except BaseException:
             await db.close()
             raise
-        return cls(db)
+        return cls(db, None if str(path) == ":memory:" else Path(path))
 
     async def close(self) -> None:
         """Write pending counts and close the connection; committed data is on disk."""
-        await self.flush_calls()
-        await self._db.close()
+        try:
+            await self.flush_calls()
+            await self._db.close()
+        finally:
+            await self.leave_workers()
 
     async def __aenter__(self) -> Store:
         return self
@@ -151,6 +161,13 @@ class Store:
                 raise
             await self._db.execute("COMMIT")
             return cursor
+
+    async def _write_returning(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+    ) -> Iterable[sqlite3.Row]:
+        """One write statement with a RETURNING clause: its rows, committed on return."""
+        async with self._write_lock:
+            return await self._db.execute_fetchall(sql, args)
 
     # --- blocks -------------------------------------------------------------------------------
 
@@ -537,19 +554,132 @@ class Store:
             [UsageRow(r[0], r[1], totals(r[2:])) for r in groups],
         )
 
-    # --- platform event de-duplication ---------------------------------------------------------
+    # --- delivery: updates recorded on arrival, chat leases, rate buckets ---------------------
 
-    async def claim_event(self, platform: str, event_id: str, *, now: datetime) -> bool:
-        """Record an event id; True the first time it is seen (ever, across restarts)."""
+    async def register_worker(self, *, now: datetime, sole: str | None = None) -> int:
+        """Serve this store as its one worker; returns the worker id. A SQLite database is
+        served by one process at a time (sole roles are then held by definition): raises
+        WorkerConflict when another process serves it already."""
+        if self._path is not None and self._serving is None:
+            descriptor = os.open(self._path, os.O_RDONLY)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(descriptor)
+                raise WorkerConflict(
+                    f"another pinbot process is serving the SQLite database {self._path}"
+                ) from None
+            self._serving = descriptor
         cursor = await self._write(
-            "INSERT OR IGNORE INTO seen_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
-            (platform, event_id, ts(now)),
+            "INSERT INTO workers (started_at, host, pid) VALUES (?, ?, ?)",
+            (ts(now), socket.gethostname(), os.getpid()),
+        )
+        self._worker = int(cursor.lastrowid or 0)
+        return self._worker
+
+    async def leave_workers(self) -> None:
+        """Stop serving: another process may serve this database now."""
+        if self._serving is not None:
+            os.close(self._serving)  # releases the one-server lock
+            self._serving = None
+
+    async def record_update(
+        self, platform: str, event_id: str, *, chat: str, position: int, payload: str, now: datetime
+    ) -> bool:
+        """Record an update as it arrives; False if this event was recorded before (a repeated
+        delivery, which must not be processed again)."""
+        cursor = await self._write(
+            "INSERT OR IGNORE INTO inbox (platform, event_id, chat, position, payload, "
+            "received_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (platform, event_id, chat, position, payload, ts(now)),
         )
         return cursor.rowcount == 1
 
-    async def forget_events_before(self, moment: datetime) -> int:
-        """Drop event ids recorded before moment; returns how many went."""
-        cursor = await self._write("DELETE FROM seen_events WHERE seen_at < ?", (ts(moment),))
+    async def claim_chat(self, chat: str, *, now: datetime) -> bool:
+        """Take the chat's lease for this worker unless another live worker holds it; True when
+        this worker holds it now. Only this process serves a SQLite store, so any other holder
+        is a process that ended."""
+        await self._write(
+            "INSERT INTO chat_leases (chat, owner, since) VALUES (?, ?, ?) "
+            "ON CONFLICT (chat) DO UPDATE SET owner = excluded.owner, since = excluded.since",
+            (chat, self._worker, ts(now)),
+        )
+        return True
+
+    async def next_update(self, chat: str) -> PendingUpdate | None:
+        """The chat's first unprocessed update in order, if any."""
+        rows = list(
+            await self._db.execute_fetchall(
+                "SELECT seq, platform, payload FROM inbox WHERE chat = ? AND done_at IS NULL "
+                "ORDER BY position, seq LIMIT 1",
+                (chat,),
+            )
+        )
+        return PendingUpdate(int(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    async def finish_update(self, seq: int, *, now: datetime) -> None:
+        """Mark an update processed."""
+        await self._write("UPDATE inbox SET done_at = ? WHERE seq = ?", (ts(now), seq))
+
+    async def release_chat(self, chat: str) -> bool:
+        """Give up the chat's lease unless updates of it wait; True when this worker no longer
+        holds it (released, or taken over), False when updates wait and the lease is still ours."""
+        async with self._transaction():
+            waiting = await self._db.execute_fetchall(
+                "SELECT 1 FROM inbox WHERE chat = ? AND done_at IS NULL LIMIT 1", (chat,)
+            )
+            if list(waiting):
+                owners = await self._db.execute_fetchall(
+                    "SELECT owner FROM chat_leases WHERE chat = ?", (chat,)
+                )
+                return [tuple(row) for row in owners] != [(self._worker,)]
+            await self._db.execute(
+                "DELETE FROM chat_leases WHERE chat = ? AND owner = ?", (chat, self._worker)
+            )
+        return True
+
+    async def drop_lease(self, chat: str) -> None:
+        """Give up the chat's lease whatever waits (another worker will take the chat up)."""
+        await self._write(
+            "DELETE FROM chat_leases WHERE chat = ? AND owner = ?", (chat, self._worker)
+        )
+
+    async def abandoned_chats(self, limit: int) -> list[str]:
+        """Chats with unprocessed updates that no other live worker holds, at most limit of
+        them (this process is the only live worker of a SQLite store)."""
+        rows = await self._db.execute_fetchall(
+            "SELECT DISTINCT chat FROM inbox WHERE done_at IS NULL LIMIT ?", (limit,)
+        )
+        return [row[0] for row in rows]
+
+    async def forget_updates_before(self, moment: datetime) -> int:
+        """Drop updates processed before moment; returns how many went."""
+        cursor = await self._write("DELETE FROM inbox WHERE done_at < ?", (ts(moment),))
+        return cursor.rowcount
+
+    async def take_token(
+        self, key: str, *, capacity: float, per_s: float, now: datetime
+    ) -> float | None:
+        """Take one token from key's bucket (capacity tokens, refilled at per_s); None if one
+        was there, else the seconds until one is. Exact under any concurrency."""
+        refilled = "min(:capacity, tokens + (:now - at) * :rate)"
+        left = f"({refilled} - ({refilled} >= 1))"
+        rows = list(
+            await self._write_returning(
+                "INSERT INTO rate_buckets (key, tokens, at, full_at, granted) "
+                "VALUES (:key, :capacity - 1, :now, :now + 1 / :rate, 1) "
+                f"ON CONFLICT (key) DO UPDATE SET granted = {refilled} >= 1, tokens = {left}, "
+                f"full_at = :now + (:capacity - {left}) / :rate, at = :now "
+                "RETURNING granted, tokens",
+                {"key": key, "capacity": capacity, "rate": per_s, "now": ts(now)},
+            )
+        )
+        granted, tokens = rows[0]
+        return None if granted else (1 - tokens) / per_s
+
+    async def forget_full_buckets(self, now: datetime) -> int:
+        """Drop rate buckets that are full again (a new bucket behaves the same)."""
+        cursor = await self._write("DELETE FROM rate_buckets WHERE full_at <= ?", (ts(now),))
         return cursor.rowcount
 
     # --- moving a group ---------------------------------------------------------------------------

@@ -4,15 +4,15 @@ lark-oapi's dispatcher), core replies out (through our own pooled HTTP client)."
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import json
 import logging
 import re
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -23,13 +23,14 @@ from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import ModelText, split_message
+from bot.inbox import Inbox
+from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "feishu"
 # Feishu allows far longer texts; shorter parts stay readable on phones.
 MESSAGE_LIMIT = 8000
-EVENT_MEMORY = timedelta(days=7)
 TOKEN_REFRESH_MARGIN_S = 300
 CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
 CONNECT_RETRY_MAX_S = 60.0
@@ -88,6 +89,17 @@ class FeishuMessage:
             sender_aliases=tuple(value for _, value in named),
             sender_id_kinds=("open_id", *(name for name, _ in named)),
         )
+
+    def to_json(self) -> str:
+        """The event as recorded in the inbox."""
+        return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, recorded: str) -> FeishuMessage:
+        """The event as to_json recorded it."""
+        fields = json.loads(recorded)
+        mentions = tuple(Mention(**mention) for mention in fields.pop("mentions"))
+        return cls(**fields, mentions=mentions)
 
     def raw_text(self) -> str | None:
         """The message's text with its mention placeholders, or None if it has no text."""
@@ -363,8 +375,15 @@ class RefusalLog:
             self._seen.clear()
 
 
+# The events lark-oapi's dispatcher hands over during one webhook request.
+_RECEIVED: contextvars.ContextVar[list[FeishuMessage] | None] = contextvars.ContextVar(
+    "feishu_received", default=None
+)
+
+
 class FeishuFrontend:
-    """Runs the bot on Feishu: receives events, processes each event id once, replies."""
+    """Runs the bot on Feishu: records each event once, processes them per chat in order,
+    replies."""
 
     def __init__(
         self,
@@ -388,8 +407,13 @@ class FeishuFrontend:
         self._sleep = sleep
         self.bot_open_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._tasks: set[asyncio.Task[None]] = set()  # events from the long connection
+        self.inbox = Inbox(
+            pinbot.store,
+            self._process_recorded,
+            clock=clock,
+            takeover_check_s=pinbot.config.storage.takeover_check_s,
+        )
         self._runner: web.AppRunner | None = None
         self._refusals = RefusalLog(monotonic)
         self.port = config.webhook_port
@@ -424,8 +448,8 @@ class FeishuFrontend:
     async def start(self) -> None:
         """Learn the bot's open_id, then listen for events in the configured mode."""
         self._loop = asyncio.get_running_loop()
-        await self.pinbot.forget_deliveries_before(self._clock() - EVENT_MEMORY)
         await self._learn_open_id()
+        await self.inbox.start()
         if self.config.mode == "webhook":
             await self._start_webhook()
         else:
@@ -455,14 +479,21 @@ class FeishuFrontend:
                 return
 
     async def stop(self) -> None:
-        """Stop listening and let the events in progress finish."""
+        """Stop listening and finish the events in progress; the chats' other waiting events
+        are left to the other workers."""
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.idle()
+        await self._recorded()
+        await self.inbox.stop()
         await self.api.close()
 
     async def idle(self) -> None:
         """Wait until every event received so far has been processed."""
+        await self._recorded()
+        await self.inbox.idle()
+
+    async def _recorded(self) -> None:
+        """Wait until every event handed over by the long connection is recorded."""
         await asyncio.sleep(0)  # let events handed over with call_soon_threadsafe be spawned
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -513,7 +544,8 @@ class FeishuFrontend:
 
     async def on_webhook(self, request: web.Request) -> web.Response:
         """Hand a POSTed event to lark-oapi's dispatcher (token, decryption, signature,
-        url_verification) and answer at once; the event is processed afterwards."""
+        url_verification), record the event, and answer: 200 once it is committed, 500 (Feishu
+        delivers it again) when it could not be. It is processed afterwards."""
         import lark_oapi as lark
 
         raw = lark.RawRequest()
@@ -521,17 +553,33 @@ class FeishuFrontend:
         raw.body = await request.read()
         # An unsigned request must fail lark-oapi's signature check, not crash it.
         raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
-        result = self.dispatcher.do(raw)
+        received: list[FeishuMessage] = []
+        token = _RECEIVED.set(received)
+        try:
+            result = self.dispatcher.do(raw)  # calls on_event synchronously, in this context
+        finally:
+            _RECEIVED.reset(token)
         if result.status_code != 200:
             detail = (result.content or b"").decode("utf-8", "replace")[:LOGGED_DETAIL_CHARS]
             self._refusals.note(request.remote or "unknown", detail)
             status = 401 if ("token" in detail or "signature" in detail) else 400
             return web.json_response({"msg": "refused"}, status=status)
+        try:
+            for event in received:
+                await self._record(event)
+        except Exception as error:
+            log.error("could not record a Feishu event: %s", error)
+            return web.json_response({"msg": "try again"}, status=500)
         return web.Response(body=result.content, status=200, content_type="application/json")
 
     def on_event(self, data: Any) -> None:
-        """lark-oapi's callback, on any thread: hand the event to the bot's loop and return."""
+        """lark-oapi's callback: during a webhook request, collect the event for it to record;
+        from the long connection (on its own thread), hand it to the bot's loop and return."""
         event = message_of(data)
+        received = _RECEIVED.get()
+        if received is not None:
+            received.append(event)
+            return
         loop = self._loop
         if loop is None:
             log.error("event %s arrived before the bot started; dropped", event.event_id)
@@ -539,25 +587,32 @@ class FeishuFrontend:
         loop.call_soon_threadsafe(self._spawn, event)
 
     def _spawn(self, event: FeishuMessage) -> None:
-        task = asyncio.get_running_loop().create_task(self._process(event))
+        task = asyncio.get_running_loop().create_task(self._record_logged(event))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _process(self, event: FeishuMessage) -> None:
-        key = event.chat_id or event.message_id
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        async with lock:  # taken before any await, so one chat's events keep their order
-            try:
-                await self._handle(event)
-            except Exception:
-                log.exception("processing Feishu event %s failed", event.event_id)
+    async def _record_logged(self, event: FeishuMessage) -> None:
+        try:
+            await self._record(event)
+        except Exception:
+            log.exception("could not record Feishu event %s", event.event_id)
+
+    async def _record(self, event: FeishuMessage) -> None:
+        if not event.event_id:
+            log.warning("a Feishu event without an event id was ignored")
+            return
+        await self.inbox.receive(
+            PLATFORM,
+            event.event_id,
+            chat=f"{PLATFORM}:{event.chat_id or event.message_id}",
+            position=0,  # Feishu has no delivery sequence: arrival order it is
+            payload=event.to_json(),
+        )
+
+    async def _process_recorded(self, pending: PendingUpdate) -> None:
+        await self._handle(FeishuMessage.from_json(pending.payload))
 
     async def _handle(self, event: FeishuMessage) -> None:
-        if not event.event_id or not await self.pinbot.first_delivery(PLATFORM, event.event_id):
-            log.info("duplicate Feishu event %s ignored", event.event_id)
-            return
         raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
         text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
         readable = text if raw is not None else None

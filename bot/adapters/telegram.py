@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import json
 import logging
 import re
 import time
@@ -14,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+from aiohttp import web
 from telegram import (
     BotCommand,
     BotCommandScopeAllGroupChats,
@@ -26,6 +29,7 @@ from telegram import (
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType
 from telegram.error import (
     BadRequest,
+    Conflict,
     Forbidden,
     InvalidToken,
     NetworkError,
@@ -46,6 +50,8 @@ from bot.config import ConfigError, TelegramConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import ModelText
+from bot.inbox import Inbox, join_workers
+from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,9 @@ CHAT_PROBLEMS = (
 CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
 CONNECT_RETRY_MAX_S = 60.0
 PROBE_TIMEOUT_S = 10.0
+MAX_WEBHOOK_BODY = 1024 * 1024
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
 MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 # httpcore walks every pooled connection on each request: a small pool keeps sends cheap while
 # many chats wait, and 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s).
@@ -182,6 +191,14 @@ class TelegramFrontend:
         self._sleep = sleep
         self.monotonic = monotonic
         self._admin_cache: dict[tuple[int, int], tuple[bool, float]] = {}
+        self._runner: web.AppRunner | None = None
+        self._conflict_reported_at: float | None = None
+        self.inbox = Inbox(
+            pinbot.store,
+            self._process_recorded,
+            clock=pinbot.clock,
+            takeover_check_s=pinbot.config.storage.takeover_check_s,
+        )
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
             .token(token)
@@ -215,40 +232,109 @@ class TelegramFrontend:
     async def start(self) -> None:
         """Connect (getMe), register the command menus, and start receiving updates.
 
-        A rejected token, a wrong base URL or a port in use raise ConfigError naming what to fix;
-        failures that waiting can fix (network, timeouts, a failing gateway) are retried."""
+        A rejected token, a wrong base URL, a port in use or a second poller raise ConfigError
+        naming what to fix; failures that waiting can fix (network, timeouts, a failing gateway)
+        are retried."""
         await self._connect()
         self.pinbot.bot_username = self.app.bot.username
         await self._register_commands()
-        updater = self.app.updater
-        assert updater is not None
         if self.config.mode == "webhook":
-            try:
-                await updater.start_webhook(
-                    listen=self.config.webhook_listen,
-                    port=self.config.webhook_port,
-                    url_path=self.config.webhook_path,
-                    webhook_url=self.config.webhook_url,
-                    secret_token=self._webhook_secret,
-                )
-            except OSError as error:
-                raise ConfigError(
-                    f"telegram.webhook_port: cannot listen on {self.config.webhook_listen}:"
-                    f"{self.config.webhook_port} ({error.strerror or error}); choose a free port"
-                ) from None
+            await self._start_webhook()
         else:
-            await updater.start_polling(timeout=self.config.poll_timeout_s)
+            await join_workers(
+                self.pinbot.store,
+                self.pinbot.clock,
+                sole=f"the Telegram poller of bot {self.app.bot.id}",
+                advice="only one process may poll a bot; stop the other one, or run several "
+                "workers in webhook mode (telegram.mode: webhook) on PostgreSQL",
+            )
+            updater = self.app.updater
+            assert updater is not None
+            await updater.start_polling(
+                timeout=self.config.poll_timeout_s, error_callback=self._on_polling_error
+            )
         await self.app.start()
         log.info("telegram bot @%s started (%s)", self.app.bot.username, self.config.mode)
 
+    async def _start_webhook(self) -> None:
+        """Join the workers, listen for Telegram's posts, then tell Telegram where to post."""
+        await self.inbox.start()
+        app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
+        app.router.add_post("/" + self.config.webhook_path.lstrip("/"), self.on_webhook)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.webhook_listen, self.config.webhook_port)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ConfigError(
+                f"telegram.webhook_port: cannot listen on {self.config.webhook_listen}:"
+                f"{self.config.webhook_port} ({error.strerror or error}); choose a free port"
+            ) from None
+        await self.app.bot.set_webhook(
+            url=self.config.webhook_url, secret_token=self._webhook_secret
+        )
+
     async def stop(self) -> None:
-        """Stop receiving, finish the updates in progress, and disconnect."""
+        """Stop receiving, finish the updates in progress, and disconnect. In webhook mode the
+        chats' other waiting updates are left to the other workers."""
         updater = self.app.updater
         if updater is not None and updater.running:
             await updater.stop()
+            await self.pinbot.store.leave_workers()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.inbox.stop()
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
+
+    def _on_polling_error(self, error: TelegramError) -> None:
+        """Say plainly when another process polls the same bot (Telegram then answers one of
+        the two with 409 Conflict); other polling errors are retried by the updater."""
+        if not isinstance(error, Conflict):
+            log.warning("polling Telegram failed: %s; retrying", error)
+            return
+        now = self.monotonic()
+        reported = self._conflict_reported_at
+        if reported is not None and now - reported < CONFLICT_LOG_INTERVAL_S:
+            return
+        self._conflict_reported_at = now
+        log.error(
+            "another process is polling Telegram with this bot token (Telegram says: %s); only "
+            "one poller may run per bot: stop the other one, or run several workers in webhook "
+            "mode (telegram.mode: webhook)",
+            error.message,
+        )
+
+    # --- webhook --------------------------------------------------------------------------------
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        """Record a posted update (Telegram gets 200 once it is committed, and 500, to deliver
+        it again, when it could not be), then process it in its chat's order."""
+        given = request.headers.get(SECRET_HEADER, "").encode()
+        if not hmac.compare_digest(given, (self._webhook_secret or "").encode()):
+            return web.Response(status=403)
+        raw = await request.text()
+        try:
+            data = json.loads(raw)
+            update_id = int(data["update_id"])
+            update = Update.de_json(data, self.app.bot)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return web.Response(status=400, text="not a Telegram update")
+        chat = update.effective_chat
+        key = f"{PLATFORM}:{chat.id}" if chat is not None else f"{PLATFORM}:update:{update_id}"
+        try:
+            await self.inbox.receive(
+                PLATFORM, str(update_id), chat=key, position=update_id, payload=raw
+            )
+        except Exception as error:  # Telegram delivers it again later
+            log.error("could not record update %d: %s", update_id, error)
+            return web.Response(status=500)
+        return web.Response(status=200)
+
+    async def _process_recorded(self, pending: PendingUpdate) -> None:
+        await self.app.process_update(Update.de_json(json.loads(pending.payload), self.app.bot))
 
     async def _connect(self) -> None:
         """getMe, retried with backoff while Telegram cannot be reached."""

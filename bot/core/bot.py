@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
 
 from bot.config import Config
 from bot.core.access import admission
@@ -66,14 +65,15 @@ class Pinbot:
     ) -> None:
         self.config = config
         self.store = store
-        self._clock = clock
+        self.clock = clock
         self.pins = PinService(store, config.pins, clock)
         self.usage = UsageLedger(store, config.budgets, clock)
         self.chat = ChatService(store, self.pins.ops, config, model, self.usage, clock)
         self.bot_username = bot_username
-        self._pin_commands = RateLimiter(config.limits.pin_commands_per_minute, clock)
-        self._turns = RateLimiter(config.limits.model_turns_per_minute, clock)
-        self._unreadable = RateLimiter(UNREADABLE_REPLIES_PER_MINUTE, clock)
+        limits = config.limits
+        self._pin_commands = RateLimiter(store, "pin", limits.pin_commands_per_minute, clock)
+        self._turns = RateLimiter(store, "turn", limits.model_turns_per_minute, clock)
+        self._unreadable = RateLimiter(store, "unreadable", UNREADABLE_REPLIES_PER_MINUTE, clock)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,
@@ -117,7 +117,7 @@ class Pinbot:
             trigger=self._triggers.get(conversation.platform, "all"),
         )
         if text is None:
-            return self._answer_unreadable(conversation) if addressed else None
+            return await self._answer_unreadable(conversation) if addressed else None
         text = text.strip()
         if not text:
             return None
@@ -164,17 +164,17 @@ class Pinbot:
             )
         if text.startswith("/"):
             return await self.command(context, text)
-        if wait := self._turns.acquire(self._sender_key(conversation)):
+        if wait := await self._turns.acquire(self._sender_key(conversation)):
             return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
         if refusal := await self.usage.budget_refusal(context):
             return refusal
         async with thinking() if thinking else contextlib.nullcontext():
             return await self.chat.turn(context, text, on_text)
 
-    def _answer_unreadable(self, conversation: Conversation) -> str | None:
+    async def _answer_unreadable(self, conversation: Conversation) -> str | None:
         if refusal := admission(conversation, self.config.access).refusal:
             return refusal
-        if self._unreadable.acquire(conversation.session_key):
+        if await self._unreadable.acquire(conversation.session_key):
             return None
         return UNREADABLE_REPLY
 
@@ -190,21 +190,12 @@ class Pinbot:
             old, new, members_prefix=members, sessions_prefix=sessions
         )
 
-    async def first_delivery(self, platform: str, event_id: str) -> bool:
-        """Whether this is the first time the platform delivered this event (ever, across
-        restarts); later deliveries must not be handled again."""
-        return await self.store.claim_event(platform, event_id, now=self._clock())
-
-    async def forget_deliveries_before(self, moment: datetime) -> int:
-        """Forget delivered event ids recorded before moment; returns how many went."""
-        return await self.store.forget_events_before(moment)
-
     async def command(self, context: MessageContext, text: str) -> str:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         conversation = context.conversation
         if name in ("pin", "sticky"):
-            if wait := self._pin_commands.acquire(self._sender_key(conversation)):
+            if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
                 return f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
             parsed = parse_pin(rest) if name == "pin" else parse_sticky(rest)
             if isinstance(parsed, ParseError):

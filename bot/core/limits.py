@@ -1,45 +1,29 @@
-"""Per-sender rate limits: a token bucket per key, on an injectable clock."""
+"""Per-sender rate limits: a token bucket per key, kept in the store so that a limit holds
+across every worker sharing it, on an injectable clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-
-MAX_TRACKED = 10_000
+from bot.core.clock import Clock
+from storage import Store
 
 
 class RateLimiter:
-    """Allows `per_minute` events per key on average, in bursts of up to `per_minute`."""
+    """Allows `per_minute` events per key on average, in bursts of up to `per_minute`, counted
+    once for all workers of one store. A limit of 0 means no limit (and costs nothing)."""
 
-    def __init__(self, per_minute: int, clock: Callable[[], datetime]) -> None:
-        self._rate = per_minute / 60.0
-        self._capacity = float(per_minute)
+    def __init__(self, store: Store, name: str, per_minute: int, clock: Clock) -> None:
+        self._store = store
+        self._name = name
+        self._per_minute = per_minute
         self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # key → (tokens, when)
 
-    def acquire(self, key: str) -> float | None:
-        """Take one token for key; None if allowed, else the seconds until one is free.
-
-        A limit of 0 means no limit."""
-        if self._capacity == 0:
+    async def acquire(self, key: str) -> float | None:
+        """Take one event for key: None if allowed, else the seconds until one is."""
+        if self._per_minute == 0:
             return None
-        now = self._clock().timestamp()
-        tokens, when = self._buckets.get(key, (self._capacity, now))
-        tokens = min(self._capacity, tokens + (now - when) * self._rate)
-        if tokens < 1:
-            self._buckets[key] = (tokens, now)
-            return (1 - tokens) / self._rate
-        self._buckets[key] = (tokens - 1, now)
-        if len(self._buckets) > MAX_TRACKED:
-            self._forget_full(now)
-        return None
-
-    def _forget_full(self, now: float) -> None:
-        """Drop buckets that have refilled: they behave exactly like new ones."""
-        full = [
-            key
-            for key, (tokens, when) in self._buckets.items()
-            if tokens + (now - when) * self._rate >= self._capacity
-        ]
-        for key in full:
-            del self._buckets[key]
+        return await self._store.take_token(
+            f"{self._name}:{key}",
+            capacity=self._per_minute,
+            per_s=self._per_minute / 60,
+            now=self._clock(),
+        )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage import PostgresStore, SqliteStore, Store
-from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals
+from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals, WorkerConflict
 from tests.pg import fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -138,13 +138,85 @@ async def test_audit_trail_and_clear(open_store: Opener) -> None:
     assert [e.action for e in await store.audit_log("g", 10)] == ["add context"]
 
 
-async def test_each_event_is_claimed_once_by_all_processes(open_store: Opener) -> None:
+async def test_each_update_is_recorded_once_by_all_processes(open_store: Opener) -> None:
     stores = [await open_store() for _ in range(3)]
-    claims = await asyncio.gather(
-        *(s.claim_event("feishu", "ev_1", now=NOW) for s in stores for _ in range(3))
+    recorded = await asyncio.gather(
+        *(
+            s.record_update("feishu", "ev_1", chat="c", position=0, payload="{}", now=NOW)
+            for s in stores
+            for _ in range(3)
+        )
     )
-    assert sum(claims) == 1
-    assert await stores[0].forget_events_before(NOW + timedelta(seconds=1)) == 1
+    assert sum(recorded) == 1
+    pending = await stores[1].next_update("c")
+    assert pending is not None and pending.platform == "feishu"
+    await stores[2].finish_update(pending.seq, now=NOW)
+    assert await stores[0].next_update("c") is None
+    assert await stores[0].forget_updates_before(NOW + timedelta(seconds=1)) == 1
+    # Forgotten long after processing: only then may the id come again as new.
+    assert await stores[0].record_update(
+        "feishu", "ev_1", chat="c", position=0, payload="", now=NOW
+    )
+
+
+async def test_a_chats_updates_come_by_position_then_arrival(open_store: Opener) -> None:
+    store = await open_store()
+    for event, position in (("u7", 7), ("u5", 5), ("a", 0), ("b", 0)):
+        await store.record_update("p", event, chat="c", position=position, payload=event, now=NOW)
+    await store.record_update("p", "other", chat="d", position=1, payload="other", now=NOW)
+    seen = []
+    while (pending := await store.next_update("c")) is not None:
+        seen.append(pending.payload)
+        await store.finish_update(pending.seq, now=NOW)
+    assert seen == ["a", "b", "u5", "u7"]
+
+
+async def test_a_chat_is_held_by_one_live_worker(open_store: Opener) -> None:
+    first, second = await open_store(), await open_store()
+    await first.register_worker(now=NOW)
+    await first.record_update("p", "1", chat="c", position=0, payload="", now=NOW)
+    assert await first.claim_chat("c", now=NOW)
+    assert await first.claim_chat("c", now=NOW)  # its own again
+    if isinstance(first, SqliteStore):  # one process serves a SQLite database
+        with pytest.raises(WorkerConflict, match="another pinbot process"):
+            await second.register_worker(now=NOW)
+        return
+    await second.register_worker(now=NOW)
+    assert not await second.claim_chat("c", now=NOW)
+    assert await second.abandoned_chats(10) == []
+    assert not await first.release_chat("c")  # an update waits: the lease stays
+    await first.close()  # the worker ends without releasing: its lease dies with it
+    assert await second.abandoned_chats(10) == ["c"]
+    assert await second.claim_chat("c", now=NOW)
+    assert await second.abandoned_chats(10) == ["c"]  # its own: it checks it still works on it
+    pending = await second.next_update("c")
+    assert pending is not None
+    await second.finish_update(pending.seq, now=NOW)
+    assert await second.release_chat("c")
+    assert await second.abandoned_chats(10) == []
+
+
+async def test_a_sole_role_is_held_by_one_worker(open_store: Opener) -> None:
+    first, second = await open_store(), await open_store()
+    await first.register_worker(now=NOW, sole="telegram poller")
+    with pytest.raises(WorkerConflict):
+        await second.register_worker(now=NOW, sole="telegram poller")
+    await first.close()
+    assert await second.register_worker(now=NOW, sole="telegram poller") > 0
+
+
+async def test_rate_buckets_are_exact_across_processes(open_store: Opener) -> None:
+    stores = [await open_store() for _ in range(3)]
+    per_s = 5 / 60
+    waits = await asyncio.gather(
+        *(s.take_token("k", capacity=5, per_s=per_s, now=NOW) for s in stores for _ in range(7))
+    )
+    assert waits.count(None) == 5
+    assert all(w == pytest.approx(12.0) for w in waits if w is not None)
+    later = NOW + timedelta(seconds=12)
+    assert await stores[0].take_token("k", capacity=5, per_s=per_s, now=later) is None
+    assert await stores[1].take_token("k", capacity=5, per_s=per_s, now=later) is not None
+    assert await stores[0].forget_full_buckets(later + timedelta(minutes=1)) == 1
 
 
 async def test_moving_a_group(open_store: Opener) -> None:

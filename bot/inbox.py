@@ -1,0 +1,170 @@
+"""Updates recorded in the store as they arrive, then processed one at a time per chat, in
+order, by whichever worker holds the chat.
+
+Platforms are answered as soon as an update is recorded, so with several workers the next update
+of a chat can reach any of them first; ordering comes from the store, not from arrival at a lock.
+A worker that records an update tries to take the chat's lease and, if it gets it, processes the
+chat's waiting updates until none is left. A worker that ends (stopped or killed) leaves its
+chats to the others, which look for abandoned chats every `workers.takeover_check_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from bot.config import ConfigError
+from bot.core.clock import Clock
+from storage import Store
+from storage.models import PendingUpdate, WorkerConflict
+
+log = logging.getLogger(__name__)
+
+KEEP_PROCESSED = timedelta(days=7)  # a repeated delivery within this is recognised
+HOUSEKEEPING_INTERVAL = timedelta(hours=1)
+ABANDONED_BATCH = 100  # chats taken up per check
+Handler = Callable[[PendingUpdate], Awaitable[None]]
+
+
+async def join_workers(store: Store, clock: Clock, *, advice: str, sole: str | None = None) -> None:
+    """Register this process as a worker of the store (alone in role sole, if given); when
+    that conflicts with a live process, ConfigError saying so and then advice."""
+    try:
+        await store.register_worker(now=clock(), sole=sole)
+    except WorkerConflict as conflict:
+        raise ConfigError(f"{conflict}: {advice}") from None
+
+
+class Inbox:
+    """Records updates once (a repeated delivery to any worker is recognised) and hands each to
+    the handler exactly once per recording, one chat's updates one at a time in order. No
+    database connection is held while the handler runs."""
+
+    def __init__(
+        self,
+        store: Store,
+        handler: Handler,
+        *,
+        clock: Clock,
+        takeover_check_s: float,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._store = store
+        self._handler = handler
+        self._clock = clock
+        self._check_s = takeover_check_s
+        self._sleep = sleep
+        self._draining: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()  # chats woken while their drain was finishing
+        self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_housekeeping = clock() - HOUSEKEEPING_INTERVAL
+
+    async def start(self) -> None:
+        """Join the store's workers, take up updates left waiting, and start watching for
+        abandoned chats."""
+        await join_workers(
+            self._store,
+            self._clock,
+            advice="a SQLite database serves one process; for several webhook workers use "
+            "PostgreSQL (storage.url_env)",
+        )
+        await self.take_up_abandoned()
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        """Finish the updates being processed, stop watching, and leave the workers: the
+        chats' other waiting updates go to the other workers."""
+        self._stopping = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self.idle()
+        await self._store.leave_workers()
+
+    async def idle(self) -> None:
+        """Wait until this worker holds no chat."""
+        while self._draining:
+            await asyncio.gather(*list(self._draining.values()), return_exceptions=True)
+
+    async def receive(
+        self, platform: str, event_id: str, *, chat: str, position: int, payload: str
+    ) -> bool:
+        """Record an update (committed on return: the platform may be answered) and have its
+        chat processed; False for a repeated delivery, which is not processed again."""
+        recorded = await self._store.record_update(
+            platform, event_id, chat=chat, position=position, payload=payload, now=self._clock()
+        )
+        if recorded:
+            self.wake(chat)
+        else:
+            log.info("repeated delivery of %s event %s ignored", platform, event_id)
+        return recorded
+
+    def wake(self, chat: str) -> None:
+        """Process the chat's waiting updates here, unless this worker already is."""
+        if self._stopping:
+            return
+        if chat in self._draining:
+            self._again.add(chat)
+            return
+        self._draining[chat] = asyncio.create_task(self._drain(chat))
+
+    async def take_up_abandoned(self) -> None:
+        """Process the chats whose updates wait while no live worker holds them."""
+        for chat in await self._store.abandoned_chats(ABANDONED_BATCH):
+            if chat not in self._draining:
+                self.wake(chat)
+
+    async def _watch(self) -> None:
+        while True:
+            await self._sleep(self._check_s)
+            try:
+                await self.take_up_abandoned()
+                await self._housekeeping()
+            except Exception as error:  # the database may be back at the next check
+                log.warning("looking for abandoned chats failed: %s", error)
+
+    async def _housekeeping(self) -> None:
+        now = self._clock()
+        if now - self._last_housekeeping < HOUSEKEEPING_INTERVAL:
+            return
+        self._last_housekeeping = now
+        await self._store.forget_updates_before(now - KEEP_PROCESSED)
+        await self._store.forget_full_buckets(now)
+
+    async def _drain(self, chat: str) -> None:
+        try:
+            while True:
+                self._again.discard(chat)
+                if await self._store.claim_chat(chat, now=self._clock()):
+                    await self._process_waiting(chat)
+                if chat not in self._again:
+                    return
+        except Exception:
+            log.exception("processing the updates of chat %s stopped; it is retried later", chat)
+            with contextlib.suppress(Exception):
+                await self._store.drop_lease(chat)
+        finally:
+            del self._draining[chat]
+
+    async def _process_waiting(self, chat: str) -> None:
+        """Process the chat's updates in order until none waits (or this worker stops)."""
+        while True:
+            if self._stopping:
+                await self._store.drop_lease(chat)
+                return
+            pending = await self._store.next_update(chat)
+            if pending is None:
+                if await self._store.release_chat(chat):
+                    return
+                continue
+            try:
+                await self._handler(pending)
+            except Exception:  # one bad update must not hold up the chat
+                log.exception("processing update %d of chat %s failed", pending.seq, chat)
+            await self._store.finish_update(pending.seq, now=self._clock())
