@@ -8,7 +8,9 @@ queue, writes to different scopes do not.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
@@ -48,7 +50,9 @@ from storage.rows import (
     ts,
 )
 
+log = logging.getLogger(__name__)
 POOL_SIZE = 10
+CLOSE_TIMEOUT_S = 10.0
 # Advisory lock spaces (the first key of pg_advisory_lock(int, int)): a worker holds
 # (WORKER_LOCKS, its id) while it lives, and (SOLE_LOCKS, hashtext(role)) for a sole role.
 WORKER_LOCKS = 7_000_002
@@ -117,7 +121,10 @@ class PostgresStore:
             await self.flush_calls()
         finally:
             try:
-                await self._pool.close()
+                # A connection still out (a task cancelled mid-query) must not hold up the exit.
+                await asyncio.wait_for(self._pool.close(), CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("closing the PostgreSQL pool timed out; connections were dropped")
             finally:
                 await self.leave_workers()
 

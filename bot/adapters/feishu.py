@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
@@ -38,7 +39,6 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000
 _EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
 DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
-MAX_WEBHOOK_BODY = 1024 * 1024
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
 
@@ -500,22 +500,13 @@ class FeishuFrontend:
             await asyncio.sleep(0)
 
     async def _start_webhook(self) -> None:
-        app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
-        app.router.add_post(self.config.webhook_path, self.on_webhook)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port)
-        try:
-            await site.start()
-        except OSError as error:
-            await self._runner.cleanup()
-            raise ConfigError(
-                f"feishu.webhook_port: cannot listen on {self.config.webhook_host}:"
-                f"{self.config.webhook_port} ({error.strerror or error}); choose a free port"
-            ) from None
-        addresses = self._runner.addresses
-        if addresses:  # the real port, when the config asked for port 0
-            self.port = int(addresses[0][1])
+        self._runner, self.port = await serve_webhook(
+            self.config.webhook_path,
+            self.on_webhook,
+            host=self.config.webhook_host,
+            port=self.config.webhook_port,
+            port_setting="feishu.webhook_port",
+        )
 
     def _start_long_connection(self) -> None:
         thread = threading.Thread(target=self._run_long_connection, name="feishu-ws", daemon=True)

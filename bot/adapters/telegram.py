@@ -46,6 +46,7 @@ from telegram.ext import (
 )
 
 from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
+from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
@@ -76,7 +77,6 @@ CHAT_PROBLEMS = (
 CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
 CONNECT_RETRY_MAX_S = 60.0
 PROBE_TIMEOUT_S = 10.0
-MAX_WEBHOOK_BODY = 1024 * 1024
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
 MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
@@ -259,18 +259,13 @@ class TelegramFrontend:
     async def _start_webhook(self) -> None:
         """Join the workers, listen for Telegram's posts, then tell Telegram where to post."""
         await self.inbox.start()
-        app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
-        app.router.add_post("/" + self.config.webhook_path.lstrip("/"), self.on_webhook)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.webhook_listen, self.config.webhook_port)
-        try:
-            await site.start()
-        except OSError as error:
-            raise ConfigError(
-                f"telegram.webhook_port: cannot listen on {self.config.webhook_listen}:"
-                f"{self.config.webhook_port} ({error.strerror or error}); choose a free port"
-            ) from None
+        self._runner, _ = await serve_webhook(
+            self.config.webhook_path,
+            self.on_webhook,
+            host=self.config.webhook_listen,
+            port=self.config.webhook_port,
+            port_setting="telegram.webhook_port",
+        )
         await self.app.bot.set_webhook(
             url=self.config.webhook_url, secret_token=self._webhook_secret
         )
@@ -284,7 +279,9 @@ class TelegramFrontend:
             await self.pinbot.store.leave_workers()
         if self._runner is not None:
             await self._runner.cleanup()
+            log.info("webhook closed; finishing the updates in progress")
         await self.inbox.stop()
+        log.info("updates in progress finished")
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()

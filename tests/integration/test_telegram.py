@@ -827,3 +827,21 @@ async def test_plain_reply_format_sends_the_markdown_as_it_is(
     bot = await start_bot(ScriptedModel("**as is**"), telegram={"reply_format": "plain"})
     (reply,) = await bot.reply_to(message(private_chat(15), "hi", user(15)))
     assert reply == "**as is**" and "entities" not in fake_telegram.sent(15)[0]
+
+
+async def test_telegrams_conflict_says_another_process_polls(
+    start_bot: StartBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="bot")
+    await start_bot(monotonic=lambda: 100.0)
+    conflict = "Conflict: terminated by other getUpdates request; make sure that only one bot"
+    fake_telegram.fail("getUpdates", 409, conflict)
+    fake_telegram.fail("getUpdates", 409, conflict)
+
+    def reported() -> bool:
+        return len(fake_telegram.failed) == 2 and "another process is polling" in caplog.text
+
+    await fake_telegram.wait_for(reported)
+    # Said once a minute, not at every poll; and how to fix it.
+    assert caplog.text.count("another process is polling Telegram") == 1
+    assert "telegram.mode: webhook" in caplog.text

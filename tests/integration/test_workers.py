@@ -1,0 +1,363 @@
+"""Several webhook workers on one PostgreSQL, as an operator runs them behind a load balancer:
+real `pinbot telegram` / `pinbot feishu` processes, updates posted round-robin, workers killed
+and restarted while traffic flows. Judged by the replies each chat gets, the requests the model
+receives and the blocks in the database."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from storage import PostgresStore
+from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, FakeFeishu
+from tests.fakes.feishu_server import receive_event as feishu_event
+from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
+from tests.process import PINBOT, run_pinbot
+
+SECRET = "webhook-secret-0000"
+DB_ENV = "PINBOT_TEST_DB"
+STARTED = " started ("  # what a worker logs once it serves
+WAIT_S = 60  # a safety net for a hung worker, never a pause
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Worker:
+    """One `pinbot` process serving webhooks on its own port."""
+
+    def __init__(self, args: list[str], env: dict[str, str], port: int, path: str) -> None:
+        self.args, self.env, self.port = args, env, port
+        self.url = f"http://127.0.0.1:{port}{path}"
+        self.process: asyncio.subprocess.Process | None = None
+        self.log: list[str] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            PINBOT,
+            *self.args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **self.env},
+        )
+        started = asyncio.Event()
+        self._reader = asyncio.create_task(self._read(started))
+        waiting = asyncio.create_task(started.wait())
+        exited = asyncio.create_task(self.process.wait())
+        await asyncio.wait({waiting, exited}, timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        exited.cancel()
+        assert started.is_set(), "worker did not start:\n" + "\n".join(self.log)
+
+    async def _read(self, started: asyncio.Event) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.log.append(line.decode(errors="replace").rstrip())
+            if STARTED in self.log[-1]:
+                started.set()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
+        assert self.process is not None
+        self.process.send_signal(how)
+        try:
+            code = await asyncio.wait_for(self.process.wait(), WAIT_S)
+        except TimeoutError:
+            raise AssertionError("worker did not stop:\n" + "\n".join(self.log)) from None
+        if self._reader is not None:
+            await self._reader
+        return code
+
+
+class Cluster:
+    """N workers on one database and a load balancer in front of them: each post goes to the
+    next worker in turn, and to the one after when a worker does not answer."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+        self._turn = itertools.count()
+        self.session: aiohttp.ClientSession | None = None
+
+    async def post(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> int:
+        assert self.session is not None
+        first = next(self._turn)
+        for offset in range(len(self.workers) * 3):
+            worker = self.workers[(first + offset) % len(self.workers)]
+            if not worker.running:
+                continue
+            try:
+                async with self.session.post(worker.url, json=body, headers=headers) as response:
+                    if response.status < 500:
+                        return response.status
+            except aiohttp.ClientConnectionError:
+                continue  # stopping or starting: the balancer tries the next one
+        raise AssertionError("no worker took the update")
+
+    async def post_to(self, index: int, body: dict[str, Any], headers: dict[str, str]) -> int:
+        assert self.session is not None
+        async with self.session.post(self.workers[index].url, json=body, headers=headers) as r:
+            return r.status
+
+    def logs(self) -> str:
+        return "\n".join(f"[{n}] {line}" for n, w in enumerate(self.workers) for line in w.log)
+
+
+StartCluster = Callable[..., Awaitable[Cluster]]
+
+
+@pytest.fixture
+async def start_cluster(
+    tmp_path: Path, pg_url: str, fake_openai: FakeOpenAI
+) -> AsyncIterator[StartCluster]:
+    clusters: list[Cluster] = []
+    # The model echoes the newest user message, so each reply says which turn it answers.
+    fake_openai.respond = lambda body: completion(f"echo {body['messages'][-1]['content']}")
+
+    async def start(platform: str, count: int, **sections: Any) -> Cluster:
+        workers = []
+        for index in range(count):
+            port = free_port()
+            settings: dict[str, Any] = {
+                "storage": {"url_env": DB_ENV, "takeover_check_s": 0.1},
+                "llm": {"backend": "openai", "base_url": fake_openai.base_url, "timeout_s": 30},
+                "limits": {"pin_commands_per_minute": 0, "model_turns_per_minute": 0},
+                **sections,
+            }
+            settings[platform] = {**settings.get(platform, {}), "webhook_port": port}
+            config = tmp_path / f"{platform}{index}.yaml"
+            config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+            env = {
+                DB_ENV: pg_url,
+                "OPENAI_API_KEY": "sk-test-key",
+                "TELEGRAM_BOT_TOKEN": TOKEN,
+                "TELEGRAM_WEBHOOK_SECRET": SECRET,
+                "FEISHU_APP_SECRET": APP_SECRET,
+                "FEISHU_VERIFICATION_TOKEN": VERIFICATION_TOKEN,
+            }
+            path = settings[platform].get("webhook_path", "")
+            workers.append(Worker([platform, "--config", str(config)], env, port, path))
+        await asyncio.gather(*(worker.start() for worker in workers))
+        cluster = Cluster(workers)
+        cluster.session = aiohttp.ClientSession()
+        clusters.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in clusters:
+        for worker in cluster.workers:
+            if worker.running:
+                await worker.stop(signal.SIGKILL)
+        if cluster.session is not None:
+            await cluster.session.close()
+
+
+def telegram_settings(fake_telegram: FakeTelegram, **extra: Any) -> dict[str, Any]:
+    return {
+        "base_url": fake_telegram.base_url,
+        "mode": "webhook",
+        "webhook_path": "/hook",
+        "webhook_url": "https://bot.example.test/hook",
+        **extra,
+    }
+
+
+HEADERS = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
+_update_ids = itertools.count(1)
+
+
+def update(uid: int, text: str) -> dict[str, Any]:
+    return {"update_id": next(_update_ids), **message(private_chat(uid), text, user(uid))}
+
+
+def replies(fake_telegram: FakeTelegram, uid: int) -> list[str]:
+    return [sent["text"] for sent in fake_telegram.sent(uid)]
+
+
+def user_turns(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def assert_turns_in_order(fake_openai: FakeOpenAI) -> None:
+    """Every model request holds, before its newest message, exactly the turns before it."""
+    for request in fake_openai.requests:
+        turns = user_turns(request)
+        number = int(turns[-1].rsplit("m", 1)[1])
+        assert turns == [f"m{n}" for n in range(1, number + 1)], turns
+
+
+async def send_in_order(cluster: Cluster, uid: int, texts: list[str]) -> None:
+    """One chat's messages, each posted once the previous one is acknowledged, as Telegram
+    delivers them; consecutive ones go to different workers."""
+    for text in texts:
+        assert await cluster.post(update(uid, text), HEADERS) == 200
+
+
+SCRIPT = ["/pin add a one", "m1", "m2", "/pin add b two", "m3", "m4"]
+
+
+def expected(script: list[str]) -> list[str]:
+    saved = {
+        "/pin add a one": "Saved strong block 'a'.",
+        "/pin add b two": "Saved strong block 'b'.",
+    }
+    return [saved.get(text, f"echo {text}") for text in script]
+
+
+async def test_three_workers_keep_each_chats_order_and_lose_or_double_nothing(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
+) -> None:
+    cluster = await start_cluster(
+        "telegram", 3, telegram=telegram_settings(fake_telegram), pins={"max_blocks_per_session": 3}
+    )
+    chats = list(range(100, 112))
+    await asyncio.gather(*(send_in_order(cluster, uid, SCRIPT) for uid in chats))
+    await fake_telegram.wait_for(
+        lambda: all(len(fake_telegram.sent(uid)) >= len(SCRIPT) for uid in chats), WAIT_S
+    )
+    for uid in chats:
+        assert replies(fake_telegram, uid) == expected(SCRIPT), cluster.logs()
+    assert len(fake_openai.requests) == 4 * len(chats)  # no turn twice
+    assert_turns_in_order(fake_openai)
+
+    # Eight adds to one chat at once, spread over the workers: the limit of 3 is exact.
+    adds = [update(300, f"/pin add l{n} text") for n in range(8)]
+    assert set(await asyncio.gather(*(cluster.post(a, HEADERS) for a in adds))) == {200}
+    await fake_telegram.wait_for(lambda: len(fake_telegram.sent(300)) >= 8, WAIT_S)
+    said = replies(fake_telegram, 300)
+    assert sum(text.startswith("Saved") for text in said) == 3, said
+
+    store = await PostgresStore.open(pg_url)
+    try:
+        for uid in chats:
+            assert [b.label for b in await store.blocks([f"telegram:direct:{uid}"])] == ["a", "b"]
+        assert len(await store.blocks(["telegram:direct:300"])) == 3
+    finally:
+        await store.close()
+
+
+async def test_rate_limits_hold_across_workers(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram
+) -> None:
+    cluster = await start_cluster(
+        "telegram",
+        3,
+        telegram=telegram_settings(fake_telegram),
+        limits={"pin_commands_per_minute": 4, "model_turns_per_minute": 0},
+    )
+    lists = [update(7, "/pin list") for _ in range(9)]
+    assert set(await asyncio.gather(*(cluster.post(u, HEADERS) for u in lists))) == {200}
+    await fake_telegram.wait_for(lambda: len(fake_telegram.sent(7)) >= 9, WAIT_S)
+    said = replies(fake_telegram, 7)
+    assert sum("too fast" in text for text in said) == 5, said
+
+
+async def test_a_feishu_event_delivered_to_every_worker_is_handled_once(
+    start_cluster: StartCluster, fake_feishu: FakeFeishu, fake_openai: FakeOpenAI
+) -> None:
+    settings = {
+        "app_id": APP_ID,
+        "base_url": fake_feishu.base_url,
+        "mode": "webhook",
+        "webhook_path": "/feishu/events",
+    }
+    cluster = await start_cluster("feishu", 3, feishu=settings)
+    add = feishu_event("/pin add tone Be brief.")
+    hello = feishu_event("hello")
+    posts = [cluster.post_to(n % 3, event, {}) for event in (add, hello) for n in range(6)]
+    assert set(await asyncio.gather(*posts)) == {200}
+    await fake_feishu.wait_for_replies(2, WAIT_S)
+    # Both events are processed: anything more would be a second handling.
+    await cluster.post_to(0, feishu_event("/pin list"), {})
+    await fake_feishu.wait_for_replies(3, WAIT_S)
+    texts = fake_feishu.texts()
+    assert len(texts) == 3 and len(fake_openai.requests) == 1, cluster.logs()
+    assert sorted(texts[:2]) == ["Saved strong block 'tone'.", "echo hello"]
+    assert texts[2].count("tone") == 1
+
+
+async def test_a_worker_killed_mid_turn_loses_nothing_acknowledged(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
+) -> None:
+    cluster = await start_cluster("telegram", 3, telegram=telegram_settings(fake_telegram))
+    assert await cluster.post_to(0, update(5, "/pin add keep safe"), HEADERS) == 200
+    await fake_telegram.wait_for(lambda: len(fake_telegram.sent(5)) == 1, WAIT_S)
+    fake_openai.release = asyncio.Event()  # the model holds every answer back
+    assert await cluster.post_to(0, update(5, "m1"), HEADERS) == 200
+    await fake_openai.wait_for_requests(1, WAIT_S)  # worker 0 is mid-turn
+    assert await cluster.post_to(1, update(5, "/pin add after later"), HEADERS) == 200
+    assert await cluster.post_to(2, update(5, "m2"), HEADERS) == 200
+    assert await cluster.workers[0].stop(signal.SIGKILL) == -signal.SIGKILL
+    fake_openai.release.set()
+    await fake_telegram.wait_for(lambda: len(fake_telegram.sent(5)) >= 4, WAIT_S)
+    assert replies(fake_telegram, 5) == [
+        "Saved strong block 'keep'.",
+        "echo m1",
+        "Saved strong block 'after'.",
+        "echo m2",
+    ], cluster.logs()
+    # The interrupted turn was asked again by the worker that took the chat over.
+    assert [user_turns(r)[-1] for r in fake_openai.requests] == ["m1", "m1", "m2"]
+    assert_turns_in_order(fake_openai)
+    store = await PostgresStore.open(pg_url)
+    try:
+        assert [b.label for b in await store.blocks(["telegram:direct:5"])] == ["keep", "after"]
+    finally:
+        await store.close()
+
+
+async def test_a_rolling_restart_during_traffic_loses_and_reorders_nothing(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    cluster = await start_cluster("telegram", 3, telegram=telegram_settings(fake_telegram))
+    chats = list(range(200, 208))
+    script = [f"m{n}" for n in range(1, 17)]
+    traffic = asyncio.gather(*(send_in_order(cluster, uid, script) for uid in chats))
+    for number, worker in enumerate(cluster.workers):  # one at a time, while chats talk
+        await fake_openai.wait_for_requests(20 + 30 * number, WAIT_S)
+        assert await worker.stop(signal.SIGTERM) == 0, "\n".join(worker.log)
+        await worker.start()
+    await traffic
+    await fake_telegram.wait_for(
+        lambda: all(len(fake_telegram.sent(uid)) >= len(script) for uid in chats), WAIT_S
+    )
+    for uid in chats:
+        assert replies(fake_telegram, uid) == [f"echo {text}" for text in script], cluster.logs()
+    assert len(fake_openai.requests) == len(chats) * len(script)
+    assert_turns_in_order(fake_openai)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_second_poller_of_one_bot_is_refused_at_start(
+    backend: str, tmp_path: Path, pg_url: str, fake_telegram: FakeTelegram
+) -> None:
+    storage = {"url_env": DB_ENV} if backend == "postgres" else {"path": str(tmp_path / "db")}
+    settings = {"storage": storage, "telegram": {"base_url": fake_telegram.base_url}}
+    config = tmp_path / "polling.yaml"
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    env = {DB_ENV: pg_url, "TELEGRAM_BOT_TOKEN": TOKEN}
+    first = Worker(["telegram", "--config", str(config)], env, 0, "")
+    await first.start()
+    code, out, err = await run_pinbot("telegram", "--config", str(config), env=env)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert "only one process may poll a bot" in err and "webhook" in err
+    assert await first.stop() == 0  # the first poller kept going
+    assert TOKEN not in err + "\n".join(first.log)
