@@ -200,15 +200,6 @@ DELIVERY_TABLES = [
         host TEXT NOT NULL,
         pid INTEGER NOT NULL
     )""",
-    # A token bucket per limiter and key; full_at says when it is full again (and may go).
-    """CREATE TABLE rate_buckets (
-        key TEXT PRIMARY KEY,
-        tokens REAL NOT NULL,
-        at REAL NOT NULL,
-        full_at REAL NOT NULL,
-        granted INTEGER NOT NULL
-    )""",
-    "CREATE INDEX rate_buckets_full ON rate_buckets (full_at)",
 ]
 
 

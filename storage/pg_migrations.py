@@ -103,6 +103,8 @@ MIGRATIONS: dict[int, list[str]] = {
             host TEXT NOT NULL,
             pid INTEGER NOT NULL
         )""",
+        # A token bucket per limiter and key; full_at says when it is full again (and may go).
+        # SQLite keeps them in memory: one process serves it.
         """CREATE TABLE rate_buckets (
             key TEXT PRIMARY KEY,
             tokens DOUBLE PRECISION NOT NULL,

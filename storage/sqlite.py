@@ -20,6 +20,7 @@ from typing import Any
 
 import aiosqlite
 
+from storage.buckets import TokenBuckets
 from storage.migrations import migrate, schema_version
 from storage.models import (
     AuditEntry,
@@ -89,6 +90,7 @@ class Store:
         # rolled back with) a multi-statement transaction on this shared connection.
         self._write_lock = asyncio.Lock()
         self._pending_calls = PendingCalls()
+        self._buckets = TokenBuckets()
 
     @classmethod
     async def open(cls, path: str | Path) -> Store:
@@ -161,13 +163,6 @@ class Store:
                 raise
             await self._db.execute("COMMIT")
             return cursor
-
-    async def _write_returning(
-        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
-    ) -> Iterable[sqlite3.Row]:
-        """One write statement with a RETURNING clause: its rows, committed on return."""
-        async with self._write_lock:
-            return await self._db.execute_fetchall(sql, args)
 
     # --- blocks -------------------------------------------------------------------------------
 
@@ -661,26 +656,13 @@ class Store:
         self, key: str, *, capacity: float, per_s: float, now: datetime
     ) -> float | None:
         """Take one token from key's bucket (capacity tokens, refilled at per_s); None if one
-        was there, else the seconds until one is. Exact under any concurrency."""
-        refilled = "min(:capacity, tokens + (:now - at) * :rate)"
-        left = f"({refilled} - ({refilled} >= 1))"
-        rows = list(
-            await self._write_returning(
-                "INSERT INTO rate_buckets (key, tokens, at, full_at, granted) "
-                "VALUES (:key, :capacity - 1, :now, :now + 1 / :rate, 1) "
-                f"ON CONFLICT (key) DO UPDATE SET granted = {refilled} >= 1, tokens = {left}, "
-                f"full_at = :now + (:capacity - {left}) / :rate, at = :now "
-                "RETURNING granted, tokens",
-                {"key": key, "capacity": capacity, "rate": per_s, "now": ts(now)},
-            )
-        )
-        granted, tokens = rows[0]
-        return None if granted else (1 - tokens) / per_s
+        was there, else the seconds until one is. Kept in memory: one process serves a SQLite
+        store, so that is exact and costs no write."""
+        return self._buckets.take(key, capacity=capacity, per_s=per_s, now=ts(now))
 
     async def forget_full_buckets(self, now: datetime) -> int:
         """Drop rate buckets that are full again (a new bucket behaves the same)."""
-        cursor = await self._write("DELETE FROM rate_buckets WHERE full_at <= ?", (ts(now),))
-        return cursor.rowcount
+        return self._buckets.forget_full(ts(now))
 
     # --- moving a group ---------------------------------------------------------------------------
 
