@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import commands, data, headofline, memory, prefix, turn
+from bench import commands, data, headofline, memory, prefix, turn, workers
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -26,6 +26,7 @@ def _settings(quick: bool) -> dict[str, Any]:
             "turns": 300,
             "json_single_turns": 20,
             "commands": 200,
+            "workers": (20, 10),
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
         }
@@ -34,6 +35,7 @@ def _settings(quick: bool) -> dict[str, Any]:
         "turns": 3_000,
         "json_single_turns": 5,
         "commands": 1_000,
+        "workers": (50, 20),
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
     }
@@ -108,6 +110,33 @@ def measure_turns(
         if name != "ours"
     }
     return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "scopes": scopes, **figures, "ratios": ratios}
+
+
+def measure_workers(
+    folder: Path, settings: dict[str, Any], runs: int, cluster: PgCluster
+) -> dict[str, Any]:
+    """Committed /pin add per second through the webhook path: SQLite in one process against
+    PostgreSQL with 1 and 2 workers."""
+    chats, adds = settings["workers"]
+    results = [
+        workers.run(
+            folder / f"workers-{run}",
+            chats,
+            adds,
+            (_database(cluster, f"workers_one_{run}"), _database(cluster, f"workers_two_{run}")),
+        )
+        for run in range(runs)
+    ]
+    figures: dict[str, Any] = {name: median_of([r[name] for r in results]) for name in results[0]}
+    sqlite_rate = figures["sqlite_1_process"]["adds_per_s"]
+    one, two = (figures[f"postgres_{n}"]["adds_per_s"] for n in ("1_worker", "2_workers"))
+    return {
+        "chats": chats,
+        "adds_per_chat": adds,
+        **figures,
+        "two_workers_over_one": round(_ratio(two, one), 2),
+        "two_workers_over_sqlite": round(_ratio(two, sqlite_rate), 2),
+    }
 
 
 def measure_commands(
@@ -241,6 +270,17 @@ def print_table(report: dict[str, Any]) -> None:
         f"{c['ours_postgres_per_s']:,}/s on PostgreSQL; plain sqlite3 "
         f"{c['plain_sqlite3_per_s']:,}/s ({c['plain_over_ours']}x ours)"
     )
+    w = report["workers"]
+    print(
+        f"Webhook workers ({w['chats']} chats x {w['adds_per_chat']} /pin add, posted, recorded, "
+        f"processed, replied): SQLite 1 process {w['sqlite_1_process']['adds_per_s']:,}/s; "
+        f"PostgreSQL 1 worker {w['postgres_1_worker']['adds_per_s']:,}/s, 2 workers "
+        f"{w['postgres_2_workers']['adds_per_s']:,}/s ({w['two_workers_over_one']}x one worker, "
+        f"{w['two_workers_over_sqlite']}x SQLite); "
+        f"{w['postgres_1_worker']['transactions_per_message']} PostgreSQL transactions a message; "
+        f"worker CPU per message {w['sqlite_1_process']['worker_cpu_ms_per_message']} ms "
+        f"(SQLite), {w['postgres_1_worker']['worker_cpu_ms_per_message']} ms (PostgreSQL)"
+    )
     h = report["head_of_line"]
     print(
         f"Head-of-line: {h['list_chats']} simultaneous /pin list, p50 {h['p50_ms']} ms, "
@@ -294,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 measure_turns(folder, s, settings, runs, cluster) for s in settings["scopes"]
             ]
             report["commands"] = measure_commands(folder, settings, runs, cluster)
+            report["workers"] = measure_workers(folder, settings, runs, cluster)
         finally:
             cluster.stop()
         slow, lists, delay = settings["hol"]

@@ -316,11 +316,10 @@ class TelegramFrontend:
         try:
             data = json.loads(raw)
             update_id = int(data["update_id"])
-            update = Update.de_json(data, self.app.bot)
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError):
             return web.Response(status=400, text="not a Telegram update")
-        chat = update.effective_chat
-        key = f"{PLATFORM}:{chat.id}" if chat is not None else f"{PLATFORM}:update:{update_id}"
+        chat = _chat_id(data)
+        key = f"{PLATFORM}:{chat}" if chat is not None else f"{PLATFORM}:update:{update_id}"
         try:
             await self.inbox.receive(
                 PLATFORM, str(update_id), chat=key, position=update_id, payload=raw
@@ -602,6 +601,17 @@ class TelegramFrontend:
             log.debug("edit in chat %s failed: %s", sent.chat.id, error)
             return False
         return True
+
+
+def _chat_id(update: dict[str, Any]) -> int | None:
+    """The id of the chat an update (as posted, JSON) belongs to, if any. Read from the JSON
+    itself: building python-telegram-bot's objects twice per update costs more than the rest of
+    receiving it."""
+    for value in update.values():
+        chat = value.get("chat") if isinstance(value, dict) else None
+        if isinstance(chat, dict) and isinstance(chat.get("id"), int):
+            return int(chat["id"])
+    return None
 
 
 def _about_the_chat(error: BadRequest) -> bool:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import signal
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,103 +21,11 @@ from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, Fa
 from tests.fakes.feishu_server import receive_event as feishu_event
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
-from tests.process import PINBOT, run_pinbot
+from tests.process import run_pinbot
+from tests.workers import WAIT_S, Cluster, Worker, free_port
 
 SECRET = "webhook-secret-0000"
 DB_ENV = "PINBOT_TEST_DB"
-STARTED = " started ("  # what a worker logs once it serves
-WAIT_S = 60  # a safety net for a hung worker, never a pause
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Worker:
-    """One `pinbot` process serving webhooks on its own port."""
-
-    def __init__(self, args: list[str], env: dict[str, str], port: int, path: str) -> None:
-        self.args, self.env, self.port = args, env, port
-        self.url = f"http://127.0.0.1:{port}{path}"
-        self.process: asyncio.subprocess.Process | None = None
-        self.log: list[str] = []
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            PINBOT,
-            *self.args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **self.env},
-        )
-        started = asyncio.Event()
-        self._reader = asyncio.create_task(self._read(started))
-        waiting = asyncio.create_task(started.wait())
-        exited = asyncio.create_task(self.process.wait())
-        await asyncio.wait({waiting, exited}, timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        exited.cancel()
-        assert started.is_set(), "worker did not start:\n" + "\n".join(self.log)
-
-    async def _read(self, started: asyncio.Event) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        async for line in self.process.stderr:
-            self.log.append(line.decode(errors="replace").rstrip())
-            if STARTED in self.log[-1]:
-                started.set()
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.returncode is None
-
-    async def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
-        assert self.process is not None
-        self.process.send_signal(how)
-        try:
-            code = await asyncio.wait_for(self.process.wait(), WAIT_S)
-        except TimeoutError:
-            raise AssertionError("worker did not stop:\n" + "\n".join(self.log)) from None
-        if self._reader is not None:
-            await self._reader
-        return code
-
-
-class Cluster:
-    """N workers on one database and a load balancer in front of them: each post goes to the
-    next worker in turn, and to the one after when a worker does not answer."""
-
-    def __init__(self, workers: list[Worker]) -> None:
-        self.workers = workers
-        self._turn = itertools.count()
-        self.session: aiohttp.ClientSession | None = None
-
-    async def post(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> int:
-        assert self.session is not None
-        first = next(self._turn)
-        for offset in range(len(self.workers) * 3):
-            worker = self.workers[(first + offset) % len(self.workers)]
-            if not worker.running:
-                continue
-            try:
-                async with self.session.post(worker.url, json=body, headers=headers) as response:
-                    if response.status < 500:
-                        return response.status
-            except aiohttp.ClientConnectionError:
-                continue  # stopping or starting: the balancer tries the next one
-        raise AssertionError("no worker took the update")
-
-    async def post_to(self, index: int, body: dict[str, Any], headers: dict[str, str]) -> int:
-        assert self.session is not None
-        async with self.session.post(self.workers[index].url, json=body, headers=headers) as r:
-            return r.status
-
-    def logs(self) -> str:
-        return "\n".join(f"[{n}] {line}" for n, w in enumerate(self.workers) for line in w.log)
-
 
 StartCluster = Callable[..., Awaitable[Cluster]]
 
