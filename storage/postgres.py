@@ -42,10 +42,13 @@ from storage.rows import (
     USAGE_SUMS,
     Dump,
     PendingCalls,
+    audit_filter,
     audit_from_row,
     block_from_row,
     block_insert_rows,
     import_audit_rows,
+    like_pattern,
+    prefix_range,
     totals,
     ts,
 )
@@ -447,6 +450,94 @@ class PostgresStore:
         return _changed(status)
 
     # --- usage of the model ----------------------------------------------------------------------
+
+    # --- browsing, for the web page ---------------------------------------------------------
+
+    async def scopes_with_prefix(
+        self, prefix: str, *, after: str, limit: int
+    ) -> list[tuple[str, int]]:
+        """Scopes holding blocks whose keys start with prefix and sort after the key after, in
+        key order, each with its number of blocks; at most limit of them."""
+        low, high = prefix_range(prefix)
+        rows = await self._pool.fetch(
+            "SELECT scope, COUNT(*) FROM blocks WHERE scope >= $1 "
+            "AND scope < $2 AND scope > $3 "
+            "GROUP BY scope ORDER BY scope LIMIT $4",
+            low,
+            high,
+            after,
+            limit,
+        )
+        return [(row[0], int(row[1])) for row in rows if row[0].startswith(prefix)]
+
+    async def blocks_with_prefix(self, prefix: str) -> list[Block]:
+        """Every block of the scopes whose keys start with prefix, by scope, oldest first."""
+        low, high = prefix_range(prefix)
+        rows = await self._pool.fetch(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope >= $1 "
+            "AND scope < $2 ORDER BY scope, created_at, id",
+            low,
+            high,
+        )
+        return [block_from_row(row) for row in rows if row[1].startswith(prefix)]
+
+    async def search_blocks(
+        self, text: str, *, limit: int, skip_scopes_like: str | None = None
+    ) -> list[Block]:
+        """Blocks whose label or content contains text (case-insensitively), at most limit, by
+        scope; scopes matching the LIKE pattern skip_scopes_like are left out."""
+        pattern = like_pattern(text)
+        rows = await self._pool.fetch(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE (label ILIKE $1 OR content ILIKE $1) "
+            "AND ($2::text IS NULL OR scope NOT LIKE $2) "
+            "ORDER BY scope, created_at, id LIMIT $3",
+            pattern,
+            skip_scopes_like,
+            limit,
+        )
+        return [block_from_row(row) for row in rows]
+
+    async def audit_entries(
+        self,
+        *,
+        group: str | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> list[AuditEntry]:
+        """Changes to shared blocks, newest first, filtered by group, actor, kind of change
+        (the action's first word, e.g. 'edit'), and time [since, until); a page of them."""
+        where, args = audit_filter(
+            lambda n: f"${n}", group=group, actor=actor, action=action, since=since, until=until
+        )
+        rows = await self._pool.fetch(
+            f"SELECT {AUDIT_COLUMNS} FROM shared_audit {where} ORDER BY at DESC, id DESC "
+            f"LIMIT ${len(args) + 1} OFFSET ${len(args) + 2}",
+            *args,
+            limit,
+            offset,
+        )
+        return [audit_from_row(r) for r in rows]
+
+    async def usage_days(
+        self, first_day: str, *, sender: tuple[str, str] | None = None, group_key: str = ""
+    ) -> list[tuple[str, UsageTotals]]:
+        """Usage per UTC day since first_day, oldest first: of one sender (platform, id), of
+        one group, or of everyone."""
+        platform, sender_id = sender or ("", "")
+        rows = await self._pool.fetch(
+            f"SELECT day, {USAGE_SUMS} FROM usage WHERE day >= $1 "
+            "AND ($3 = '' OR (platform = $2 AND sender = $3)) AND ($4 = '' OR group_key = $4) "
+            "GROUP BY day ORDER BY day",
+            first_day,
+            platform,
+            sender_id,
+            group_key,
+        )
+        return [(row[0], totals(tuple(row)[1:])) for row in rows]
 
     async def add_usage(
         self, *, platform: str, sender: str, day: str, group_key: str, usage: UsageTotals

@@ -4,7 +4,7 @@ counter, and the rows an import adds to the audit trail. No SQL dialect lives he
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -195,3 +195,41 @@ def audit_from_row(row: Row) -> AuditEntry:
         new_content=row[5],
         at=dt(row[6]),
     )
+
+
+def audit_filter(
+    mark: Callable[[int], str],
+    *,
+    group: str | None,
+    actor: str | None,
+    action: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (possibly empty) and its arguments selecting audit entries; mark(n)
+    writes the backend's placeholder for the n-th argument (from 1)."""
+    conditions, args = [], []
+    for sql, value in (
+        ("group_scope = {}", group),
+        ("actor = {}", actor),
+        ("action LIKE {}", f"{action}%" if action else None),
+        ("at >= {}", ts(since) if since else None),
+        ("at < {}", ts(until) if until else None),
+    ):
+        if value is not None and value != "":
+            args.append(value)
+            conditions.append(sql.format(mark(len(args))))
+    return (f"WHERE {' AND '.join(conditions)}" if conditions else ""), args
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching text anywhere, with LIKE's wildcards in text taken literally
+    (escaped with a backslash)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """[low, high) holding every key that starts with prefix, for an index range scan (callers
+    still check the prefix: a database collation other than bytewise may widen the range)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)

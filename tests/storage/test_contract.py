@@ -273,3 +273,64 @@ async def test_processes_starting_at_once_migrate_once(open_store: Opener) -> No
     versions = {await store.schema_version() for store in stores}
     assert len(versions) == 1 and versions.pop() >= 1
     assert await stores[0].is_empty()
+
+
+async def test_browsing_scopes_blocks_and_search(open_store: Opener) -> None:
+    store = await open_store()
+    scopes = ["t:group:-1", "t:group:-1::u:5", "t:group:-12", "t:group:-2", "t:direct:9"]
+    for scope in scopes:
+        for label in ("a", "b"):
+            await store.insert_block(
+                new(label, scope, f"{label} 100%_off in {scope}"),
+                now=NOW,
+                max_blocks=5,
+                max_total_chars=0,
+            )
+    first = await store.scopes_with_prefix("t:group:", after="", limit=2)
+    assert first == [("t:group:-1", 2), ("t:group:-12", 2)]  # bytewise: '2' sorts before ':'
+    rest = await store.scopes_with_prefix("t:group:", after=first[-1][0], limit=10)
+    assert [scope for scope, _ in rest] == ["t:group:-1::u:5", "t:group:-2"]
+    members = await store.blocks_with_prefix("t:group:-1::u:")
+    assert [(b.scope, b.label) for b in members] == [
+        ("t:group:-1::u:5", "a"),
+        ("t:group:-1::u:5", "b"),
+    ]
+    # LIKE's wildcards in the text are literal; DMs can be left out.
+    found = await store.search_blocks("100%_OFF", limit=50, skip_scopes_like="%:direct:%")
+    assert len(found) == 8 and all(":direct:" not in b.scope for b in found)
+    assert await store.search_blocks("0%x", limit=50) == []
+    assert len(await store.search_blocks("%", limit=3)) == 3
+
+
+async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> None:
+    store = await open_store()
+    for group, actor, action, days in (
+        ("g1", "7", "add strong", 0),
+        ("g1", "8", "edit", 1),
+        ("g2", "7", "remove", 2),
+    ):
+        entry = AuditEntry(group, actor, action, "x", None, "y", NOW + timedelta(days=days))
+        await store.insert_block(
+            new(f"l{days}", group), now=NOW, max_blocks=5, max_total_chars=0, audit=(entry,)
+        )
+    everything = await store.audit_entries()
+    assert [e.action for e in everything] == ["remove", "edit", "add strong"]
+    assert [e.action for e in await store.audit_entries(actor="7")] == ["remove", "add strong"]
+    assert [e.action for e in await store.audit_entries(group="g1", action="add")] == ["add strong"]
+    window = await store.audit_entries(since=NOW + timedelta(days=1), until=NOW + timedelta(days=2))
+    assert [e.action for e in window] == ["edit"]
+    assert [e.action for e in await store.audit_entries(offset=1, limit=1)] == ["edit"]
+    for day, sender, group, tokens in (
+        ("2026-01-01", "7", "", 10),
+        ("2026-01-01", "8", "p:group:1", 5),
+        ("2026-01-02", "7", "p:group:1", 1),
+    ):
+        await store.add_usage(
+            platform="p", sender=sender, day=day, group_key=group, usage=UsageTotals(1, tokens)
+        )
+    everyone = await store.usage_days("2026-01-01")
+    assert [(d, t.prompt_tokens) for d, t in everyone] == [("2026-01-01", 15), ("2026-01-02", 1)]
+    of_seven = await store.usage_days("2026-01-01", sender=("p", "7"))
+    assert [t.prompt_tokens for _, t in of_seven] == [10, 1]
+    of_group = await store.usage_days("2026-01-02", group_key="p:group:1")
+    assert [(d, t.prompt_tokens) for d, t in of_group] == [("2026-01-02", 1)]
