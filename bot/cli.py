@@ -20,7 +20,7 @@ from typing import Protocol
 import asyncpg
 
 import storage
-from bot.config import Config, ConfigError, StorageConfig, load_config
+from bot.config import Config, ConfigError, StorageConfig, load_config, secret_from_env
 from bot.core.bot import Pinbot
 from bot.llm import ChatModel, build_model
 from bot.logs import REDACTOR, setup_logging
@@ -94,9 +94,15 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "PINBOT_DATABASE_URL=postgresql://... pinbot migrate --config config.yaml",
     ),
     "transfer": (
-        "copy everything (blocks, audit log, usage, history, seen events) to an empty store",
+        "copy everything (blocks, audit log, usage, history, updates) to an empty store",
         "  the variables named by each config's storage.url_env, when set",
         "pinbot transfer --from-config sqlite.yaml --to-config postgres.yaml",
+    ),
+    "web": (
+        "serve the operator's read-only web page (web.host:web.port)",
+        "  PINBOT_WEB_TOKEN     the sign-in token (web.token_env)\n"
+        "  the variable named by storage.url_env, when set",
+        "PINBOT_WEB_TOKEN=$(openssl rand -hex 24) pinbot web --config config.yaml",
     ),
     "init": (
         "write a short, commented config file to start from",
@@ -155,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     usage.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _subcommand(commands, "migrate")
+    _subcommand(commands, "web")
     transfer = _subcommand(commands, "transfer")
     transfer.add_argument("--from-config", required=True, help="the config of the store to copy")
     transfer.add_argument("--to-config", required=True, help="the config of the empty target")
@@ -285,6 +292,31 @@ async def _serve(config: Config, platform: str) -> int:
             await stopping
         finally:
             await frontend.stop()
+    return 0
+
+
+async def _web(config: Config) -> int:
+    """Serve the web page until SIGINT or SIGTERM."""
+    from bot.serving import serve_app
+    from bot.web.app import WebPage
+
+    token = secret_from_env(config.web.token_env, "The web page's sign-in token")
+    stop = _stop_on_signals()
+    async with await open_store(config) as store:
+        page = WebPage(store, config.web, token)
+        runner, port = await serve_app(
+            page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
+        )
+        logging.getLogger("pinbot").info(
+            "web page at http://%s:%d/ (sign in with $%s)",
+            config.web.host,
+            port,
+            config.web.token_env,
+        )
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
     return 0
 
 
@@ -420,6 +452,7 @@ def _register_secrets(config: Config) -> None:
         feishu.app_secret_env,
         feishu.verification_token_env,
         feishu.encrypt_key_env,
+        config.web.token_env,
     ):
         REDACTOR.add(os.environ.get(variable, ""))
 
@@ -445,6 +478,7 @@ def _run(args: argparse.Namespace) -> int:
         "feishu": lambda: _serve(config, "feishu"),
         "console": lambda: _console(config, args),
         "migrate": lambda: _migrate(config),
+        "web": lambda: _web(config),
     }
     return asyncio.run(runs[args.command]())
 

@@ -213,6 +213,17 @@ class BudgetsConfig(_Section):
         )
 
 
+class WebConfig(_Section):
+    """The operator's web page (`pinbot web`): where it listens, the variable holding its
+    sign-in token, whether its cookie needs TLS, and whether DM scopes are shown."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8090
+    token_env: EnvName = "PINBOT_WEB_TOKEN"
+    secure_cookie: bool = False
+    show_direct: bool = False
+
+
 class LoggingConfig(_Section):
     """Log level and format."""
 
@@ -234,6 +245,7 @@ class Config(_Section):
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    web: WebConfig = WebConfig()
     logging: LoggingConfig = LoggingConfig()
 
 

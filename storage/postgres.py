@@ -509,7 +509,7 @@ class PostgresStore:
         limit: int = 50,
     ) -> list[AuditEntry]:
         """Changes to shared blocks, newest first, filtered by group, actor, kind of change
-        (the action's first word, e.g. 'edit'), and time [since, until); a page of them."""
+        (a word of the action, e.g. 'edit'), and time [since, until); a page of them."""
         where, args = audit_filter(
             lambda n: f"${n}", group=group, actor=actor, action=action, since=since, until=until
         )

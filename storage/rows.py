@@ -212,7 +212,7 @@ def audit_filter(
     for sql, value in (
         ("group_scope = {}", group),
         ("actor = {}", actor),
-        ("action LIKE {}", f"{action}%" if action else None),
+        ("action LIKE {}", f"%{action}%" if action else None),
         ("at >= {}", ts(since) if since else None),
         ("at < {}", ts(until) if until else None),
     ):

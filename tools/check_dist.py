@@ -1,8 +1,9 @@
 """Check built packages before publishing: `python tools/check_dist.py DIST_FILE...`.
 
-A wheel must hold the `bot` and `storage` packages; an sdist also README.md and
-config.example.yaml. Neither may hold tests, databases, .env files or anything that looks like a
-secret (keys, certificates, credential files). Exit status 0 when every file passes."""
+A wheel must hold the `bot` and `storage` packages and the web page's templates; an sdist
+also README.md and config.example.yaml. Neither may hold tests, databases, .env files or
+anything that looks like a secret (keys, certificates, credential files). Exit status 0 when
+every file passes."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def problems_of(path: Path) -> list[str]:
     for package in ("bot", "storage"):
         if f"{package}/__init__.py" not in names:
             found.append(f"{path.name}: the {package} package is missing")
+    if "bot/web/templates/base.html" not in names:
+        found.append(f"{path.name}: the web page's templates are missing")
     if kind == "sdist":
         for required in ("README.md", "config.example.yaml"):
             if required not in names:

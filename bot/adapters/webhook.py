@@ -6,10 +6,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from bot.config import ConfigError
+from bot.serving import serve_app
 
 MAX_WEBHOOK_BODY = 1024 * 1024
-SHUTDOWN_S = 5.0  # requests in flight at a stop get this long to finish
 
 
 async def serve_webhook(
@@ -24,16 +23,4 @@ async def serve_webhook(
     port really listened on. A port that cannot be had is a ConfigError naming port_setting."""
     app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
     app.router.add_post("/" + path.lstrip("/"), handler)
-    # A keep-alive connection of a load balancer must not hold up a stop for a minute.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_S)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as error:
-        await runner.cleanup()
-        raise ConfigError(
-            f"{port_setting}: cannot listen on {host}:{port} ({error.strerror or error}); "
-            "choose a free port"
-        ) from None
-    addresses = runner.addresses
-    return runner, int(addresses[0][1]) if addresses else port
+    return await serve_app(app, host=host, port=port, port_setting=port_setting)

@@ -18,6 +18,7 @@ GOOD_WHEEL = [
     "bot/__init__.py",
     "bot/cli.py",
     "storage/__init__.py",
+    "bot/web/templates/base.html",
     "pinbot-0.1.0.dist-info/METADATA",
 ]
 
@@ -47,7 +48,7 @@ def test_clean_distributions_pass(tmp_path: Path) -> None:
         wheel(tmp_path / "pinbot-0.1.0-py3-none-any.whl", GOOD_WHEEL),
         sdist(
             tmp_path / "pinbot-0.1.0.tar.gz",
-            [*GOOD_WHEEL[:3], "README.md", "config.example.yaml", "pyproject.toml"],
+            [*GOOD_WHEEL[:4], "README.md", "config.example.yaml", "pyproject.toml"],
         ),
     )
     assert result.returncode == 0, result.stdout

@@ -1,0 +1,241 @@
+"""The web page's HTTP side (aiohttp): sign-in, the pages, and the headers that keep a page
+safe to show content people typed. Every page reads the store; none changes it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from aiohttp import web
+
+from bot.config import WebConfig
+from bot.core.clock import Clock, utc_now
+from bot.core.keys import group_key_of, parse_scope
+from bot.web import views
+from bot.web.auth import SignIn
+from bot.web.charts import bar_chart
+from storage import Store
+from storage.models import UsageTotals
+
+SESSION_COOKIE = "pinbot_session"
+MAX_USAGE_DAYS = 366
+AUDIT_KINDS = ("add", "edit", "level", "state", "priority", "remove", "clear", "import")
+# Nothing on these pages runs script, loads from elsewhere, or may be framed: content people
+# typed can only ever be text.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class WebPage:
+    """The operator's page over one store: sign-in with the token, then read-only pages."""
+
+    def __init__(
+        self, store: Store, config: WebConfig, token: str, *, clock: Clock = utc_now
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.sign_in = SignIn(token, clock)
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+            autoescape=True,  # every value is text, never markup
+            undefined=jinja2.StrictUndefined,
+        )
+
+    def app(self) -> web.Application:
+        """The aiohttp application serving every page."""
+        app = web.Application(middlewares=[self._headers, self._signed_in])
+        app.router.add_get("/signin", self.signin_form)
+        app.router.add_post("/signin", self.signin)
+        app.router.add_post("/signout", self.signout)
+        app.router.add_get("/", self.overview)
+        app.router.add_get("/direct", self.direct)
+        app.router.add_get("/scope/{key}", self.scope)
+        app.router.add_get("/audit", self.audit)
+        app.router.add_get("/usage", self.usage)
+        app.router.add_get("/search", self.search)
+        return app
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    @web.middleware
+    async def _headers(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as redirect:  # redirects and errors are answers too
+            redirect.headers.update(SECURITY_HEADERS)
+            raise
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @web.middleware
+    async def _signed_in(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == "/signin" or self.sign_in.valid(request.cookies.get(SESSION_COOKIE)):
+            return await handler(request)
+        raise web.HTTPSeeOther("/signin")
+
+    def render(
+        self, name: str, *, status: int = 200, section: str = "", **values: Any
+    ) -> web.Response:
+        """A page from its template, with what every page needs."""
+        html = self.templates.get_template(name).render(
+            signed_in=name != "signin.html",
+            show_direct=self.config.show_direct,
+            section=section,
+            **values,
+        )
+        return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+
+    # --- signing in -----------------------------------------------------------------------------
+
+    async def signin_form(self, request: web.Request) -> web.Response:
+        """The sign-in form (and nothing else)."""
+        return self.render("signin.html", problem="")
+
+    async def signin(self, request: web.Request) -> web.Response:
+        """Check the token: a session cookie when right; a refusal, and no data, otherwise."""
+        form = await request.post()
+        given = form.get("token")
+        result = self.sign_in.attempt(
+            request.remote or "unknown", given if isinstance(given, str) else ""
+        )
+        if isinstance(result, float):
+            problem = (
+                f"Too many sign-in attempts from your address. Try again in {math.ceil(result)} s."
+            )
+            return self.render("signin.html", status=429, problem=problem)
+        if result is None:
+            return self.render("signin.html", status=401, problem="That token is not right.")
+        response = web.HTTPSeeOther("/")
+        response.set_cookie(
+            SESSION_COOKIE,
+            result,
+            httponly=True,
+            samesite="Strict",
+            secure=self.config.secure_cookie,
+            path="/",
+        )
+        raise response
+
+    async def signout(self, request: web.Request) -> web.Response:
+        """End the session and forget the cookie."""
+        self.sign_in.end(request.cookies.get(SESSION_COOKIE))
+        response = web.HTTPSeeOther("/signin")
+        response.del_cookie(SESSION_COOKIE, path="/")
+        raise response
+
+    # --- pages ----------------------------------------------------------------------------------
+
+    async def overview(self, request: web.Request) -> web.Response:
+        """Groups with their block counts, the latest changes, and today's tokens."""
+        page = await views.groups_page(self.store, request.query.get("after", ""))
+        entries = await self.store.audit_entries(limit=10)
+        today = (await views.usage_view(self.store, self.clock(), 1)).today
+        return self.render(
+            "overview.html", section="overview", page=page, entries=entries, today=today
+        )
+
+    async def direct(self, request: web.Request) -> web.Response:
+        """DM scopes, when the operator chose to show them."""
+        if not self.config.show_direct:
+            return self.render("not_found.html", status=404)
+        page = await views.direct_page(self.store, request.query.get("after", ""))
+        return self.render("direct.html", section="direct", page=page)
+
+    async def scope(self, request: web.Request) -> web.Response:
+        """One group's shared and members' blocks, or one DM's (when shown)."""
+        view = await views.scope_view(
+            self.store, request.match_info["key"], show_direct=self.config.show_direct
+        )
+        if view is None:
+            return self.render("not_found.html", status=404)
+        return self.render("scope.html", section="overview", view=view)
+
+    async def audit(self, request: web.Request) -> web.Response:
+        """The audit log of shared blocks, filtered and paged."""
+        query = request.query
+        page = query.get("page", "0")
+        wanted = views.AuditFilter(
+            group=query.get("group", "").strip(),
+            who=query.get("who", "").strip(),
+            kind=query.get("kind", "") if query.get("kind", "") in AUDIT_KINDS else "",
+            since=query.get("since", "").strip(),
+            until=query.get("until", "").strip(),
+            page=int(page) if page.isdigit() else 0,
+        )
+        entries = await views.audit_page(self.store, wanted)
+        filters = {k: v for k, v in query.items() if k != "page"}
+        next_page = "/audit?" + urlencode({**filters, "page": wanted.page + 1})
+        return self.render(
+            "audit.html",
+            section="audit",
+            wanted=wanted,
+            entries=entries,
+            kinds=AUDIT_KINDS,
+            more=len(entries) == views.PAGE_SIZE,
+            next_page=next_page,
+        )
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """Tokens per day as a chart, for everyone, one user or one group; top users, groups."""
+        query = request.query
+        problems = []
+        text = query.get("days", "30").strip()
+        days = int(text) if text.isdigit() and 1 <= int(text) <= MAX_USAGE_DAYS else 30
+        if str(days) != text:
+            problems.append(f"Days should be a whole number from 1 to {MAX_USAGE_DAYS}.")
+        user, group = query.get("user", "").strip(), query.get("group", "").strip()
+        view = await views.usage_view(self.store, self.clock(), days, user=user, group=group)
+        chart = bar_chart(_every_day(view.days, self.clock(), days))
+        return self.render(
+            "usage.html",
+            section="usage",
+            view=view,
+            chart=chart,
+            days=days,
+            user=user,
+            group=group,
+            problems=problems,
+        )
+
+    async def search(self, request: web.Request) -> web.Response:
+        """Blocks by label or content."""
+        query = request.query.get("q", "")
+        results = await views.search(self.store, query, show_direct=self.config.show_direct)
+        return self.render(
+            "search.html",
+            section="search",
+            query=query,
+            results=results,
+            limit=views.SEARCH_RESULTS,
+            min_chars=views.MIN_SEARCH_CHARS,
+            page_of=_page_of,
+        )
+
+
+def _page_of(scope: str) -> str:
+    """The page a block's scope is shown on: its group's page, or the DM's own."""
+    parsed = parse_scope(scope)
+    return (parsed.group_key if parsed else None) or group_key_of(scope) or scope
+
+
+def _every_day(
+    per_day: list[tuple[str, UsageTotals]], now: datetime, days: int
+) -> list[tuple[str, int]]:
+    """(day, billed tokens) for each of the last days UTC days, zero where nothing was used."""
+    used = {day: totals.billed_tokens for day, totals in per_day}
+    first = now.date() - timedelta(days=days - 1)
+    every = [(first + timedelta(days=n)).isoformat() for n in range(days)]
+    return [(day, used.get(day, 0)) for day in every]

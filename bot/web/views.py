@@ -1,0 +1,192 @@
+"""What each page shows, read from the store: groups with their block counts, one scope's
+blocks with what they cost per request, the audit log, usage per day, and search results. DM
+scopes are left out unless the operator opted in (`web.show_direct`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from bot.core.keys import DIRECT, GROUP, MEMBER_MARK, ScopeKind, parse_scope
+from bot.core.render import estimate
+from storage import Store
+from storage.models import AuditEntry, Block, UsageRow, UsageTotals
+
+PLATFORMS = ("feishu", "telegram")  # in key order: pages walk the keys in order
+PAGE_SIZE = 50
+SCAN_BATCH = 500  # scope keys read per query while filling a page
+SEARCH_RESULTS = 100
+MIN_SEARCH_CHARS = 2
+
+
+@dataclass
+class GroupRow:
+    """One group on the overview: its shared blocks and its members' personal blocks."""
+
+    key: str
+    shared_blocks: int = 0
+    members: int = 0
+    member_blocks: int = 0
+
+
+@dataclass
+class GroupsPage:
+    """A page of groups (or DM scopes) and the cursor of the next page, if any."""
+
+    rows: list[GroupRow]
+    next_after: str | None
+
+
+async def _group_counts(store: Store, group: str) -> tuple[int, list[tuple[str, int]]]:
+    """A group's shared block count and its member scopes with their counts."""
+    shared = await store.scopes_with_prefix(group, after="", limit=1)
+    members = await store.scopes_with_prefix(f"{group}{MEMBER_MARK}", after="", limit=1_000_000)
+    return (shared[0][1] if shared and shared[0][0] == group else 0), members
+
+
+async def groups_page(store: Store, after: str = "") -> GroupsPage:
+    """Up to PAGE_SIZE groups whose first scope key sorts after the cursor, in key order."""
+    rows: list[GroupRow] = []
+    seen: set[str] = set()
+    cursor = after
+    for prefix in (f"{platform}:{GROUP}:" for platform in PLATFORMS):
+        while len(rows) < PAGE_SIZE:
+            batch = await store.scopes_with_prefix(prefix, after=cursor, limit=SCAN_BATCH)
+            if not batch:
+                break
+            for scope, _ in batch:
+                parsed = parse_scope(scope)
+                group = parsed.group_key if parsed else None
+                if group is None or group in seen:
+                    cursor = scope
+                    continue
+                if len(rows) == PAGE_SIZE:
+                    return GroupsPage(rows, cursor)
+                seen.add(group)
+                cursor = scope
+                shared, members = await _group_counts(store, group)
+                first_scope = group if shared else members[0][0] if members else scope
+                if first_scope <= after:
+                    continue  # shown on an earlier page, where its first scope was
+                rows.append(
+                    GroupRow(group, shared, len(members), sum(count for _, count in members))
+                )
+    return GroupsPage(rows, None)
+
+
+async def direct_page(store: Store, after: str = "") -> GroupsPage:
+    """Up to PAGE_SIZE DM scopes after the cursor, in key order, with their block counts."""
+    rows: list[GroupRow] = []
+    for prefix in (f"{platform}:{DIRECT}:" for platform in PLATFORMS):
+        left = PAGE_SIZE - len(rows)
+        for scope, count in await store.scopes_with_prefix(prefix, after=after, limit=left):
+            rows.append(GroupRow(scope, count))
+        if len(rows) == PAGE_SIZE:
+            return GroupsPage(rows, rows[-1].key)
+    return GroupsPage(rows, None)
+
+
+@dataclass
+class ScopeView:
+    """One scope's page: a group's shared blocks and its members' blocks, or one DM's blocks,
+    with the tokens each adds to a request."""
+
+    key: str
+    kind: ScopeKind
+    blocks: list[Block]
+    tokens: int
+    members: list[tuple[str, list[Block], int]] = field(default_factory=list)
+
+
+async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView | None:
+    """The page of a group or (when shown) DM scope key; None when there is no such page."""
+    parsed = parse_scope(key)
+    if parsed is None or parsed.kind is ScopeKind.MEMBER:
+        return None
+    if parsed.kind is ScopeKind.DIRECT and not show_direct:
+        return None
+    blocks = await store.blocks([key])
+    if parsed.kind is ScopeKind.DIRECT:
+        return ScopeView(key, parsed.kind, blocks, estimate([], blocks).total)
+    by_member: dict[str, list[Block]] = defaultdict(list)
+    for block in await store.blocks_with_prefix(f"{key}{MEMBER_MARK}"):
+        by_member[block.scope].append(block)
+    members = [
+        (scope.removeprefix(f"{key}{MEMBER_MARK}"), own, estimate(blocks, own).total)
+        for scope, own in by_member.items()
+    ]
+    return ScopeView(key, parsed.kind, blocks, estimate(blocks, []).total, members)
+
+
+@dataclass
+class AuditFilter:
+    """The audit page's filters as typed, and what was wrong with them."""
+
+    group: str = ""
+    who: str = ""
+    kind: str = ""
+    since: str = ""
+    until: str = ""
+    page: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def day(self, text: str, name: str) -> datetime | None:
+        """A typed date as the start of that UTC day; a bad one is noted and ignored."""
+        if not text:
+            return None
+        try:
+            typed = date.fromisoformat(text)
+        except ValueError:
+            self.problems.append(f"{name} should be a date like 2026-11-30, not {text!r}")
+            return None
+        return datetime(typed.year, typed.month, typed.day, tzinfo=UTC)
+
+
+async def audit_page(store: Store, wanted: AuditFilter) -> list[AuditEntry]:
+    """One page of shared-block changes matching the filters, newest first."""
+    since = wanted.day(wanted.since, "From")
+    until = wanted.day(wanted.until, "To")
+    return await store.audit_entries(
+        group=wanted.group or None,
+        actor=wanted.who or None,
+        action=wanted.kind or None,
+        since=since,
+        until=until + timedelta(days=1) if until else None,
+        offset=wanted.page * PAGE_SIZE,
+        limit=PAGE_SIZE,
+    )
+
+
+@dataclass
+class UsageView:
+    """Usage per day for everyone, one user or one group, and the top users and groups."""
+
+    days: list[tuple[str, UsageTotals]]
+    users: list[UsageRow]
+    groups: list[UsageRow]
+    today: UsageTotals
+
+
+async def usage_view(
+    store: Store, now: datetime, days: int, *, user: str = "", group: str = ""
+) -> UsageView:
+    """Usage over the last days UTC days (today included); user is 'platform:id'."""
+    first_day = (now - timedelta(days=days - 1)).date().isoformat()
+    platform, _, sender = user.partition(":")
+    per_day = await store.usage_days(
+        first_day, sender=(platform, sender) if sender else None, group_key=group
+    )
+    users, groups = await store.usage_report(first_day)
+    today = now.date().isoformat()
+    return UsageView(
+        per_day, users, groups, next((t for d, t in per_day if d == today), UsageTotals())
+    )
+
+
+async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
+    """Blocks whose label or content contains text (DM scopes only when shown)."""
+    if len(text.strip()) < MIN_SEARCH_CHARS:
+        return []
+    skip = None if show_direct else f"%:{DIRECT}:%"
+    return await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, skip_scopes_like=skip)

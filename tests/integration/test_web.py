@@ -1,0 +1,229 @@
+"""The operator's web page in a real browser (Playwright driving Debian's Chromium): signing
+in, browsing to a group, content that looks like HTML staying text, wrong tokens refused and
+rate-limited, DM scopes private by default. Each page's screenshot is kept as an artifact."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from playwright.async_api import Browser, Page, async_playwright
+
+from bot.config import WebConfig
+from bot.serving import serve_app
+from bot.web.app import WebPage
+from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals
+from storage.sqlite import Store
+from tests.fakes.clock import FakeClock
+from tests.process import run_pinbot
+
+TOKEN = "web-token-for-tests-0123456789"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # as root
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(os.environ.get("PINBOT_TEST_ARTIFACTS", "test-artifacts")) / "web"
+GROUP = "telegram:group:-1001"
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+WAIT_MS = 10_000  # a safety net for a page that never comes, not a pause
+
+OpenPage = Callable[..., Awaitable[tuple[Page, str]]]
+
+
+async def add(store: Store, scope: str, label: str, content: str, actor: str = "") -> None:
+    audit = (AuditEntry(scope, actor, "add strong", label, None, content, NOW),) if actor else ()
+    block = NewBlock(scope, label, content, Level.STRONG, State.ACTIVE, 0)
+    assert await store.insert_block(block, now=NOW, max_blocks=20, max_total_chars=0, audit=audit)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+async def filled(store: Store) -> Store:
+    await add(store, GROUP, "rules", "Be kind.\nNo spam.", actor="7")
+    await add(store, GROUP, "hostile", HOSTILE, actor="8")
+    await add(store, f"{GROUP}::u:42", "mine", "I prefer short answers.")
+    await add(store, "telegram:group:-1002", "other", "Another group's rule.", actor="7")
+    await add(store, "telegram:direct:9", "secret-plan", "A private DM note.")
+    for day, tokens in (("2026-11-28", 1200), ("2026-11-30", 3400)):
+        await store.add_usage(
+            platform="telegram",
+            sender="42",
+            day=day,
+            group_key=GROUP,
+            usage=UsageTotals(1, tokens, 100, 50),
+        )
+    return store
+
+
+@pytest.fixture
+async def open_page(browser: Browser, filled: Store) -> AsyncIterator[OpenPage]:
+    runners = []
+
+    async def start(signed_in: bool = True, **settings: Any) -> tuple[Page, str]:
+        page_app = WebPage(filled, WebConfig(port=8090, **settings), TOKEN, clock=FakeClock(NOW))
+        runner, port = await serve_app(page_app.app(), host="127.0.0.1", port=0, port_setting="p")
+        runners.append(runner)
+        base = f"http://127.0.0.1:{port}"
+        page = await (await browser.new_context()).new_page()
+        page.set_default_timeout(WAIT_MS)
+        if signed_in:
+            await sign_in(page, base, TOKEN)
+        return page, base
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def sign_in(page: Page, base: str, token: str) -> int:
+    await page.goto(f"{base}/signin")
+    await page.fill("input[name=token]", token)
+    async with page.expect_navigation() as navigation:
+        await page.click("button[type=submit]")
+    response = await navigation.value
+    assert response is not None
+    return response.status
+
+
+async def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+async def test_sign_in_and_browse_to_a_group(open_page: OpenPage) -> None:
+    page, base = await open_page(signed_in=False)
+    await page.goto(f"{base}/")
+    assert page.url == f"{base}/signin"  # nothing without signing in
+    await shot(page, "signin")
+    assert await sign_in(page, base, TOKEN) == 200
+    assert page.url == f"{base}/"
+    groups = await page.inner_text("#groups")
+    assert GROUP in groups and "telegram:group:-1002" in groups
+    assert "telegram:direct:9" not in await page.content()
+    assert await page.inner_text("#tokens-today") == "3,450"
+    assert "rules" in await page.inner_text("#audit")
+    await shot(page, "overview")
+    await page.click(f"text={GROUP}")
+    assert "Be kind.\nNo spam." in await page.inner_text("#shared")
+    member = await page.inner_text(".member")
+    assert "Member 42" in member and "I prefer short answers." in member
+    assert int(await page.inner_text("#shared-tokens")) > 0
+    await shot(page, "group")
+    await page.click("text=Sign out")
+    await page.goto(f"{base}/scope/{GROUP}")
+    assert page.url == f"{base}/signin"
+
+
+async def test_content_that_looks_like_html_is_shown_as_text_and_never_runs(
+    open_page: OpenPage,
+) -> None:
+    page, base = await open_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    await page.goto(f"{base}/scope/{GROUP}")
+    assert HOSTILE in await page.inner_text("#shared")
+    assert await page.evaluate("window.__pwned") is None
+    await page.goto(f"{base}/search?q=pwned")
+    assert HOSTILE in await page.inner_text("#results")
+    await page.goto(f"{base}/audit")
+    assert HOSTILE in await page.inner_text("#audit")
+    assert await page.evaluate("window.__pwned") is None and dialogs == []
+    assert await page.locator("img[src=x]").count() == 0
+
+
+async def test_a_wrong_token_shows_nothing_and_is_rate_limited(open_page: OpenPage) -> None:
+    page, base = await open_page(signed_in=False)
+    for _ in range(5):
+        assert await sign_in(page, base, "not-the-token") == 401
+        assert "not right" in await page.inner_text("#problem")
+        assert GROUP not in await page.content()
+    await shot(page, "signin-refused")
+    assert await sign_in(page, base, "still-wrong") == 429
+    # Even the right token waits: a guesser learns nothing more this minute.
+    assert await sign_in(page, base, TOKEN) == 429
+    assert "Too many sign-in attempts" in await page.inner_text("#problem")
+    await page.goto(f"{base}/")
+    assert page.url == f"{base}/signin"
+
+
+async def test_dm_scopes_are_private_unless_the_operator_shows_them(open_page: OpenPage) -> None:
+    page, base = await open_page()
+    response = await page.goto(f"{base}/scope/telegram:direct:9")
+    assert response is not None and response.status == 404
+    await page.goto(f"{base}/search?q=private")
+    assert "secret-plan" not in await page.content()
+    assert await page.locator("text=Direct chats").count() == 0
+    page, base = await open_page(show_direct=True)
+    await page.click("text=Direct chats")
+    await page.click("text=telegram:direct:9")
+    assert "A private DM note." in await page.content()
+    await page.goto(f"{base}/search?q=private")
+    assert "secret-plan" in await page.inner_text("#results")
+
+
+async def test_audit_filters_usage_chart_and_search(open_page: OpenPage) -> None:
+    page, base = await open_page()
+    await page.goto(f"{base}/audit")
+    await page.fill("input[name=who]", "7")
+    await page.click("form.filters button")
+    rows = await page.inner_text("#audit")
+    assert "rules" in rows and "other" in rows and "hostile" not in rows
+    await page.goto(f"{base}/audit?group={GROUP}&kind=add&since=2026-11-30&until=2026-11-30")
+    assert "hostile" in await page.inner_text("#audit")
+    await page.goto(f"{base}/audit?since=yesterday")
+    assert "should be a date like 2026-11-30" in await page.content()
+    await shot(page, "audit")
+    await page.goto(f"{base}/usage?days=7")
+    assert await page.locator("#chart rect.bar").count() == 7
+    titles = await page.locator("#chart rect.bar title").all_text_contents()
+    assert "2026-11-30: 3,450 tokens" in titles and "2026-11-29: 0 tokens" in titles
+    assert "telegram:42" in await page.inner_text("#users")
+    await page.click("text=telegram:42")
+    assert "Usage of telegram:42" in await page.inner_text("h1")
+    await shot(page, "usage")
+    await page.goto(f"{base}/search")
+    await page.fill("input[name=q]", "SPAM")
+    await page.click("form.filters button")
+    assert "rules" in await page.inner_text("#results")
+    await shot(page, "search")
+
+
+async def test_the_session_cookie_is_httponly_strict_and_secure_when_asked(
+    open_page: OpenPage,
+) -> None:
+    for secure in (False, True):
+        _, base = await open_page(signed_in=False, secure_cookie=secure)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{base}/signin", data={"token": TOKEN}, allow_redirects=False) as sent,
+        ):
+            cookie = sent.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert ("Secure" in cookie) is secure
+        assert sent.headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
+async def test_pinbot_web_refuses_to_start_without_its_token(tmp_path: Path) -> None:
+    code, out, err = await run_pinbot("web", env={"PINBOT_WEB_TOKEN": "", "HOME": str(tmp_path)})
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "PINBOT_WEB_TOKEN" in err
