@@ -8,7 +8,7 @@ import json
 import random
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from storage.models import label_key
@@ -42,6 +42,14 @@ def scope_of(index: int) -> str:
     return f"{PLATFORM}:direct:{index}"
 
 
+def group_scope_of(index: int) -> str:
+    """Scope index of a store shaped like group chats: each group has its shared scope and nine
+    members with personal blocks."""
+    group, member = divmod(index, 10)
+    key = f"telegram:group:-100{group}"
+    return key if member == 0 else f"{key}::u:{member}"
+
+
 def _content(rng: random.Random) -> str:
     words: list[str] = []
     while sum(len(w) + 1 for w in words) < 200:
@@ -49,14 +57,16 @@ def _content(rng: random.Random) -> str:
     return " ".join(words)[:200]
 
 
-def rows(scopes: int, seed: int = 7) -> Iterator[tuple[object, ...]]:
+def rows(
+    scopes: int, seed: int = 7, scope_for: Callable[[int], str] = scope_of
+) -> Iterator[tuple[object, ...]]:
     """Block rows for `scopes` scopes: 3 strong and 7 context each; one idle, one pinned."""
     rng = random.Random(seed)
     # Recent times: idle blocks are checked for cleanup on every turn but are not yet due, so the
     # figures show the steady state, not a one-off deletion per scope.
     stamp = time.time() - 3600
     for index in range(scopes):
-        scope = scope_of(index)
+        scope = scope_for(index)
         for number in range(BLOCKS_PER_SCOPE):
             label = f"block{number}"
             level = "strong" if number < 3 else "context"
@@ -77,14 +87,14 @@ def rows(scopes: int, seed: int = 7) -> Iterator[tuple[object, ...]]:
             )
 
 
-def build_sqlite(path: Path, scopes: int) -> None:
+def build_sqlite(path: Path, scopes: int, scope_for: Callable[[int], str] = scope_of) -> None:
     """Create a pinbot database at path holding `scopes` scopes of 10 blocks."""
     asyncio.run(_create_schema(path))
     with sqlite3.connect(path) as db:
         db.executemany(
             "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
             "created_at, updated_at, idle_since, idle_calls) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            rows(scopes),
+            rows(scopes, scope_for=scope_for),
         )
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

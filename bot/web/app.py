@@ -142,7 +142,7 @@ class WebPage:
         """Groups with their block counts, the latest changes, and today's tokens."""
         page = await views.groups_page(self.store, request.query.get("after", ""))
         entries = await self.store.audit_entries(limit=10)
-        today = (await views.usage_view(self.store, self.clock(), 1)).today
+        today = await views.usage_today(self.store, self.clock())
         return self.render(
             "overview.html", section="overview", page=page, entries=entries, today=today
         )
@@ -208,6 +208,7 @@ class WebPage:
             user=user,
             group=group,
             problems=problems,
+            top=views.TOP_ROWS,
         )
 
     async def search(self, request: web.Request) -> web.Response:

@@ -17,6 +17,8 @@ PLATFORMS = ("feishu", "telegram")  # in key order: pages walk the keys in order
 PAGE_SIZE = 50
 SCAN_BATCH = 500  # scope keys read per query while filling a page
 SEARCH_RESULTS = 100
+MAX_MEMBERS = 1_000_000  # members counted per group: all of them
+TOP_ROWS = 50  # users and groups listed on the usage page
 MIN_SEARCH_CHARS = 2
 
 
@@ -38,24 +40,24 @@ class GroupsPage:
     next_after: str | None
 
 
-async def _group_counts(store: Store, group: str) -> tuple[int, list[tuple[str, int]]]:
-    """A group's shared block count and its member scopes with their counts."""
-    shared = await store.scopes_with_prefix(group, after="", limit=1)
-    members = await store.scopes_with_prefix(f"{group}{MEMBER_MARK}", after="", limit=1_000_000)
-    return (shared[0][1] if shared and shared[0][0] == group else 0), members
+async def _shared_count(store: Store, group: str) -> int:
+    """How many shared blocks a group has."""
+    found = await store.scopes_with_prefix(group, after="", limit=1)
+    return found[0][1] if found and found[0][0] == group else 0
 
 
 async def groups_page(store: Store, after: str = "") -> GroupsPage:
-    """Up to PAGE_SIZE groups whose first scope key sorts after the cursor, in key order."""
+    """Up to PAGE_SIZE groups whose first scope key sorts after the cursor, in key order of
+    those first scopes. One query per group shown (its members), besides the walk itself."""
     rows: list[GroupRow] = []
     seen: set[str] = set()
     cursor = after
     for prefix in (f"{platform}:{GROUP}:" for platform in PLATFORMS):
-        while len(rows) < PAGE_SIZE:
+        while True:  # until the prefix is walked, or the page is full (returned below)
             batch = await store.scopes_with_prefix(prefix, after=cursor, limit=SCAN_BATCH)
             if not batch:
                 break
-            for scope, _ in batch:
+            for scope, count in batch:
                 parsed = parse_scope(scope)
                 group = parsed.group_key if parsed else None
                 if group is None or group in seen:
@@ -65,13 +67,18 @@ async def groups_page(store: Store, after: str = "") -> GroupsPage:
                     return GroupsPage(rows, cursor)
                 seen.add(group)
                 cursor = scope
-                shared, members = await _group_counts(store, group)
-                first_scope = group if shared else members[0][0] if members else scope
-                if first_scope <= after:
-                    continue  # shown on an earlier page, where its first scope was
-                rows.append(
-                    GroupRow(group, shared, len(members), sum(count for _, count in members))
+                # The walk meets a group's shared scope before its members' scopes: met first
+                # through a member, it has no shared blocks, unless that scope was on an
+                # earlier page, and the group with it.
+                shared = count if scope == group else 0
+                if scope != group and group <= after and await _shared_count(store, group):
+                    continue
+                members = await store.scopes_with_prefix(
+                    f"{group}{MEMBER_MARK}", after="", limit=MAX_MEMBERS
                 )
+                if not shared and members and members[0][0] <= after:
+                    continue  # shown on an earlier page
+                rows.append(GroupRow(group, shared, len(members), sum(n for _, n in members)))
     return GroupsPage(rows, None)
 
 
@@ -160,12 +167,12 @@ async def audit_page(store: Store, wanted: AuditFilter) -> list[AuditEntry]:
 
 @dataclass
 class UsageView:
-    """Usage per day for everyone, one user or one group, and the top users and groups."""
+    """Usage per day for everyone, one user or one group, and the top users and groups
+    (TOP_ROWS of each)."""
 
     days: list[tuple[str, UsageTotals]]
     users: list[UsageRow]
     groups: list[UsageRow]
-    today: UsageTotals
 
 
 async def usage_view(
@@ -178,10 +185,13 @@ async def usage_view(
         first_day, sender=(platform, sender) if sender else None, group_key=group
     )
     users, groups = await store.usage_report(first_day)
-    today = now.date().isoformat()
-    return UsageView(
-        per_day, users, groups, next((t for d, t in per_day if d == today), UsageTotals())
-    )
+    return UsageView(per_day, users[:TOP_ROWS], groups[:TOP_ROWS])
+
+
+async def usage_today(store: Store, now: datetime) -> UsageTotals:
+    """Everyone's usage so far this UTC day."""
+    today = await store.usage_days(now.date().isoformat())
+    return today[0][1] if today else UsageTotals()
 
 
 async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
