@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import commands, data, headofline, memory, prefix, turn, workers
+from bench import commands, data, headofline, memory, prefix, turn, web, workers
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -27,6 +27,7 @@ def _settings(quick: bool) -> dict[str, Any]:
             "json_single_turns": 20,
             "commands": 200,
             "workers": (20, 10),
+            "web": (1_000, 10),
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
         }
@@ -36,6 +37,7 @@ def _settings(quick: bool) -> dict[str, Any]:
         "json_single_turns": 5,
         "commands": 1_000,
         "workers": (50, 20),
+        "web": (100_000, 40),
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
     }
@@ -110,6 +112,24 @@ def measure_turns(
         if name != "ours"
     }
     return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "scopes": scopes, **figures, "ratios": ratios}
+
+
+WEB_LIST_PAGES = (
+    "overview",
+    "overview_page_2",
+    "group",
+    "audit",
+    "audit_by_group",
+    "audit_by_who",
+)  # usage and search pages are measured too; they sum or scan rather than page
+
+
+def median_of_pages(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each page's figures as medians over runs."""
+    first = results[0]
+    pages = {k: median_of([r[k] for r in results]) for k, v in first.items() if isinstance(v, dict)}
+    worst = max(pages[name]["p95_ms"] for name in WEB_LIST_PAGES)
+    return {"scopes": first["scopes"], "blocks": first["blocks"], **pages, "list_p95_ms": worst}
 
 
 def measure_workers(
@@ -217,6 +237,11 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             f"{report['head_of_line']['p99_ms']} ms",
         ),
         (
+            "web list pages (overview, group, audit) p95 <= 100 ms",
+            report["web"]["list_p95_ms"] <= 100,
+            f"{report['web']['list_p95_ms']} ms at {report['web']['blocks']:,} blocks",
+        ),
+        (
             "RSS growth <= 50 MB",
             report["memory"]["growth_mib"] * 1.048576 <= 50,
             f"{report['memory']['growth_mib']} MiB",
@@ -288,6 +313,16 @@ def print_table(report: dict[str, Any]) -> None:
         f"the model (with no chat waiting: p50 {h['without_waiting_chats']['p50_ms']} ms, "
         f"p99 {h['without_waiting_chats']['p99_ms']} ms)"
     )
+    web_figures = report["web"]
+    shown = ", ".join(
+        f"{name} {figures['p50_ms']}/{figures['p95_ms']}"
+        for name, figures in web_figures.items()
+        if isinstance(figures, dict)
+    )
+    print(
+        f"Web page on {web_figures['scopes']:,} scopes / {web_figures['blocks']:,} blocks, "
+        f"p50/p95 ms: {shown}"
+    )
     m = report["memory"]
     print(
         f"Memory: peak RSS {m['empty_store_mib']} MiB empty, {m['full_store_mib']} MiB with "
@@ -352,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         report["memory"] = measure_memory(folder, settings["scopes"][-1], settings)
+        scopes, requests = settings["web"]
+        report["web"] = median_of_pages([web.run(folder, scopes, requests) for _ in range(runs)])
         report["cache_prefix"] = prefix.run()
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]

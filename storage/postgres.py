@@ -526,16 +526,16 @@ class PostgresStore:
         self, first_day: str, *, sender: tuple[str, str] | None = None, group_key: str = ""
     ) -> list[tuple[str, UsageTotals]]:
         """Usage per UTC day since first_day, oldest first: of one sender (platform, id), of
-        one group, or of everyone."""
-        platform, sender_id = sender or ("", "")
+        one group, or of everyone. Each case reads its own index."""
+        if sender is not None:
+            where, args = "platform = $1 AND sender = $2 AND day >= $3", [*sender, first_day]
+        elif group_key:
+            where, args = "group_key = $1 AND day >= $2", [group_key, first_day]
+        else:
+            where, args = "day >= $1", [first_day]
         rows = await self._pool.fetch(
-            f"SELECT day, {USAGE_SUMS} FROM usage WHERE day >= $1 "
-            "AND ($3 = '' OR (platform = $2 AND sender = $3)) AND ($4 = '' OR group_key = $4) "
-            "GROUP BY day ORDER BY day",
-            first_day,
-            platform,
-            sender_id,
-            group_key,
+            f"SELECT day, {USAGE_SUMS} FROM usage WHERE {where} GROUP BY day ORDER BY day",
+            *args,
         )
         return [(row[0], totals(tuple(row)[1:])) for row in rows]
 

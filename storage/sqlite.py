@@ -553,13 +553,16 @@ class Store:
         self, first_day: str, *, sender: tuple[str, str] | None = None, group_key: str = ""
     ) -> list[tuple[str, UsageTotals]]:
         """Usage per UTC day since first_day, oldest first: of one sender (platform, id), of
-        one group, or of everyone."""
-        platform, sender_id = sender or ("", "")
+        one group, or of everyone. Each case reads its own index."""
+        if sender is not None:
+            where, args = "platform = ? AND sender = ? AND day >= ?", [*sender, first_day]
+        elif group_key:
+            where, args = "group_key = ? AND day >= ?", [group_key, first_day]
+        else:
+            where, args = "day >= ?", [first_day]
         rows = await self._db.execute_fetchall(
-            f"SELECT day, {USAGE_SUMS} FROM usage WHERE day >= ? "
-            "AND (? = '' OR (platform = ? AND sender = ?)) AND (? = '' OR group_key = ?) "
-            "GROUP BY day ORDER BY day",
-            (first_day, sender_id, platform, sender_id, group_key, group_key),
+            f"SELECT day, {USAGE_SUMS} FROM usage WHERE {where} GROUP BY day ORDER BY day",
+            args,
         )
         return [(row[0], totals(row[1:])) for row in rows]
 
