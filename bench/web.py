@@ -15,7 +15,7 @@ import aiohttp
 
 from bench import data
 from bench.stats import percentile
-from bot.config import WebConfig
+from bot.config import parse_config
 from bot.serving import serve_app
 from bot.web.app import WebPage
 from storage.sqlite import Store
@@ -65,7 +65,10 @@ def _fill_history(path: Path, scopes: int) -> None:
 async def _measure(path: Path, requests: int) -> dict[str, dict[str, float]]:
     store = await Store.open(path)
     runner, port = await serve_app(
-        WebPage(store, WebConfig(), TOKEN).app(), host="127.0.0.1", port=0, port_setting="bench"
+        WebPage(store, parse_config({}), TOKEN).app(),
+        host="127.0.0.1",
+        port=0,
+        port_setting="bench",
     )
     base = f"http://127.0.0.1:{port}"
     group = data.group_scope_of(10 * 1234)

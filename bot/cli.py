@@ -303,7 +303,7 @@ async def _web(config: Config) -> int:
     token = secret_from_env(config.web.token_env, "The web page's sign-in token")
     stop = _stop_on_signals()
     async with await open_store(config) as store:
-        page = WebPage(store, config.web, token)
+        page = WebPage(store, config, token)
         runner, port = await serve_app(
             page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
         )

@@ -215,13 +215,15 @@ class BudgetsConfig(_Section):
 
 class WebConfig(_Section):
     """The operator's web page (`pinbot web`): where it listens, the variable holding its
-    sign-in token, whether its cookie needs TLS, and whether DM scopes are shown."""
+    sign-in token, whether its cookie needs TLS, whether DM scopes are shown, and the name its
+    changes are recorded under."""
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8090
     token_env: EnvName = "PINBOT_WEB_TOKEN"
     secure_cookie: bool = False
     show_direct: bool = False
+    operator_name: str = ""  # recorded in the audit log with changes made on the page
 
 
 class LoggingConfig(_Section):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Browser, async_playwright
 
 from bot.config import Config, parse_config
 from bot.core.bot import Pinbot
@@ -14,6 +15,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage.sqlite import Store
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
@@ -141,3 +143,14 @@ def group(
     platform: str = "console",
 ) -> Conversation:
     return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's Chromium, headless, driven by Playwright."""
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        await launched.close()

@@ -14,7 +14,7 @@ from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.credentials import credential_kind
-from bot.core.permissions import Action, Speaker
+from bot.core.permissions import Access, Action, Role, Speaker
 from bot.core.validation import content_problem, label_problem, priority_problem
 from storage import Store
 from storage.models import AuditEntry, Block, Level, NewBlock, State, label_key
@@ -68,6 +68,12 @@ class Target:
             return Refused("Pins are not available here.")
         group = conversation.kind is ChatKind.GROUP
         return cls(scope, shared, group, speaker, context.actor)
+
+    @classmethod
+    def operator(cls, group_scope: str, actor: str) -> Target:
+        """A group's shared scope as the bot's operator acts on it (from the web page): with a
+        shared admin's rights, and every other rule of `/pin shared`."""
+        return cls(group_scope, True, True, Speaker(Access(Role.SHARED_ADMIN)), actor)
 
     def noun(self) -> str:
         """How replies name the blocks of this scope."""

@@ -1,5 +1,6 @@
-"""The web page's HTTP side (aiohttp): sign-in, the pages, and the headers that keep a page
-safe to show content people typed. Every page reads the store; none changes it."""
+"""The web page's HTTP side (aiohttp): sign-in, the pages, the forms that change a group's
+shared blocks (through the same BlockOps as `/pin shared`), and what keeps them safe: headers
+that let content people typed be only text, and a per-session token on every form."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from aiohttp import web
 
-from bot.config import WebConfig
+from bot.config import Config
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
-from bot.core.keys import group_key_of, parse_scope
+from bot.core.keys import ScopeKind, group_key_of, parse_scope
+from bot.core.validation import priority_problem
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart
 from storage import Store
-from storage.models import UsageTotals
+from storage.models import Level, State, UsageTotals
 
 SESSION_COOKIE = "pinbot_session"
 MAX_USAGE_DAYS = 366
@@ -32,22 +35,25 @@ SECURITY_HEADERS = {
     "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # our own forms must carry their Origin
     "Cache-Control": "no-store",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class WebPage:
-    """The operator's page over one store: sign-in with the token, then read-only pages."""
+    """The operator's page over one store: sign-in with the token, pages to read everything
+    shown, and forms that change groups' shared blocks (personal blocks stay their owners')."""
 
-    def __init__(
-        self, store: Store, config: WebConfig, token: str, *, clock: Clock = utc_now
-    ) -> None:
+    def __init__(self, store: Store, config: Config, token: str, *, clock: Clock = utc_now) -> None:
         self.store = store
-        self.config = config
+        self.config = config.web
         self.clock = clock
         self.sign_in = SignIn(token, clock)
+        self.ops = BlockOps(store, config.pins, clock)
+        name = config.web.operator_name.strip()
+        self.actor = f"web:{name}" if name else "web"
+        self._flash: dict[str, tuple[str, str]] = {}  # session → (kind, message) to show once
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
             autoescape=True,  # every value is text, never markup
@@ -56,13 +62,16 @@ class WebPage:
 
     def app(self) -> web.Application:
         """The aiohttp application serving every page."""
-        app = web.Application(middlewares=[self._headers, self._signed_in])
+        app = web.Application(middlewares=[self._headers, self._signed_in, self._forms_checked])
         app.router.add_get("/signin", self.signin_form)
         app.router.add_post("/signin", self.signin)
         app.router.add_post("/signout", self.signout)
         app.router.add_get("/", self.overview)
         app.router.add_get("/direct", self.direct)
         app.router.add_get("/scope/{key}", self.scope)
+        app.router.add_post("/scope/{key}/add", self.add_block)
+        app.router.add_post("/scope/{key}/change", self.change_block)
+        app.router.add_post("/scope/{key}/remove", self.remove_block)
         app.router.add_get("/audit", self.audit)
         app.router.add_get("/usage", self.usage)
         app.router.add_get("/search", self.search)
@@ -86,14 +95,39 @@ class WebPage:
             return await handler(request)
         raise web.HTTPSeeOther("/signin")
 
+    @web.middleware
+    async def _forms_checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A form posted by a signed-in session must carry that session's token and come from
+        this page's own origin; anything else is refused with 403 and changes nothing."""
+        if request.method != "POST" or request.path == "/signin":
+            return await handler(request)
+        origin = request.headers.get("Origin") or request.headers.get("Referer")
+        if origin and urlsplit(origin).netloc != request.host:
+            raise web.HTTPForbidden(text="This form came from another site.")
+        given = (await request.post()).get("csrf")
+        if not isinstance(given, str) or not self.sign_in.csrf_ok(
+            request.cookies.get(SESSION_COOKIE), given
+        ):
+            raise web.HTTPForbidden(text="This form is out of date or not from this page.")
+        return await handler(request)
+
     def render(
-        self, name: str, *, status: int = 200, section: str = "", **values: Any
+        self,
+        request: web.Request,
+        name: str,
+        *,
+        status: int = 200,
+        section: str = "",
+        **values: Any,
     ) -> web.Response:
         """A page from its template, with what every page needs."""
+        session = request.cookies.get(SESSION_COOKIE)
         html = self.templates.get_template(name).render(
             signed_in=name != "signin.html",
             show_direct=self.config.show_direct,
             section=section,
+            csrf=self.sign_in.csrf_token(session),
+            flash=self._flash.pop(session or "", None),
             **values,
         )
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
@@ -102,7 +136,7 @@ class WebPage:
 
     async def signin_form(self, request: web.Request) -> web.Response:
         """The sign-in form (and nothing else)."""
-        return self.render("signin.html", problem="")
+        return self.render(request, "signin.html", problem="")
 
     async def signin(self, request: web.Request) -> web.Response:
         """Check the token: a session cookie when right; a refusal, and no data, otherwise."""
@@ -115,9 +149,11 @@ class WebPage:
             problem = (
                 f"Too many sign-in attempts from your address. Try again in {math.ceil(result)} s."
             )
-            return self.render("signin.html", status=429, problem=problem)
+            return self.render(request, "signin.html", status=429, problem=problem)
         if result is None:
-            return self.render("signin.html", status=401, problem="That token is not right.")
+            return self.render(
+                request, "signin.html", status=401, problem="That token is not right."
+            )
         response = web.HTTPSeeOther("/")
         response.set_cookie(
             SESSION_COOKIE,
@@ -144,15 +180,15 @@ class WebPage:
         entries = await self.store.audit_entries(limit=10)
         today = await views.usage_today(self.store, self.clock())
         return self.render(
-            "overview.html", section="overview", page=page, entries=entries, today=today
+            request, "overview.html", section="overview", page=page, entries=entries, today=today
         )
 
     async def direct(self, request: web.Request) -> web.Response:
         """DM scopes, when the operator chose to show them."""
         if not self.config.show_direct:
-            return self.render("not_found.html", status=404)
+            return self.render(request, "not_found.html", status=404)
         page = await views.direct_page(self.store, request.query.get("after", ""))
-        return self.render("direct.html", section="direct", page=page)
+        return self.render(request, "direct.html", section="direct", page=page)
 
     async def scope(self, request: web.Request) -> web.Response:
         """One group's shared and members' blocks, or one DM's (when shown)."""
@@ -160,8 +196,71 @@ class WebPage:
             self.store, request.match_info["key"], show_direct=self.config.show_direct
         )
         if view is None:
-            return self.render("not_found.html", status=404)
-        return self.render("scope.html", section="overview", view=view)
+            return self.render(request, "not_found.html", status=404)
+        return self.render(request, "scope.html", section="overview", view=view)
+
+    # --- changing shared blocks ---------------------------------------------------------------
+
+    def _shared_target(self, request: web.Request) -> Target:
+        key = request.match_info["key"]
+        parsed = parse_scope(key)
+        if parsed is None or parsed.kind is not ScopeKind.SHARED:
+            raise web.HTTPNotFound(text="Only a group's shared blocks can be changed here.")
+        return Target.operator(key, self.actor)
+
+    def _after(self, request: web.Request, target: Target, outcome: Outcome) -> web.Response:
+        """Back to the group's page, which shows what happened (or why nothing did)."""
+        session = request.cookies.get(SESSION_COOKIE, "")
+        if isinstance(outcome, Done):
+            self._flash[session] = ("done", outcome.message)
+        else:
+            self._flash[session] = ("refused", outcome.reason)
+        raise web.HTTPSeeOther(f"/scope/{quote(target.scope, safe='')}")
+
+    async def add_block(self, request: web.Request) -> web.Response:
+        """Add a shared block, as `/pin shared add` would."""
+        target = self._shared_target(request)
+        form = await request.post()
+        priority = _whole_number(_text(form, "priority") or "0")
+        if priority is None:
+            return self._after(request, target, Refused(priority_problem(None) or ""))
+        outcome = await self.ops.add(
+            target,
+            _text(form, "label").strip(),
+            _text(form, "content").strip(),
+            level=Level(_text(form, "level"))
+            if _text(form, "level") in ("strong", "context")
+            else None,
+            pinned=_text(form, "pinned") == "on",
+            priority=priority,
+        )
+        return self._after(request, target, outcome)
+
+    async def change_block(self, request: web.Request) -> web.Response:
+        """Change a shared block's content, level, state or priority, as `/pin shared edit`,
+        `level`, `idle`/`activate`, `pin`/`unpin` and `priority` would."""
+        target = self._shared_target(request)
+        form = await request.post()
+        priority = _whole_number(_text(form, "priority"))
+        if priority is None:
+            return self._after(request, target, Refused(priority_problem(None) or ""))
+        level, state = _text(form, "level"), _text(form, "state")
+        outcome = await self.ops.change(
+            target,
+            _text(form, "label"),
+            content=_text(form, "content").strip(),
+            level=Level(level) if level in ("strong", "context") else None,
+            state=State(state) if state in ("active", "idle", "pinned") else None,
+            priority=priority,
+        )
+        return self._after(request, target, outcome)
+
+    async def remove_block(self, request: web.Request) -> web.Response:
+        """Remove a shared block, as `/pin shared remove` would."""
+        target = self._shared_target(request)
+        form = await request.post()
+        outcome = await self.ops.remove(target, _text(form, "label"))
+        return self._after(request, target, outcome)
 
     async def audit(self, request: web.Request) -> web.Response:
         """The audit log of shared blocks, filtered and paged."""
@@ -179,6 +278,7 @@ class WebPage:
         filters = {k: v for k, v in query.items() if k != "page"}
         next_page = "/audit?" + urlencode({**filters, "page": wanted.page + 1})
         return self.render(
+            request,
             "audit.html",
             section="audit",
             wanted=wanted,
@@ -200,6 +300,7 @@ class WebPage:
         view = await views.usage_view(self.store, self.clock(), days, user=user, group=group)
         chart = bar_chart(_every_day(view.days, self.clock(), days))
         return self.render(
+            request,
             "usage.html",
             section="usage",
             view=view,
@@ -216,6 +317,7 @@ class WebPage:
         query = request.query.get("q", "")
         results = await views.search(self.store, query, show_direct=self.config.show_direct)
         return self.render(
+            request,
             "search.html",
             section="search",
             query=query,
@@ -224,6 +326,20 @@ class WebPage:
             min_chars=views.MIN_SEARCH_CHARS,
             page_of=_page_of,
         )
+
+
+def _text(form: Any, name: str) -> str:
+    """A form field as text ('' when missing or not text)."""
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def _whole_number(text: str) -> int | None:
+    """text as a whole number, or None."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
 
 
 def _page_of(scope: str) -> str:

@@ -1,5 +1,5 @@
 """Signing in to the web page: one token, compared in constant time, a few failed attempts per
-address and minute, and sessions held by this process."""
+address and minute, and sessions held by this process, each with the token its forms carry."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ class SignIn:
         self._token = token.encode()
         self._clock = clock
         self._attempts = TokenBuckets()
-        self._sessions: dict[str, float] = {}  # session id → when it expires (epoch seconds)
+        # session id → (when it expires in epoch seconds, the session's CSRF token)
+        self._sessions: dict[str, tuple[float, str]] = {}
 
     def attempt(self, address: str, given: str) -> str | float | None:
         """Try a token from address: a new session id when it is right, None when it is wrong,
@@ -36,7 +37,8 @@ class SignIn:
         if not hmac.compare_digest(given.encode(), self._token):
             return None
         session = secrets.token_urlsafe(32)
-        self._sessions[session] = now + SESSION_LIFETIME.total_seconds()
+        expires = now + SESSION_LIFETIME.total_seconds()
+        self._sessions[session] = (expires, secrets.token_urlsafe(32))
         self._forget_expired(now)
         return session
 
@@ -44,8 +46,18 @@ class SignIn:
         """Whether session is a live session of this process."""
         if not session:
             return False
-        expires = self._sessions.get(session)
-        return expires is not None and expires > self._clock().timestamp()
+        found = self._sessions.get(session)
+        return found is not None and found[0] > self._clock().timestamp()
+
+    def csrf_token(self, session: str | None) -> str:
+        """The token every form of this session carries ('' for no live session)."""
+        found = self._sessions.get(session or "") if self.valid(session) else None
+        return found[1] if found else ""
+
+    def csrf_ok(self, session: str | None, given: str) -> bool:
+        """Whether given is this live session's form token (compared in constant time)."""
+        expected = self.csrf_token(session)
+        return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
 
     def end(self, session: str | None) -> None:
         """Sign a session out."""
@@ -53,5 +65,5 @@ class SignIn:
             self._sessions.pop(session, None)
 
     def _forget_expired(self, now: float) -> None:
-        for session in [s for s, expires in self._sessions.items() if expires <= now]:
+        for session in [s for s, (expires, _) in self._sessions.items() if expires <= now]:
             del self._sessions[session]

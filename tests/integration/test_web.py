@@ -4,7 +4,6 @@ rate-limited, DM scopes private by default. Each page's screenshot is kept as an
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,31 +11,21 @@ from typing import Any
 
 import aiohttp
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
-from bot.config import WebConfig
 from bot.serving import serve_app
 from bot.web.app import WebPage
 from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals
 from storage.sqlite import Store
+from tests.browser import WAIT_MS, shot, sign_in
+from tests.conftest import make_config
 from tests.fakes.clock import FakeClock
 from tests.process import run_pinbot
 
 TOKEN = "web-token-for-tests-0123456789"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",  # as root
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = Path(os.environ.get("PINBOT_TEST_ARTIFACTS", "test-artifacts")) / "web"
 GROUP = "telegram:group:-1001"
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
-WAIT_MS = 10_000  # a safety net for a page that never comes, not a pause
 
 OpenPage = Callable[..., Awaitable[tuple[Page, str]]]
 
@@ -45,16 +34,6 @@ async def add(store: Store, scope: str, label: str, content: str, actor: str = "
     audit = (AuditEntry(scope, actor, "add strong", label, None, content, NOW),) if actor else ()
     block = NewBlock(scope, label, content, Level.STRONG, State.ACTIVE, 0)
     assert await store.insert_block(block, now=NOW, max_blocks=20, max_total_chars=0, audit=audit)
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield launched
-        await launched.close()
 
 
 @pytest.fixture
@@ -80,7 +59,7 @@ async def open_page(browser: Browser, filled: Store) -> AsyncIterator[OpenPage]:
     runners = []
 
     async def start(signed_in: bool = True, **settings: Any) -> tuple[Page, str]:
-        page_app = WebPage(filled, WebConfig(port=8090, **settings), TOKEN, clock=FakeClock(NOW))
+        page_app = WebPage(filled, make_config(web=settings), TOKEN, clock=FakeClock(NOW))
         runner, port = await serve_app(page_app.app(), host="127.0.0.1", port=0, port_setting="p")
         runners.append(runner)
         base = f"http://127.0.0.1:{port}"
@@ -93,21 +72,6 @@ async def open_page(browser: Browser, filled: Store) -> AsyncIterator[OpenPage]:
     yield start
     for runner in runners:
         await runner.cleanup()
-
-
-async def sign_in(page: Page, base: str, token: str) -> int:
-    await page.goto(f"{base}/signin")
-    await page.fill("input[name=token]", token)
-    async with page.expect_navigation() as navigation:
-        await page.click("button[type=submit]")
-    response = await navigation.value
-    assert response is not None
-    return response.status
-
-
-async def shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 async def test_sign_in_and_browse_to_a_group(open_page: OpenPage) -> None:
@@ -129,7 +93,9 @@ async def test_sign_in_and_browse_to_a_group(open_page: OpenPage) -> None:
     assert "Member 42" in member and "I prefer short answers." in member
     assert int(await page.inner_text("#shared-tokens")) > 0
     await shot(page, "group")
-    await page.click("text=Sign out")
+    async with page.expect_navigation():
+        await page.click("text=Sign out")
+    assert page.url == f"{base}/signin", await page.content()
     await page.goto(f"{base}/scope/{GROUP}")
     assert page.url == f"{base}/signin"
 

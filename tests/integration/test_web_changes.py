@@ -1,0 +1,194 @@
+"""Changing a group's shared blocks on the web page, in a real browser: through the same rules
+as `/pin shared` (the same refusals), logged as the web operator, seen by the next model
+request; forms without their session's token, or from another site, change nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from playwright.async_api import Browser, Page
+
+from bot.core.bot import Pinbot
+from bot.serving import serve_app
+from bot.web.app import WebPage
+from tests.browser import WAIT_MS, shot, sign_in
+from tests.conftest import OpenAIBots, group
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI
+from tests.integration.test_web import TOKEN
+
+ADMIN = "7"
+GROUP = "telegram:group:-100123"
+PINS = {"enable_in_group": True, "group_shared_admin_ids": [ADMIN], "max_total_chars": 200}
+Started = tuple[Page, str, Pinbot]
+Start = Callable[..., Awaitable[Started]]
+
+
+def admin() -> Any:
+    return group(ADMIN, platform="telegram")
+
+
+async def said(bot: Pinbot, text: str) -> str:
+    """The bot's reply to the group's admin."""
+    reply = await bot.handle(admin(), text)
+    assert reply is not None
+    return reply
+
+
+@pytest.fixture
+async def start(
+    browser: Browser, openai_bots: OpenAIBots, clock: FakeClock
+) -> AsyncIterator[Start]:
+    runners = []
+
+    async def begin(**web: Any) -> Started:
+        bot = await openai_bots(pins=PINS, web=web)
+        assert (await said(bot, "/pin shared add rules Be kind.")).startswith("Saved")
+        page_app = WebPage(bot.store, bot.config, TOKEN, clock=clock)
+        runner, port = await serve_app(page_app.app(), host="127.0.0.1", port=0, port_setting="p")
+        runners.append(runner)
+        base = f"http://127.0.0.1:{port}"
+        page = await (await browser.new_context()).new_page()
+        page.set_default_timeout(WAIT_MS)
+        assert await sign_in(page, base, TOKEN) == 200
+        await page.goto(f"{base}/scope/{GROUP}")
+        return page, base, bot
+
+    yield begin
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def submit(page: Page, selector: str) -> None:
+    async with page.expect_navigation():
+        await page.click(selector)
+
+
+async def model_sees(bot: Pinbot, fake_openai: FakeOpenAI) -> str:
+    """The system message of the group's next model request."""
+    await bot.handle(group("42", platform="telegram"), "hello", mentioned=True)
+    return str(fake_openai.messages()[0]["content"])
+
+
+async def shared(bot: Pinbot) -> list[tuple[str, str, str, str, int]]:
+    blocks = await bot.store.blocks([GROUP])
+    return [(b.label, b.content, b.level.value, b.state.value, b.priority) for b in blocks]
+
+
+async def test_a_change_on_the_page_reaches_the_next_request_and_the_log(
+    start: Start, fake_openai: FakeOpenAI
+) -> None:
+    page, _, bot = await start(operator_name="alice")
+    edit = 'form.edit[data-label="rules"]'
+    await page.fill(f"{edit} textarea", "Be kind and brief.")
+    await page.select_option(f"{edit} select[name=level]", "strong")
+    await page.fill(f"{edit} input[name=priority]", "5")
+    await submit(page, f"{edit} button")
+    assert "rules" in await page.inner_text("#flash")
+    assert "Be kind and brief." in await page.inner_text("#shared")
+    await shot(page, "group-edit")
+    assert "Be kind and brief." in await model_sees(bot, fake_openai)
+    log = await said(bot, "/pin shared log")
+    assert "web:alice" in log and "Be kind and brief." in log
+
+    # Add, idle, activate, pin, unpin and remove, each as /pin shared would.
+    await page.fill("#add input[name=label]", "tone")
+    await page.fill("#add textarea", "Answer in French.")
+    await page.select_option("#add select[name=level]", "strong")
+    await submit(page, "#add button")
+    assert "Saved strong block 'tone'" in await page.inner_text("#flash")
+    assert "Answer in French." in await model_sees(bot, fake_openai)
+    tone = 'form.edit[data-label="tone"]'
+    for state in ("idle", "active", "pinned", "active"):
+        await page.select_option(f"{tone} select[name=state]", state)
+        await submit(page, f"{tone} button")
+        assert (await shared(bot))[1][3] == state
+    await page.select_option(f"{tone} select[name=state]", "idle")
+    await submit(page, f"{tone} button")
+    assert "Answer in French." not in await model_sees(bot, fake_openai)
+    await submit(page, 'form.remove[data-label="tone"] button')
+    assert [row[0] for row in await shared(bot)] == ["rules"]
+    actions = (await said(bot, "/pin shared log 20")).splitlines()
+    assert sum("web:alice" in line for line in actions) >= 6
+
+
+@pytest.mark.parametrize(
+    ("form", "fill", "command"),
+    [
+        (
+            "#add",
+            {"label": "a-label-far-too-long-to-keep", "content": "x"},
+            "/pin shared add a-label-far-too-long-to-keep x",
+        ),
+        (
+            'form.edit[data-label="rules"]',
+            {"content": "y" * 300},
+            "/pin shared edit rules " + "y" * 300,
+        ),
+        (
+            'form.edit[data-label="rules"]',
+            {"content": "Our key is sk-proj-4f9aQ2vX7LmN8pR3tY6uW1zB5cD0eF"},
+            "/pin shared edit rules Our key is sk-proj-4f9aQ2vX7LmN8pR3tY6uW1zB5cD0eF",
+        ),
+    ],
+    ids=["label too long", "over the budget", "a credential"],
+)
+async def test_a_refused_change_shows_the_same_refusal_and_changes_nothing(
+    start: Start, form: str, fill: dict[str, str], command: str
+) -> None:
+    page, _, bot = await start()
+    before = await shared(bot)
+    for name, value in fill.items():
+        field = "textarea" if name == "content" else f"input[name={name}]"
+        await page.fill(f"{form} {field}", value)
+    await submit(page, f"{form} button")
+    refusal = await page.inner_text("#flash")
+    assert refusal == await said(bot, command)  # word for word what the chat says
+    assert await shared(bot) == before
+    await shot(page, "group-refused")
+
+
+async def test_forms_without_their_token_or_from_elsewhere_get_403(start: Start) -> None:
+    page, base, bot = await start()
+    before = await shared(bot)
+    # In the browser: the form posted without its hidden token.
+    await page.evaluate("document.querySelector('#add input[name=csrf]').remove()")
+    await page.fill("#add input[name=label]", "sneaky")
+    await page.fill("#add textarea", "x")
+    async with page.expect_navigation() as navigation:
+        await page.click("#add button")
+    response = await navigation.value
+    assert response is not None and response.status == 403
+    # Another session's token, another site's origin, a member's personal scope.
+    sessions = []
+    for _ in range(2):
+        session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+        await session.post(f"{base}/signin", data={"token": TOKEN})
+        async with session.get(f"{base}/scope/{GROUP}") as got:
+            token = re.search(r'name="csrf" value="([^"]+)"', await got.text())
+        assert token is not None
+        sessions.append((session, token.group(1)))
+    (first, first_token), (second, second_token) = sessions
+    add = {"label": "sneaky", "content": "x"}
+    try:
+        for session, data, headers, status in (
+            (first, {**add, "csrf": second_token}, {}, 403),
+            (first, {**add, "csrf": first_token}, {"Origin": "http://evil.example"}, 403),
+            (first, {**add, "csrf": first_token}, {"Origin": "null"}, 403),
+            (second, {**add, "csrf": ""}, {}, 403),
+        ):
+            url = f"{base}/scope/{GROUP}/add"
+            async with session.post(url, data=data, headers=headers, allow_redirects=False) as sent:
+                assert sent.status == status
+        member = f"{base}/scope/{GROUP}::u:42/add"
+        data = {**add, "csrf": first_token}
+        async with first.post(member, data=data, allow_redirects=False) as sent:
+            assert sent.status == 404  # personal blocks are their owners'
+    finally:
+        await first.close()
+        await second.close()
+    assert await shared(bot) == before
