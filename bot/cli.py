@@ -99,7 +99,7 @@ _HELP: dict[str, tuple[str, str, str]] = {
         "pinbot transfer --from-config sqlite.yaml --to-config postgres.yaml",
     ),
     "web": (
-        "serve the operator's read-only web page (web.host:web.port)",
+        "serve the operator's web page (web.host:web.port): browse, and change shared blocks",
         "  PINBOT_WEB_TOKEN     the sign-in token (web.token_env)\n"
         "  the variable named by storage.url_env, when set",
         "PINBOT_WEB_TOKEN=$(openssl rand -hex 24) pinbot web --config config.yaml",
