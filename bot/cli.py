@@ -308,7 +308,7 @@ async def _web(config: Config) -> int:
             page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
         )
         logging.getLogger("pinbot").info(
-            "web page at http://%s:%d/ (sign in with $%s)",
+            "web page started (http://%s:%d/; sign in with $%s)",
             config.web.host,
             port,
             config.web.token_env,

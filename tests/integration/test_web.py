@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from playwright.async_api import Browser, Page
 
 from bot.serving import serve_app
@@ -21,6 +22,7 @@ from tests.browser import WAIT_MS, shot, sign_in
 from tests.conftest import make_config
 from tests.fakes.clock import FakeClock
 from tests.process import run_pinbot
+from tests.workers import Worker, free_port
 
 TOKEN = "web-token-for-tests-0123456789"
 GROUP = "telegram:group:-1001"
@@ -193,3 +195,21 @@ async def test_pinbot_web_refuses_to_start_without_its_token(tmp_path: Path) -> 
     code, out, err = await run_pinbot("web", env={"PINBOT_WEB_TOKEN": "", "HOME": str(tmp_path)})
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "PINBOT_WEB_TOKEN" in err
+
+
+async def test_pinbot_web_serves_until_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "web.yaml"
+    settings = {"storage": {"path": str(tmp_path / "db.sqlite3")}, "web": {"port": port}}
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    env = {"PINBOT_WEB_TOKEN": TOKEN}
+    worker = Worker(["web", "--config", str(config)], env, port, "")
+    await worker.start()
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with (
+        aiohttp.ClientSession(cookie_jar=jar) as session,
+        session.post(f"{worker.url}/signin", data={"token": TOKEN}) as signed,
+    ):
+        assert signed.status == 200 and "Overview" in await signed.text()
+    assert await worker.stop() == 0
+    assert TOKEN not in "\n".join(worker.log)
