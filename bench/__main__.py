@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         report["memory"] = measure_memory(folder, settings["scopes"][-1], settings)
         scopes, requests = settings["web"]
-        report["web"] = median_of_pages([web.run(folder, scopes, requests) for _ in range(runs)])
+        report["web"] = median_of_pages(web.run(folder, scopes, requests, runs))
         report["cache_prefix"] = prefix.run()
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]

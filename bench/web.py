@@ -115,13 +115,10 @@ async def _measure(path: Path, requests: int) -> dict[str, dict[str, float]]:
     return figures
 
 
-def run(folder: Path, scopes: int, requests: int) -> dict[str, Any]:
-    """Build the store (scopes scopes of 10 blocks) and time each page."""
+def run(folder: Path, scopes: int, requests: int, runs: int) -> list[dict[str, Any]]:
+    """Build the store once (scopes scopes of 10 blocks), then time each page in each run."""
     path = folder / f"web-{scopes}.sqlite3"
     data.build_sqlite(path, scopes, data.group_scope_of)
     _fill_history(path, scopes)
-    return {
-        "scopes": scopes,
-        "blocks": scopes * data.BLOCKS_PER_SCOPE,
-        **asyncio.run(_measure(path, requests)),
-    }
+    size = {"scopes": scopes, "blocks": scopes * data.BLOCKS_PER_SCOPE}
+    return [{**size, **asyncio.run(_measure(path, requests))} for _ in range(runs)]
