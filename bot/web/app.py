@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,22 @@ SECURITY_HEADERS = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+@dataclass(frozen=True)
+class Flash:
+    """What the last change did (kind 'done' or 'refused', and the message), and for a refused
+    one the fields of the form as typed, to fill it in again."""
+
+    kind: str
+    message: str
+    typed: dict[str, str] = field(default_factory=dict)
+
+    def kept(self, form: str, name: str, default: str) -> str:
+        """The typed value of field name if form (its `form` field) was the one refused."""
+        if self.kind != "refused" or self.typed.get("form") != form:
+            return default
+        return self.typed.get(name, default)
+
+
 class WebPage:
     """The operator's page over one store: sign-in with the token, pages to read everything
     shown, and forms that change groups' shared blocks (personal blocks stay their owners')."""
@@ -53,7 +70,7 @@ class WebPage:
         self.ops = BlockOps(store, config.pins, clock)
         name = config.web.operator_name.strip()
         self.actor = f"web:{name}" if name else "web"
-        self._flash: dict[str, tuple[str, str]] = {}  # session → (kind, message) to show once
+        self._flash: dict[str, Flash] = {}  # per session: what the last change did, shown once
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
             autoescape=True,  # every value is text, never markup
@@ -122,12 +139,14 @@ class WebPage:
     ) -> web.Response:
         """A page from its template, with what every page needs."""
         session = request.cookies.get(SESSION_COOKIE)
+        flash = self._flash.pop(session or "", None)
         html = self.templates.get_template(name).render(
             signed_in=name != "signin.html",
             show_direct=self.config.show_direct,
             section=section,
             csrf=self.sign_in.csrf_token(session),
-            flash=self._flash.pop(session or "", None),
+            flash=flash,
+            kept=flash.kept if flash else lambda form, field, default: default,
             **values,
         )
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
@@ -208,13 +227,16 @@ class WebPage:
             raise web.HTTPNotFound(text="Only a group's shared blocks can be changed here.")
         return Target.operator(key, self.actor)
 
-    def _after(self, request: web.Request, target: Target, outcome: Outcome) -> web.Response:
-        """Back to the group's page, which shows what happened (or why nothing did)."""
+    async def _after(self, request: web.Request, target: Target, outcome: Outcome) -> web.Response:
+        """Back to the group's page, which shows what happened, or why nothing did with what
+        was typed still in the form."""
         session = request.cookies.get(SESSION_COOKIE, "")
         if isinstance(outcome, Done):
-            self._flash[session] = ("done", outcome.message)
+            self._flash[session] = Flash("done", outcome.message)
         else:
-            self._flash[session] = ("refused", outcome.reason)
+            form = await request.post()
+            typed = {name: _text(form, name) for name in form if name != "csrf"}
+            self._flash[session] = Flash("refused", outcome.reason, typed)
         raise web.HTTPSeeOther(f"/scope/{quote(target.scope, safe='')}")
 
     async def add_block(self, request: web.Request) -> web.Response:
@@ -223,7 +245,7 @@ class WebPage:
         form = await request.post()
         priority = _whole_number(_text(form, "priority") or "0")
         if priority is None:
-            return self._after(request, target, Refused(priority_problem(None) or ""))
+            return await self._after(request, target, Refused(priority_problem(None) or ""))
         outcome = await self.ops.add(
             target,
             _text(form, "label").strip(),
@@ -234,7 +256,7 @@ class WebPage:
             pinned=_text(form, "pinned") == "on",
             priority=priority,
         )
-        return self._after(request, target, outcome)
+        return await self._after(request, target, outcome)
 
     async def change_block(self, request: web.Request) -> web.Response:
         """Change a shared block's content, level, state or priority, as `/pin shared edit`,
@@ -243,7 +265,7 @@ class WebPage:
         form = await request.post()
         priority = _whole_number(_text(form, "priority"))
         if priority is None:
-            return self._after(request, target, Refused(priority_problem(None) or ""))
+            return await self._after(request, target, Refused(priority_problem(None) or ""))
         level, state = _text(form, "level"), _text(form, "state")
         outcome = await self.ops.change(
             target,
@@ -253,14 +275,14 @@ class WebPage:
             state=State(state) if state in ("active", "idle", "pinned") else None,
             priority=priority,
         )
-        return self._after(request, target, outcome)
+        return await self._after(request, target, outcome)
 
     async def remove_block(self, request: web.Request) -> web.Response:
         """Remove a shared block, as `/pin shared remove` would."""
         target = self._shared_target(request)
         form = await request.post()
         outcome = await self.ops.remove(target, _text(form, "label"))
-        return self._after(request, target, outcome)
+        return await self._after(request, target, outcome)
 
     async def audit(self, request: web.Request) -> web.Response:
         """The audit log of shared blocks, filtered and paged."""

@@ -148,6 +148,9 @@ async def test_a_refused_change_shows_the_same_refusal_and_changes_nothing(
     await submit(page, f"{form} button")
     refusal = await page.inner_text("#flash")
     assert refusal == await said(bot, command)  # word for word what the chat says
+    for name, value in fill.items():  # what was typed is still there to fix
+        field = "textarea" if name == "content" else f"input[name={name}]"
+        assert await page.input_value(f"{form} {field}") == value
     assert await shared(bot) == before
     await shot(page, "group-refused")
 
