@@ -101,19 +101,29 @@ def _access_entries(config: Config) -> list[str]:
     return problems
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def warnings_of(config: Config) -> list[str]:
     """Settings that work but probably do not mean what the operator wants."""
     access = config.access
+    found = []
     if (
         access.allowed_users
         and ANYONE not in access.allowed_users
         and (ANYONE in access.allowed_groups)
     ):
-        return [
+        found.append(
             "access.allowed_users is set, but access.allowed_groups lists '*': anyone can add "
             "the bot to a group and use it there"
-        ]
-    return []
+        )
+    web = config.web
+    if web.host not in LOOPBACK_HOSTS and not web.secure_cookie:
+        found.append(
+            f"web.host is {web.host}, reachable from other machines, and web.secure_cookie is "
+            "false: serve the page behind TLS and set web.secure_cookie: true"
+        )
+    return found
 
 
 def check_config(config: Config, platforms: tuple[str, ...] = ()) -> list[str]:

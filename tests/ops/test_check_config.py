@@ -111,3 +111,14 @@ async def test_access_entries_and_storage_shapes(tmp_path: Path) -> None:
     code, out = await check(tmp_path, settings)
     assert code == 1 and "is a file, not a folder" in out
     assert "warning: access.allowed_users is set, but access.allowed_groups lists '*'" in out
+
+
+async def test_a_web_page_open_to_other_machines_without_a_secure_cookie_is_a_warning(
+    tmp_path: Path,
+) -> None:
+    storage = {"path": str(tmp_path / "db.sqlite3")}
+    code, out = await check(tmp_path, {"storage": storage, "web": {"host": "0.0.0.0"}})
+    assert code == 0 and "warning: web.host is 0.0.0.0" in out and "web.secure_cookie" in out
+    secure = {"host": "0.0.0.0", "secure_cookie": True}
+    code, out = await check(tmp_path, {"storage": storage, "web": secure})
+    assert code == 0 and "warning" not in out
