@@ -588,19 +588,24 @@ class PostgresStore:
         )
         return totals(tuple(row or ()))
 
-    async def usage_report(self, first_day: str) -> tuple[list[UsageRow], list[UsageRow]]:
-        """Per sender (across chats) and per group, usage since first_day, most tokens first."""
+    async def usage_report(
+        self, first_day: str, limit: int = -1
+    ) -> tuple[list[UsageRow], list[UsageRow]]:
+        """Per sender (across chats) and per group, usage since first_day, most tokens first;
+        at most limit of each (-1: all)."""
         users = await self._pool.fetch(
             f"SELECT platform, sender, {USAGE_SUMS} FROM usage WHERE day >= $1 "
             "GROUP BY platform, sender ORDER BY SUM(prompt_tokens + completion_tokens) DESC, "
-            "platform, sender",
+            "platform, sender LIMIT $2",
             first_day,
+            None if limit < 0 else limit,
         )
         groups = await self._pool.fetch(
             f"SELECT platform, group_key, {USAGE_SUMS} FROM usage WHERE day >= $1 "
             "AND group_key != '' GROUP BY platform, group_key "
-            "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key",
+            "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key LIMIT $2",
             first_day,
+            None if limit < 0 else limit,
         )
         return (
             [UsageRow(r[0], r[1], totals(tuple(r)[2:])) for r in users],

@@ -612,19 +612,22 @@ class Store:
         )
         return totals(next(iter(rows)))
 
-    async def usage_report(self, first_day: str) -> tuple[list[UsageRow], list[UsageRow]]:
-        """Per sender (across chats) and per group, usage since first_day, most tokens first."""
+    async def usage_report(
+        self, first_day: str, limit: int = -1
+    ) -> tuple[list[UsageRow], list[UsageRow]]:
+        """Per sender (across chats) and per group, usage since first_day, most tokens first;
+        at most limit of each (-1: all)."""
         users = await self._db.execute_fetchall(
             f"SELECT platform, sender, {USAGE_SUMS} FROM usage WHERE day >= ? "
             "GROUP BY platform, sender ORDER BY SUM(prompt_tokens + completion_tokens) DESC, "
-            "platform, sender",
-            (first_day,),
+            "platform, sender LIMIT ?",
+            (first_day, limit),
         )
         groups = await self._db.execute_fetchall(
             f"SELECT platform, group_key, {USAGE_SUMS} FROM usage WHERE day >= ? "
             "AND group_key != '' GROUP BY platform, group_key "
-            "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key",
-            (first_day,),
+            "ORDER BY SUM(prompt_tokens + completion_tokens) DESC, group_key LIMIT ?",
+            (first_day, limit),
         )
         return (
             [UsageRow(r[0], r[1], totals(r[2:])) for r in users],

@@ -184,8 +184,8 @@ async def usage_view(
     per_day = await store.usage_days(
         first_day, sender=(platform, sender) if sender else None, group_key=group
     )
-    users, groups = await store.usage_report(first_day)
-    return UsageView(per_day, users[:TOP_ROWS], groups[:TOP_ROWS])
+    users, groups = await store.usage_report(first_day, TOP_ROWS)
+    return UsageView(per_day, users, groups)
 
 
 async def usage_today(store: Store, now: datetime) -> UsageTotals:

@@ -332,5 +332,8 @@ async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> Non
     assert [(d, t.prompt_tokens) for d, t in everyone] == [("2026-01-01", 15), ("2026-01-02", 1)]
     of_seven = await store.usage_days("2026-01-01", sender=("p", "7"))
     assert [t.prompt_tokens for _, t in of_seven] == [10, 1]
+    users, groups = await store.usage_report("2026-01-01", 1)
+    assert [(u.key, u.totals.prompt_tokens) for u in users] == [("7", 11)]
+    assert [g.key for g in groups] == ["p:group:1"]
     of_group = await store.usage_days("2026-01-02", group_key="p:group:1")
     assert [(d, t.prompt_tokens) for d, t in of_group] == [("2026-01-02", 1)]
