@@ -124,10 +124,20 @@ class Inbox:
         while True:
             await self._sleep(self._check_s)
             try:
+                if not self._store.worker_live:
+                    await self._rejoin()
                 await self.take_up_abandoned()
                 await self._housekeeping()
             except Exception as error:  # the database may be back at the next check
                 log.warning("looking for abandoned chats failed: %s", error)
+
+    async def _rejoin(self) -> None:
+        """Register again after losing liveness, once the chats being processed are done (the
+        others may have taken them; a second processing of one update is the price, never a
+        lost one)."""
+        await self.idle()
+        worker = await self._store.register_worker(now=self._clock())
+        log.warning("registered again as worker %d", worker)
 
     async def _housekeeping(self) -> None:
         now = self._clock()
@@ -158,6 +168,8 @@ class Inbox:
             if self._stopping:
                 await self._store.drop_lease(chat)
                 return
+            if not self._store.worker_live:
+                return  # the others may hold the chat now; the watcher registers again
             pending = await self._store.next_update(chat)
             if pending is None:
                 if await self._store.release_chat(chat):

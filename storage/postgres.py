@@ -637,15 +637,33 @@ class PostgresStore:
             await liveness.close()
             raise
         if self._liveness is not None:
-            await self._liveness.close()
+            await self._leave()
         self._liveness, self._worker = liveness, worker
+        liveness.add_termination_listener(self._liveness_ended)
         return worker
+
+    @property
+    def worker_live(self) -> bool:
+        """Whether this worker still counts as live for the others (its liveness connection is
+        up). When it is not, the others may take its chats: stop and register again."""
+        return self._liveness is not None and not self._liveness.is_closed()
+
+    def _liveness_ended(self, connection: object) -> None:
+        if connection is self._liveness:
+            log.error(
+                "lost the connection that keeps worker %d live; its chats go to the other "
+                "workers until it registers again",
+                self._worker,
+            )
 
     async def leave_workers(self) -> None:
         """Stop being a live worker: this worker's chats and sole role go to the others."""
-        if self._liveness is not None:
-            await self._liveness.close()
-            self._liveness = None
+        await self._leave()
+
+    async def _leave(self) -> None:
+        liveness, self._liveness = self._liveness, None  # first: closing it is no loss
+        if liveness is not None:
+            await liveness.close()
 
     async def record_update(
         self, platform: str, event_id: str, *, chat: str, position: int, payload: str, now: datetime

@@ -657,6 +657,12 @@ class Store:
         self._worker = int(cursor.lastrowid or 0)
         return self._worker
 
+    @property
+    def worker_live(self) -> bool:
+        """Whether this worker still counts as live: always, for the one process serving a
+        SQLite store."""
+        return True
+
     async def leave_workers(self) -> None:
         """Stop serving: another process may serve this database now."""
         if self._serving is not None:
