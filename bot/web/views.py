@@ -34,7 +34,7 @@ class GroupRow:
 
 @dataclass
 class GroupsPage:
-    """A page of groups (or DM scopes) and the cursor of the next page, if any."""
+    """A page of groups and the cursor of the next page, if any."""
 
     rows: list[GroupRow]
     next_after: str | None
@@ -82,16 +82,22 @@ async def groups_page(store: Store, after: str = "") -> GroupsPage:
     return GroupsPage(rows, None)
 
 
-async def direct_page(store: Store, after: str = "") -> GroupsPage:
+@dataclass
+class DirectPage:
+    """A page of DM scopes with their block counts, and the cursor of the next page, if any."""
+
+    rows: list[tuple[str, int]]
+    next_after: str | None
+
+
+async def direct_page(store: Store, after: str = "") -> DirectPage:
     """Up to PAGE_SIZE DM scopes after the cursor, in key order, with their block counts."""
-    rows: list[GroupRow] = []
+    rows: list[tuple[str, int]] = []
     for prefix in (f"{platform}:{DIRECT}:" for platform in PLATFORMS):
-        left = PAGE_SIZE - len(rows)
-        for scope, count in await store.scopes_with_prefix(prefix, after=after, limit=left):
-            rows.append(GroupRow(scope, count))
+        rows += await store.scopes_with_prefix(prefix, after=after, limit=PAGE_SIZE - len(rows))
         if len(rows) == PAGE_SIZE:
-            return GroupsPage(rows, rows[-1].key)
-    return GroupsPage(rows, None)
+            return DirectPage(rows, rows[-1][0])
+    return DirectPage(rows, None)
 
 
 @dataclass
