@@ -15,8 +15,9 @@ import aiohttp
 import asyncpg
 import yaml
 
+from tests.fakes.http import free_port
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
-from tests.workers import Cluster, Worker, free_port
+from tests.workers import Cluster, Worker
 
 SECRET = "bench-webhook-secret"
 HEADERS = {"X-Telegram-Bot-Api-Secret-Token": SECRET}

@@ -7,7 +7,6 @@ import asyncio
 import itertools
 import os
 import signal
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,6 @@ from tests.process import PINBOT
 
 STARTED = " started ("  # what a worker logs once it serves
 WAIT_S = 60  # a safety net for a hung worker, never a pause
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Worker:

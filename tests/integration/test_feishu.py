@@ -32,15 +32,10 @@ from tests.fakes.feishu_server import (
     signature_headers,
     url_verification,
 )
+from tests.fakes.http import free_port
 
 ENCRYPT_KEY = "encrypt-key-value"
 BOT = mention("@_user_1", BOT_OPEN_ID, "pinbot")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Harness:

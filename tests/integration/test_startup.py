@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
+from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.process import PINBOT, run_pinbot
@@ -39,12 +40,6 @@ def assert_one_clean_line(out: str, err: str, *needles: str) -> None:
         assert needle in err, err
     for secret in SECRETS:
         assert secret not in out + err
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_a_rejected_token(tmp_path: Path, fake_telegram: FakeTelegram) -> None:

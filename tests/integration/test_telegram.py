@@ -9,7 +9,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from storage import PostgresStore
 from storage.sqlite import Store
 from tests.conftest import dm, make_config
 from tests.fakes.clock import FakeClock
+from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import (
     TOKEN,
@@ -417,12 +417,6 @@ async def test_api_errors_are_logged_without_the_token_and_never_stop_the_bot(
     assert "blocked by the user" in logged.lower() and "chat not found" in logged.lower()
     assert "flood control" in logged and "token in a message: [redacted]" in logged
     assert TOKEN not in logged and TOKEN.split(":")[1] not in logged
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_webhook_mode_needs_the_secret_token(

@@ -21,8 +21,9 @@ from storage.sqlite import Store
 from tests.browser import WAIT_MS, shot, sign_in
 from tests.conftest import make_config
 from tests.fakes.clock import FakeClock
+from tests.fakes.http import free_port
 from tests.process import run_pinbot
-from tests.workers import Worker, free_port
+from tests.workers import Worker
 
 TOKEN = "web-token-for-tests-0123456789"
 GROUP = "telegram:group:-1001"

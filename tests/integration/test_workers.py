@@ -19,10 +19,11 @@ import yaml
 from storage import PostgresStore
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, FakeFeishu
 from tests.fakes.feishu_server import receive_event as feishu_event
+from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
 from tests.process import run_pinbot
-from tests.workers import WAIT_S, Cluster, Worker, free_port
+from tests.workers import WAIT_S, Cluster, Worker
 
 SECRET = "webhook-secret-0000"
 DB_ENV = "PINBOT_TEST_DB"
