@@ -237,13 +237,23 @@ async def test_a_rolling_restart_during_traffic_loses_and_reorders_nothing(
 ) -> None:
     cluster = await start_cluster("telegram", 3, telegram=telegram_settings(fake_telegram))
     chats = list(range(200, 208))
-    script = [f"m{n}" for n in range(1, 17)]
-    traffic = asyncio.gather(*(send_in_order(cluster, uid, script) for uid in chats))
-    for number, worker in enumerate(cluster.workers):  # one at a time, while chats talk
-        await fake_openai.wait_for_requests(20 + 30 * number, WAIT_S)
-        assert await worker.stop(signal.SIGTERM) == 0, "\n".join(worker.log)
+    script = [f"m{n}" for n in range(1, 19)]
+    phases = [script[:6], script[6:12], script[12:]]
+    for worker, phase in zip(cluster.workers, phases, strict=True):  # one at a time
+        # Each worker is stopped while every chat has a turn at the model and more waiting,
+        # and comes back for the next phase.
+        before = len(fake_openai.requests)
+        fake_openai.release = asyncio.Event()  # the model holds its answers
+        traffic = asyncio.gather(*(send_in_order(cluster, uid, phase) for uid in chats))
+        await fake_openai.wait_for_requests(before + len(chats), WAIT_S)
+        stopping = asyncio.create_task(worker.stop(signal.SIGTERM))
+        await asyncio.sleep(0)  # let it send the signal
+        assert len(fake_openai.requests) == before + len(chats)  # turns in flight, more queued
+        fake_openai.release.set()
+        assert await stopping == 0, "\n".join(worker.log)
+        await traffic
+        fake_openai.release = None
         await worker.start()
-    await traffic
     await fake_telegram.wait_for(
         lambda: all(len(fake_telegram.sent(uid)) >= len(script) for uid in chats), WAIT_S
     )
