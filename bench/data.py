@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from storage import Store
 from storage.models import label_key
-from storage.sqlite import Store
 
 BLOCKS_PER_SCOPE = 10
 PLATFORM = "bench"
@@ -108,10 +108,9 @@ def build_postgres(url: str, scopes: int) -> None:
 async def _fill_postgres(url: str, scopes: int) -> None:
     import asyncpg
 
-    from storage.postgres import PostgresStore
     from storage.rows import BLOCK_INSERT_COLUMNS
 
-    store = await PostgresStore.open(url)  # the schema
+    store = await Store.open(url=url)  # the schema
     await store.close()
     connection = await asyncpg.connect(url)
     try:

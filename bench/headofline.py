@@ -18,7 +18,7 @@ from bot.adapters.telegram import TelegramFrontend
 from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.llm.base import ModelReply, ModelRequest, TextSink
-from storage.sqlite import Store
+from storage import Store
 from tests.fakes.telegram_server import TOKEN, message, private_chat, user
 
 LIST_CHATS_START = 10_001

@@ -21,7 +21,7 @@ async def _serve(path: Path, scopes: int, turns: int) -> None:
     from bot.core.bot import Pinbot
     from bot.core.conversation import ChatKind, Conversation
     from bot.llm.offline import OfflineChatModel
-    from storage.sqlite import Store
+    from storage import Store
 
     store = await Store.open(path)
     bot = Pinbot(parse_config({}), store, OfflineChatModel())

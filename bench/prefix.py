@@ -19,7 +19,7 @@ from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.llm.base import Message, ModelReply, ModelRequest, TextSink
-from storage.sqlite import Store
+from storage import Store
 
 TURNS = 20
 SPEAKER = Conversation("bench", ChatKind.DIRECT, "1", "1")

@@ -18,7 +18,7 @@ from bench.stats import percentile
 from bot.config import parse_config
 from bot.serving import serve_app
 from bot.web.app import WebPage
-from storage.sqlite import Store
+from storage import Store
 
 TOKEN = "bench-web-token-0123456789"
 AUDIT_PER_GROUP = 10
@@ -33,14 +33,14 @@ def _fill_history(path: Path, scopes: int) -> None:
     groups = scopes // 10
     with sqlite3.connect(path) as db:
         db.executemany(
-            "INSERT INTO shared_audit (group_scope, at, actor, action, label, old_content, "
-            "new_content) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO shared_audit (group_scope, at, actor, channel, kind, detail, label, "
+            "old_content, new_content) VALUES (?, ?, ?, 'command', ?, ?, ?, ?, ?)",
             (
                 (
                     data.group_scope_of(g * 10),
                     now - rng.random() * 86400 * 30,
                     str(g % 97),
-                    rng.choice(("add strong", "edit", "remove")),
+                    *rng.choice((("add", "strong"), ("edit", ""), ("remove", ""))),
                     f"block{n}",
                     None,
                     "text",

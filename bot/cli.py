@@ -10,14 +10,11 @@ import io
 import logging
 import os
 import signal
-import sqlite3
 import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Protocol
-
-import asyncpg
 
 import storage
 from bot.config import Config, ConfigError, StorageConfig, load_config, secret_from_env
@@ -25,6 +22,7 @@ from bot.core.bot import Pinbot
 from bot.llm import ChatModel, build_model
 from bot.logs import REDACTOR, setup_logging
 from storage import Store
+from storage.errors import SchemaTooNew, Unavailable
 
 UNEXPECTED_DETAIL_CHARS = 300
 PRIVATE_FILE_MODE = 0o600
@@ -207,22 +205,18 @@ async def open_store(config: Config) -> Store:
     url = database_url(config)
     try:
         return await storage.open_store(path=config.storage.path, url=url)
-    except (OSError, sqlite3.Error) as error:
+    except Unavailable as error:
         if url:
             raise ConfigError(
                 f"cannot connect to the PostgreSQL server in ${config.storage.url_env} "
                 f"({REDACTOR.redact(str(error))})"
             ) from None
-        reason = getattr(error, "strerror", None) or str(error)
         raise ConfigError(
-            f"storage.path: cannot open the database {config.storage.path} ({reason}); "
+            f"storage.path: cannot open the database {config.storage.path} ({error}); "
             "choose a path this user can write"
         ) from None
-    except asyncpg.PostgresError as error:
-        raise ConfigError(
-            f"the PostgreSQL server in ${config.storage.url_env} refused: "
-            f"{REDACTOR.redact(str(error))}"
-        ) from None
+    except SchemaTooNew as error:
+        raise ConfigError(str(error)) from None
 
 
 @contextlib.asynccontextmanager
@@ -363,7 +357,9 @@ async def _export(config: Config, output: str | None) -> int:
 async def _import(config: Config, file: str, dry_run: bool) -> int:
     import json
 
+    from bot.core.blocks import BlockOps
     from bot.core.clock import utc_now
+    from bot.core.policy import BlockPolicy
     from bot.core.transfer import apply_import, describe_changes, plan_import
 
     try:
@@ -374,7 +370,7 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
     except RecursionError:
         print(f"pinbot: cannot read {file}: it is nested too deeply", file=sys.stderr)
         return 1
-    plan = plan_import(document, config.pins, utc_now())
+    plan = plan_import(document, BlockPolicy(config.pins), utc_now())
     if plan.problems:
         for problem in plan.problems:
             print(f"problem: {problem}")
@@ -394,7 +390,7 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
         if dry_run:
             print("dry run: nothing was written")
             return 0
-        written = await apply_import(store, plan, utc_now())
+        written = await apply_import(BlockOps(store, BlockPolicy(config.pins)), plan)
     print(f"imported {written} block(s) in {len(plan.scopes)} scope(s)")
     return 0
 

@@ -18,8 +18,9 @@ from datetime import timedelta
 
 from bot.config import ConfigError
 from bot.core.clock import Clock
-from storage import Store
-from storage.models import PendingUpdate, WorkerConflict
+from storage.delivery import DeliveryStore
+from storage.errors import WorkerConflict
+from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,9 @@ ABANDONED_BATCH = 100  # chats taken up per check
 Handler = Callable[[PendingUpdate], Awaitable[None]]
 
 
-async def join_workers(store: Store, clock: Clock, *, advice: str, sole: str | None = None) -> None:
+async def join_workers(
+    store: DeliveryStore, clock: Clock, *, advice: str, sole: str | None = None
+) -> None:
     """Register this process as a worker of the store (alone in role sole, if given); when
     that conflicts with a live process, ConfigError saying so and then advice."""
     try:
@@ -45,7 +48,7 @@ class Inbox:
 
     def __init__(
         self,
-        store: Store,
+        store: DeliveryStore,
         handler: Handler,
         *,
         clock: Clock,

@@ -1,22 +1,18 @@
-"""pinbot's storage: one store contract, two backends (SQLite in one process, PostgreSQL for
-several). Everything outside this package uses `Store` and `open_store`."""
+"""pinbot's storage: one store over SQLite (one process) or PostgreSQL (several), written once.
+Everything outside this package uses `Store` (or the narrower contracts of storage.contract)
+and the exceptions of storage.errors; no driver's exception leaves it."""
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from pathlib import Path
 
-from storage.postgres import PostgresStore
-from storage.sqlite import Store as SqliteStore
-
-Store: TypeAlias = SqliteStore | PostgresStore
+from storage.store import Store
 
 
-async def open_store(*, path: str, url: str | None = None) -> Store:
+async def open_store(*, path: str | Path, url: str | None = None) -> Store:
     """The PostgreSQL store at url when one is given, else the SQLite database at path; either
     migrated to the latest schema."""
-    if url:
-        return await PostgresStore.open(url)
-    return await SqliteStore.open(path)
+    return await Store.open(path, url=url)
 
 
-__all__ = ["PostgresStore", "SqliteStore", "Store", "open_store"]
+__all__ = ["Store", "open_store"]

@@ -1,4 +1,5 @@
-"""The records the store keeps: pinned blocks and conversation history entries.
+"""The records the store keeps and the words they are written in: blocks, the changes made to
+them (who, through what, of which kind), history entries, usage and delivered updates.
 
 They are plain frozen dataclasses: they are built from rows of our own typed schema on every
 turn, where validating them again would cost more than the query that read them. Input from
@@ -67,17 +68,98 @@ class NewBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """What a scope may hold: at most max_blocks blocks and max_total_chars characters of
+    content (0: no budget). The store enforces them atomically on every write that adds."""
+
+    max_blocks: int
+    max_total_chars: int = 0
+
+
+class ChangeKind(StrEnum):
+    """The kinds of change to a block, as the audit trail stores and filters them."""
+
+    ADD = "add"
+    EDIT = "edit"
+    LEVEL = "level"
+    STATE = "state"
+    PRIORITY = "priority"
+    REMOVE = "remove"
+    CLEAR = "clear"
+    IMPORT = "import"
+
+
+class Channel(StrEnum):
+    """What a change came through."""
+
+    COMMAND = "command"
+    TOOL = "tool"
+    WEB = "web"
+    IMPORT = "import"
+    CLEANUP = "cleanup"
+    UNDO = "undo"
+    RESTORE = "restore"
+    PROPOSAL = "proposal"
+    TELEGRAM_PIN = "telegram-pin"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a change's content came from: a chat message (its id and author) or a proposal."""
+
+    message_id: str | None = None
+    author: str | None = None
+    proposal: int | None = None
+
+    def encode(self) -> str:
+        """The origin as stored."""
+        if self.proposal is not None:
+            return f"proposal:{self.proposal}"
+        return f"message:{self.message_id or ''}:{self.author or ''}"
+
+    @classmethod
+    def decode(cls, text: str | None) -> Origin | None:
+        """An origin as encode() stored it (None for none)."""
+        if not text:
+            return None
+        kind, _, rest = text.partition(":")
+        if kind == "proposal":
+            return cls(proposal=int(rest))
+        message_id, _, author = rest.partition(":")
+        return cls(message_id or None, author or None)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Who makes a change (a sender id, or model, web, import, cleanup), through what, and
+    where its content came from. Every write to a block carries one."""
+
+    actor: str
+    channel: Channel
+    origin: Origin | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One change to a group's shared blocks: who did what, when, with the content before and
-    after (None where there was none)."""
+    """One change to a group's shared blocks: who made it, through what, of which kind (detail
+    adds the new level, state or priority), with the content before and after (None where there
+    was none)."""
 
     group_scope: str
     actor: str
-    action: str
+    channel: Channel
+    kind: ChangeKind
+    detail: str
     label: str
     old_content: str | None
     new_content: str | None
     at: datetime
+    origin: Origin | None = None
+
+    @property
+    def action(self) -> str:
+        """The change in words, e.g. "add strong pinned", "level context", "remove"."""
+        return f"{self.kind.value} {self.detail}".strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +204,3 @@ class PendingUpdate:
     seq: int
     platform: str
     payload: str
-
-
-class WorkerConflict(Exception):
-    """Another live process already holds what this worker asked to hold alone."""

@@ -1,14 +1,27 @@
-"""What both store backends share: rows to records, times as stored, the write-behind model-call
-counter, and the rows an import adds to the audit trail. No SQL dialect lives here."""
+"""Rows to records and back: the columns the store reads and writes, times as stored, the
+write-behind model-call counter, and the audit rows a change makes."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from storage.models import AuditEntry, Block, Level, State, UsageTotals, label_key
+from storage.dialect import Step
+from storage.models import (
+    AuditEntry,
+    Block,
+    Change,
+    ChangeKind,
+    Channel,
+    Level,
+    Origin,
+    State,
+    UsageTotals,
+    label_key,
+)
 
 BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
@@ -18,7 +31,6 @@ USAGE_SUMS = (
     "COALESCE(SUM(calls), 0), COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(cached_tokens), 0), "
     "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(estimated_calls), 0)"
 )
-PRIVATE_FILE_MODE = 0o600
 TIMES_CACHED = 65_536  # about the blocks of the 2,000 busiest scopes
 # Every table a transfer copies, with the columns it copies (ids are the target's own), in an
 # order that keeps each table's rows in their original order.
@@ -31,7 +43,10 @@ TABLES = {
     "scope_calls": ("scope, calls", "scope"),
     "history": ("session, role, content, created_at", "id"),
     "inbox": ("platform, event_id, chat, position, payload, received_at, done_at", "seq"),
-    "shared_audit": ("group_scope, at, actor, action, label, old_content, new_content", "id"),
+    "shared_audit": (
+        "group_scope, at, actor, channel, kind, detail, label, old_content, new_content, origin",
+        "id",
+    ),
     "usage": (
         "platform, sender, day, group_key, calls, prompt_tokens, cached_tokens, "
         "completion_tokens, estimated_calls",
@@ -91,6 +106,12 @@ def totals(row: Sequence[Any]) -> UsageTotals:
     return UsageTotals(*(int(value) for value in row))
 
 
+_ADD_CALLS = (
+    "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
+    "ON CONFLICT (scope) DO UPDATE SET calls = scope_calls.calls + excluded.calls"
+)
+
+
 class PendingCalls:
     """Model calls counted in memory and not yet written: written with the turn's history,
     before an idle mark reads them, and on close. A crash can lose a few, which only delays an
@@ -110,35 +131,75 @@ class PendingCalls:
             self._counts[scope] = pending + 1
         return before
 
-    def take(self) -> dict[str, int]:
-        """Every pending count, now the caller's to write (give them back if that fails)."""
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[tuple[Step, ...]]:
+        """The steps that write every pending count (none if there is none): the counts are
+        the caller's while the block runs, and come back if it fails."""
         pending, self._counts = self._counts, {}
-        return pending
-
-    def give_back(self, pending: dict[str, int]) -> None:
-        """Return counts whose write failed."""
-        for scope, number in pending.items():
-            self._counts[scope] = self._counts.get(scope, 0) + number
+        try:
+            yield (Step(_ADD_CALLS, list(pending.items()), many=True),) if pending else ()
+        except BaseException:
+            for scope, number in pending.items():
+                self._counts[scope] = self._counts.get(scope, 0) + number
+            raise
 
     def of(self, scope: str) -> int:
         """The pending count of one scope."""
         return self._counts.get(scope, 0)
 
 
+AUDIT_COLUMNS = (
+    "group_scope, actor, channel, kind, detail, label, old_content, new_content, at, origin"
+)
+AUDIT_INSERT = f"INSERT INTO shared_audit ({AUDIT_COLUMNS}) VALUES ({', '.join('?' * 10)})"
+
+
+def audit_row(
+    scope: str,
+    change: Change,
+    kind: ChangeKind,
+    label: str,
+    old: str | None,
+    new: str | None,
+    at: datetime,
+    detail: str = "",
+) -> tuple[Any, ...]:
+    """A row of AUDIT_COLUMNS for one change."""
+    origin = change.origin.encode() if change.origin else None
+    return (
+        scope,
+        change.actor,
+        change.channel.value,
+        kind.value,
+        detail,
+        label,
+        old,
+        new,
+        ts(at),
+        origin,
+    )
+
+
 def import_audit_rows(
-    scope: str, before: dict[str, tuple[str, str]], blocks: Sequence[Block], now: datetime
-) -> list[tuple[str, float, str, str | None, str | None]]:
-    """(group_scope, at, label, old content, new content) for each label an import changes;
-    before maps label keys to (label, content) as stored."""
+    scope: str,
+    before: dict[str, tuple[str, str]],
+    blocks: Sequence[Block],
+    change: Change,
+    now: datetime,
+) -> list[tuple[Any, ...]]:
+    """Audit rows for each label an import changes; before maps label keys to (label, content)
+    as stored."""
     after = {label_key(b.label): (b.label, b.content) for b in blocks}
     entries = [(key, before.get(key), after.get(key)) for key in {*before, *after}]
     return [
-        (
+        audit_row(
             scope,
-            ts(now),
+            change,
+            ChangeKind.IMPORT,
             (new or old or ("", ""))[0],
             old[1] if old else None,
             new[1] if new else None,
+            now,
         )
         for _, old, new in sorted(entries, key=lambda e: e[0])
         if old != new
@@ -181,44 +242,42 @@ def block_insert_rows(scope: str, blocks: Sequence[Block]) -> list[tuple[Any, ..
     ]
 
 
-AUDIT_COLUMNS = "group_scope, actor, action, label, old_content, new_content, at"
-
-
 def audit_from_row(row: Row) -> AuditEntry:
     """An AuditEntry from a row of AUDIT_COLUMNS."""
     return AuditEntry(
         group_scope=row[0],
         actor=row[1],
-        action=row[2],
-        label=row[3],
-        old_content=row[4],
-        new_content=row[5],
-        at=dt(row[6]),
+        channel=Channel(row[2]),
+        kind=ChangeKind(row[3]),
+        detail=row[4],
+        label=row[5],
+        old_content=row[6],
+        new_content=row[7],
+        at=dt(row[8]),
+        origin=Origin.decode(row[9]),
     )
 
 
 def audit_filter(
-    mark: Callable[[int], str],
     *,
     group: str | None,
     actor: str | None,
-    action: str | None,
+    kind: ChangeKind | None,
     since: datetime | None,
     until: datetime | None,
 ) -> tuple[str, list[Any]]:
-    """The WHERE clause (possibly empty) and its arguments selecting audit entries; mark(n)
-    writes the backend's placeholder for the n-th argument (from 1)."""
+    """The WHERE clause (possibly empty) and its arguments selecting audit entries."""
     conditions, args = [], []
     for sql, value in (
-        ("group_scope = {}", group),
-        ("actor = {}", actor),
-        ("action LIKE {}", f"%{action}%" if action else None),
-        ("at >= {}", ts(since) if since else None),
-        ("at < {}", ts(until) if until else None),
+        ("group_scope = ?", group),
+        ("actor = ?", actor),
+        ("kind = ?", kind.value if kind else None),
+        ("at >= ?", ts(since) if since else None),
+        ("at < ?", ts(until) if until else None),
     ):
         if value is not None and value != "":
             args.append(value)
-            conditions.append(sql.format(mark(len(args))))
+            conditions.append(sql)
     return (f"WHERE {' AND '.join(conditions)}" if conditions else ""), args
 
 

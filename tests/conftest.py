@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
-from storage.sqlite import Store
+from storage import Store
+from storage.models import Change, Channel, Limits, NewBlock
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
@@ -130,6 +132,14 @@ async def make_bot(store: Store, clock: FakeClock) -> AsyncIterator[BotFactory]:
     yield build
     for model in models:
         await model.close()
+
+
+async def put_block(
+    store: Store, new: NewBlock, now: datetime, *, actor: str = "", audited: bool = False
+) -> None:
+    """Insert a block straight into the store (as a command of actor would), committed."""
+    change = Change(actor, Channel.COMMAND)
+    await store.insert_block(new, now=now, limits=Limits(20), change=change, audited=audited)
 
 
 def dm(user: str = "42", platform: str = "console") -> Conversation:

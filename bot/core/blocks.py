@@ -1,6 +1,6 @@
-"""Block operations over one scope, the one path for `/pin` and the agent tools: permissions,
-label and content rules, limits, the budget, pinned-block protection and the audit trail are all
-decided here, and every operation returns a typed outcome."""
+"""Block operations over one scope, the one path for every change to blocks (`/pin`, the agent
+tools, the web page, import): permissions here, the rules of the block policy, pinned-block
+protection and the audit trail; every operation returns a typed outcome."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.config import PinsConfig
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
-from bot.core.credentials import credential_kind
+from bot.core.keys import is_shared_scope
 from bot.core.permissions import Access, Action, Role, Speaker
-from bot.core.validation import content_problem, label_problem, priority_problem
-from storage import Store
-from storage.models import AuditEntry, Block, Level, NewBlock, State, label_key
+from bot.core.policy import BlockPolicy, default_level, priority_problem
+from storage.blocks import BlockStore
+from storage.errors import Conflict, LabelTaken, LimitReached, NotFound, OverBudget
+from storage.models import Block, Change, Channel, Level, NewBlock, Origin, State, label_key
 
+IMPORT = Change("import", Channel.IMPORT)
 # Guarded writes fail only when another writer changed the scope in between; re-reading settles it.
 _ATTEMPTS = 5
 
@@ -55,11 +56,14 @@ class Target:
     shared: bool
     group: bool
     speaker: Speaker
-    actor: str = ""
+    change: Change
 
     @classmethod
-    def of(cls, context: MessageContext, *, shared: bool) -> Target | Refused:
-        """The speaker's personal or the group's shared scope, or why pins do not work here."""
+    def of(
+        cls, context: MessageContext, *, shared: bool, channel: Channel = Channel.COMMAND
+    ) -> Target | Refused:
+        """The speaker's personal or the group's shared scope, or why pins do not work here.
+        Changes through the agent tools are the model's; the others the speaker's."""
         speaker, conversation = context.speaker, context.conversation
         if not speaker.pins_on:
             return Refused(speaker.refusal or "Pins are not available here.")
@@ -67,13 +71,15 @@ class Target:
         if scope is None:  # resolve_access grants a role only where both scopes exist
             return Refused("Pins are not available here.")
         group = conversation.kind is ChatKind.GROUP
-        return cls(scope, shared, group, speaker, context.actor)
+        actor = "model" if channel is Channel.TOOL else context.actor
+        return cls(scope, shared, group, speaker, Change(actor, channel))
 
     @classmethod
     def operator(cls, group_scope: str, actor: str) -> Target:
         """A group's shared scope as the bot's operator acts on it (from the web page): with a
         shared admin's rights, and every other rule of `/pin shared`."""
-        return cls(group_scope, True, True, Speaker(Access(Role.SHARED_ADMIN)), actor)
+        speaker = Speaker(Access(Role.SHARED_ADMIN))
+        return cls(group_scope, True, True, speaker, Change(actor, Channel.WEB))
 
     def noun(self) -> str:
         """How replies name the blocks of this scope."""
@@ -109,32 +115,14 @@ class _Change:
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v is not None}
 
-    def action(self) -> str:
-        """The change as the audit trail names it."""
-        parts = []
-        if self.content is not None:
-            parts.append("edit")
-        if self.level is not None:
-            parts.append(f"level {self.level.value}")
-        if self.state is not None:
-            parts.append(f"state {self.state.value}")
-        if self.priority is not None:
-            parts.append(f"priority {self.priority}")
-        return ", ".join(parts)
-
 
 class BlockOps:
     """Adds, changes and removes blocks of one scope for one speaker."""
 
-    def __init__(self, store: Store, pins: PinsConfig, clock: Clock = utc_now) -> None:
+    def __init__(self, store: BlockStore, policy: BlockPolicy, clock: Clock = utc_now) -> None:
         self._store = store
-        self._pins = pins
+        self.policy = policy
         self._clock = clock
-
-    @staticmethod
-    def default_level(target: Target) -> Level:
-        """The level of an add that names none: strong in a DM, context in groups."""
-        return Level.CONTEXT if target.group else Level.STRONG
 
     async def blocks(self, target: Target) -> list[Block]:
         """Every block of the target scope, in any state, oldest first."""
@@ -152,51 +140,17 @@ class BlockOps:
             return None
         return Refused(reason) if reason else None
 
-    def _secret_problem(self, target: Target, label: str, content: str) -> str | None:
-        if not target.group or not self._pins.refuse_secrets_in_groups:
-            return None
-        kind = credential_kind(f"{label} {content}")
-        if kind is None:
-            return None
-        return (
-            f"Not saved: this looks like {kind}. Blocks in a group can be revealed to every "
-            "member (the model may repeat them), so do not pin secrets here; keep them "
-            "out of chats. (The operator can turn this check off with "
-            "pins.refuse_secrets_in_groups: false.)"
+    def _label_taken(self, target: Target, label: str) -> Refused:
+        return Refused(
+            f"A block labelled '{label}' already exists in {target.noun()}. "
+            f"Use {target.command('edit')} {label} <new content> to change it."
         )
 
-    def _budget_problem(
-        self, blocks: list[Block], replaced: Block | None, content: str
-    ) -> str | None:
-        budget = self._pins.max_total_chars
-        if budget == 0:
-            return None
-        before = sum(len(b.content) for b in blocks)
-        total = before - (len(replaced.content) if replaced else 0) + len(content)
-        if total <= budget or total <= before:  # only growth past the budget is refused
-            return None
-        return (
-            f"That would bring these blocks to {total} characters, over the budget of "
-            f"{budget} (pins.max_total_chars). Shorten or remove a block first."
+    def _full(self, target: Target, limit: int) -> Refused:
+        return Refused(
+            f"{target.noun().capitalize()} already hold {limit} blocks, the limit. "
+            f"Remove one with {target.command('remove')} <label> first."
         )
-
-    def _add_refusal(
-        self, target: Target, blocks: list[Block], label: str, content: str
-    ) -> Refused | None:
-        """Why a block cannot be added to these blocks, or None if it can."""
-        if (existing := find_block(blocks, label)) is not None:
-            return Refused(
-                f"A block labelled '{existing.label}' already exists in {target.noun()}. "
-                f"Use {target.command('edit')} {existing.label} <new content> to change it."
-            )
-        limit = self._pins.max_blocks_per_session
-        if len(blocks) >= limit:
-            return Refused(
-                f"{target.noun().capitalize()} already hold {limit} blocks, the limit. "
-                f"Remove one with {target.command('remove')} <label> first."
-            )
-        problem = self._budget_problem(blocks, None, content)
-        return Refused(problem) if problem else None
 
     @staticmethod
     def _missing(target: Target, label: str) -> Refused:
@@ -211,35 +165,10 @@ class BlockOps:
             f"Block '{block.label}' is pinned; only the user can change or remove it, with /pin."
         )
 
-    # --- the audit trail ------------------------------------------------------------------------
-
-    def _audit(
-        self,
-        target: Target,
-        action: str,
-        label: str,
-        old: str | None,
-        new: str | None,
-        now: datetime,
-    ) -> tuple[AuditEntry, ...]:
-        """The audit entry for a change, when the change is to shared blocks."""
-        if not target.shared:
-            return ()
-        entry = AuditEntry(
-            group_scope=target.scope,
-            actor=target.actor,
-            action=action,
-            label=label,
-            old_content=old,
-            new_content=new,
-            at=now,
-        )
-        return (entry,)
-
     async def _audited(self, target: Target, now: datetime) -> None:
         """Keep a group's audit trail within its retention after a shared change."""
         if target.shared:
-            retention = timedelta(days=self._pins.audit_retention_days)
+            retention = timedelta(days=self.policy.pins.audit_retention_days)
             await self._store.prune_audit(target.scope, now - retention)
 
     # --- operations -----------------------------------------------------------------------------
@@ -253,39 +182,35 @@ class BlockOps:
         level: Level | None = None,
         pinned: bool = False,
         priority: int = 0,
+        origin: Origin | None = None,
     ) -> Outcome:
-        """Add a block (at the target's default level when level is None)."""
-        level = level or self.default_level(target)
+        """Add a block (at the target's default level when level is None); origin says where
+        its content came from."""
+        level = level or default_level(target.group)
         if refusal := await self._write_refusal(target, level is Level.STRONG):
             return refusal
-        problem = (
-            label_problem(label, self._pins)
-            or content_problem(content, self._pins)
-            or priority_problem(priority)
-            or self._secret_problem(target, label, content)
-        )
-        if problem:
+        if problem := self.policy.block_problem(label, content, priority, group=target.group):
             return Refused(problem)
         state = State.PINNED if pinned else State.ACTIVE
         new = NewBlock(target.scope, label, content, level, state, priority)
-        action = f"add {level.value}{' pinned' if pinned else ''}"
+        change = Change(target.change.actor, target.change.channel, origin)
         for _ in range(_ATTEMPTS):
-            # The insert's own guards enforce every limit, so try it first and read the scope
-            # only to explain a refusal.
             now = self._clock()
-            audit = self._audit(target, action, label, None, content, now)
-            if await self._store.insert_block(
-                new,
-                now=now,
-                max_blocks=self._pins.max_blocks_per_session,
-                max_total_chars=self._pins.max_total_chars,
-                audit=audit,
-            ):
-                await self._audited(target, now)
-                kept = ", pinned (kept until you remove it)" if pinned else ""
-                return Done(f"Saved {level.value} block '{label}'{kept}.")
-            if refusal := self._add_refusal(target, await self.blocks(target), label, content):
-                return refusal
+            try:
+                await self._store.insert_block(
+                    new, now=now, limits=self.policy.limits, change=change, audited=target.shared
+                )
+            except LabelTaken as taken:
+                return self._label_taken(target, taken.label)
+            except LimitReached as full:
+                return self._full(target, full.limit)
+            except OverBudget as over:
+                return Refused(self.policy.over_budget(over.total))
+            except Conflict:
+                continue
+            await self._audited(target, now)
+            kept = ", pinned (kept until you remove it)" if pinned else ""
+            return Done(f"Saved {level.value} block '{label}'{kept}.")
         return RETRY_LATER
 
     async def change(
@@ -304,8 +229,8 @@ class BlockOps:
         if refusal := await self._write_refusal(target):
             return refusal
         if content is not None and (
-            problem := content_problem(content, self._pins)
-            or self._secret_problem(target, label, content)
+            problem := self.policy.content_problem(content)
+            or self.policy.secret_problem(label, content, group=target.group)
         ):
             return Refused(problem)
         if priority is not None and (problem := priority_problem(priority)):
@@ -325,27 +250,26 @@ class BlockOps:
             if not change.fields():
                 return Done(_unchanged(block, level, state, priority))
             if change.content is not None and (
-                problem := self._budget_problem(blocks, block, change.content)
+                problem := self.policy.budget_problem(blocks, block, change.content)
             ):
                 return Refused(problem)
-            if await self._update(target, block, change):
-                return Done(self._changed(target, block, change))
-        return RETRY_LATER
-
-    async def _update(self, target: Target, block: Block, change: _Change) -> bool:
-        now = self._clock()
-        new_content = block.content if change.content is None else change.content
-        audit = self._audit(target, change.action(), block.label, block.content, new_content, now)
-        done = await self._store.update_block(
-            block,
-            now=now,
-            audit=audit,
-            max_total_chars=self._pins.max_total_chars,
-            **change.fields(),
-        )
-        if done:
+            now = self._clock()
+            try:
+                await self._store.update_block(
+                    block,
+                    now=now,
+                    limits=self.policy.limits,
+                    change=target.change,
+                    audited=target.shared,
+                    **change.fields(),
+                )
+            except OverBudget as over:
+                return Refused(self.policy.over_budget(over.total))
+            except (Conflict, NotFound):
+                continue  # read again: changed, or gone (then it is missing)
             await self._audited(target, now)
-        return done
+            return Done(self._changed(target, block, change))
+        return RETRY_LATER
 
     def _changed(self, target: Target, block: Block, change: _Change) -> str:
         """The reply for a committed change."""
@@ -360,13 +284,9 @@ class BlockOps:
         if change.priority is not None:
             return f"Block '{label}' now has priority {change.priority}."
         if change.state is State.IDLE:
-            pins = self._pins
             return (
-                f"Block '{label}' is now idle: it is no longer sent to the model, and it is "
-                f"deleted after {pins.idle_retention_days} idle days and "
-                f"{pins.idle_retention_calls} further model calls, or after "
-                f"{pins.idle_hard_retention_days} idle days. {target.command('activate')} "
-                f"{label} undoes this."
+                f"Block '{label}' is now idle: {self.policy.idle_notice()}. "
+                f"{target.command('activate')} {label} undoes this."
             )
         if change.state is State.PINNED:
             return f"Block '{label}' is now pinned: sent to the model and kept until you remove it."
@@ -383,10 +303,14 @@ class BlockOps:
             if protect_pinned and block.state is State.PINNED:
                 return self._protected(block)
             now = self._clock()
-            audit = self._audit(target, "remove", block.label, block.content, None, now)
-            if await self._store.delete_block(block, audit):
-                await self._audited(target, now)
-                return Done(f"Removed block '{block.label}'.")
+            try:
+                await self._store.delete_block(
+                    block, now=now, change=target.change, audited=target.shared
+                )
+            except NotFound:
+                continue
+            await self._audited(target, now)
+            return Done(f"Removed block '{block.label}'.")
         return RETRY_LATER
 
     async def clear(self, target: Target, *, confirm: bool) -> Outcome:
@@ -404,14 +328,20 @@ class BlockOps:
                 f"them pinned. Send {target.command('clear')} confirm to delete them all."
             )
         now = self._clock()
-        audit = tuple(
-            entry
-            for block in blocks
-            for entry in self._audit(target, "clear", block.label, block.content, None, now)
+        count = await self._store.clear_scope(
+            target.scope, now=now, change=target.change, audited=target.shared
         )
-        count = await self._store.clear_scope(target.scope, audit)
         await self._audited(target, now)
         return Done(f"Deleted {count} block(s) from {target.noun()}.")
+
+    async def replace_scopes(self, scopes: dict[str, tuple[int, list[Block]]]) -> int:
+        """Make each scope hold exactly these blocks (an import, checked by the block policy
+        beforehand), in one transaction; shared scopes' changes go to their audit trail.
+        Returns blocks written."""
+        audited = {scope for scope in scopes if is_shared_scope(scope)}
+        return await self._store.replace_scopes(
+            scopes, now=self._clock(), change=IMPORT, audited=audited
+        )
 
 
 def _unchanged(block: Block, level: Level | None, state: State | None, priority: int | None) -> str:

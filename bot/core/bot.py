@@ -27,6 +27,7 @@ from bot.core.keys import group_children, group_key
 from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
 from bot.core.pins import PinService
+from bot.core.policy import BlockPolicy
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
@@ -66,7 +67,7 @@ class Pinbot:
         self.config = config
         self.store = store
         self.clock = clock
-        self.pins = PinService(store, config.pins, clock)
+        self.pins = PinService(store, BlockPolicy(config.pins), clock)
         self.usage = UsageLedger(store, config.budgets, clock)
         self.chat = ChatService(store, self.pins.ops, config, model, self.usage, clock)
         self.bot_username = bot_username

@@ -44,7 +44,7 @@ class ChatService:
     ) -> None:
         self._store = store
         self._usage = usage
-        self._lifecycle = Lifecycle(store, config.pins, clock)
+        self._lifecycle = Lifecycle(store, ops.policy, clock)
         self._tools = PinTools(ops)
         self._config = config
         self._model = model

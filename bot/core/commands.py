@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bot.core.validation import PRIORITY_MAX, PRIORITY_MIN, priority_problem
+from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN, priority_problem
 from storage.models import Level
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.core.validation import PRIORITY_MAX, PRIORITY_MIN
+from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN
 
 _PERSONAL = """\
 Pinned blocks are short rules (strong) or reference notes (context) sent to the model with every \

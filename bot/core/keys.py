@@ -128,7 +128,37 @@ def is_group_scope(key: str) -> bool:
     return scope is not None and scope.kind is not ScopeKind.DIRECT
 
 
+def platform_of(key: str) -> str:
+    """The platform a session or scope key belongs to."""
+    return strip_agent_prefix(key).partition(":")[0]
+
+
+def after_platform(platform: str) -> str:
+    """The smallest key that sorts after every key of platform (bytewise: ';' follows ':')."""
+    return f"{platform};"
+
+
+def group_prefix(platform: str) -> str:
+    """The prefix of every group scope (shared and members') of a platform."""
+    return f"{platform}:{GROUP}:"
+
+
+def direct_prefix(platform: str) -> str:
+    """The prefix of every DM scope of a platform."""
+    return f"{platform}:{DIRECT}:"
+
+
+def members_prefix(group: str) -> str:
+    """The prefix of the personal scopes of a group's members."""
+    return f"{group}{MEMBER_MARK}"
+
+
+def direct_scopes_like() -> str:
+    """A LIKE pattern matching every DM scope key."""
+    return f"%:{DIRECT}:%"
+
+
 def group_children(group: str) -> tuple[str, str]:
     """The key prefixes under a group: of its members' scopes, and of its sub-sessions (topics
     and per-sender histories)."""
-    return f"{group}{MEMBER_MARK}", f"{group}:"
+    return members_prefix(group), f"{group}:"

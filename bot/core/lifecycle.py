@@ -4,36 +4,19 @@ blocks whose retention has passed."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 
-from bot.config import PinsConfig
 from bot.core.clock import Clock, utc_now
-from storage import Store
+from bot.core.policy import BlockPolicy
+from storage.blocks import BlockStore
 from storage.models import Block, State
-
-
-def expired(block: Block, now: datetime, calls_before: int, pins: PinsConfig) -> bool:
-    """Whether an idle block is due for deletion at a model request: idle for
-    `idle_retention_days` and `idle_retention_calls` further calls, or `idle_hard_retention_days`.
-    Active and pinned blocks never are."""
-    if block.state is not State.IDLE or block.idle_since is None:
-        return False
-    idle_for = now - block.idle_since
-    if idle_for >= timedelta(days=pins.idle_hard_retention_days):
-        return True
-    further_calls = calls_before - (block.idle_calls or 0)
-    return (
-        idle_for >= timedelta(days=pins.idle_retention_days)
-        and further_calls >= pins.idle_retention_calls
-    )
 
 
 class Lifecycle:
     """Call counting and idle cleanup for the scopes of each model request."""
 
-    def __init__(self, store: Store, pins: PinsConfig, clock: Clock = utc_now) -> None:
+    def __init__(self, store: BlockStore, policy: BlockPolicy, clock: Clock = utc_now) -> None:
         self._store = store
-        self._pins = pins
+        self._policy = policy
         self._clock = clock
 
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
@@ -45,7 +28,7 @@ class Lifecycle:
         gone = {
             b.id
             for b in blocks
-            if b.state is idle and expired(b, now, before.get(b.scope, 0), self._pins)
+            if b.state is idle and self._policy.expired(b, now, before.get(b.scope, 0))
         }
         if gone:
             await self._store.delete_blocks(gone)

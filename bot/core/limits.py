@@ -4,14 +4,14 @@ across every worker sharing it, on an injectable clock."""
 from __future__ import annotations
 
 from bot.core.clock import Clock
-from storage import Store
+from storage.delivery import DeliveryStore
 
 
 class RateLimiter:
     """Allows `per_minute` events per key on average, in bursts of up to `per_minute`, counted
     once for all workers of one store. A limit of 0 means no limit (and costs nothing)."""
 
-    def __init__(self, store: Store, name: str, per_minute: int, clock: Clock) -> None:
+    def __init__(self, store: DeliveryStore, name: str, per_minute: int, clock: Clock) -> None:
         self._store = store
         self._name = name
         self._per_minute = per_minute

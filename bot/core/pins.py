@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from bot.config import PinsConfig
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import LOG_DEFAULT, PinCommand, Verb
 from bot.core.context import MessageContext
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
+from bot.core.policy import BlockPolicy
 from bot.core.render import Estimate, estimate, injected
 from bot.core.status import ScopeStatus, status_text
 from storage import Store
@@ -25,11 +25,12 @@ _STATE_VERBS = {
 class PinService:
     """The `/pin` commands over one store."""
 
-    def __init__(self, store: Store, pins: PinsConfig, clock: Clock = utc_now) -> None:
+    def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
         self._store = store
-        self._pins = pins
+        self._policy = policy
+        self._pins = policy.pins
         self._clock = clock
-        self.ops = BlockOps(store, pins, clock)
+        self.ops = BlockOps(store, policy, clock)
 
     async def execute(self, context: MessageContext, command: PinCommand) -> str:
         """Run a parsed command for the message's sender; returns the English reply.
@@ -134,12 +135,8 @@ class PinService:
                 f"wrappers and {other}, every request here carries about {tokens.total:,} "
                 "tokens of pinned blocks."
             ]
-        threshold = self._pins.token_warning_threshold
-        if tokens.total > threshold:
-            lines.append(
-                f"Warning: that is over the warning threshold of {threshold:,} tokens; "
-                "consider shortening, idling or removing blocks."
-            )
+        if warning := self._policy.token_warning(tokens.total):
+            lines.append(warning)
         return lines
 
     async def _status(self, context: MessageContext, *, shared_only: bool) -> str:
@@ -158,4 +155,4 @@ class PinService:
             calls = await self._store.model_calls(conversation.shared_scope)
             title = "This group's shared blocks"
             scopes.append(ScopeStatus(title, shared, calls, tokens.shared))
-        return status_text(scopes, tokens, self._pins, self._clock())
+        return status_text(scopes, tokens, self._policy, self._clock())

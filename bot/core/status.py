@@ -3,17 +3,14 @@ the tokens every request carries, and when each idle block becomes due for clean
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from bot.config import PinsConfig
+from bot.core.policy import BlockPolicy
 from bot.core.render import Estimate
 from storage.models import Block, Level, State
-
-_DAY = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -26,30 +23,8 @@ class ScopeStatus:
     tokens: int  # what the scope adds to every request here
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
-
-
-def _days_left(limit_days: int, idle_for: timedelta) -> int:
-    return max(0, math.ceil((timedelta(days=limit_days) - idle_for) / _DAY))
-
-
-def idle_due(block: Block, calls: int, pins: PinsConfig, now: datetime) -> str:
-    """When an idle block becomes due for clean-up, in words."""
-    idle_for = now - (block.idle_since or now)
-    days = _days_left(pins.idle_retention_days, idle_for)
-    further = calls - (block.idle_calls or 0)
-    calls_left = max(0, pins.idle_retention_calls - further)
-    hard = _days_left(pins.idle_hard_retention_days, idle_for)
-    if hard == 0 or (days == 0 and calls_left == 0):
-        return "due: deleted at the next model request here"
-    return (
-        f"deleted once {_plural(days, 'more day')} and {_plural(calls_left, 'more model call')} "
-        f"have passed, or in {_plural(hard, 'day')} at the latest"
-    )
-
-
-def _scope_lines(scope: ScopeStatus, pins: PinsConfig, now: datetime) -> list[str]:
+def _scope_lines(scope: ScopeStatus, policy: BlockPolicy, now: datetime) -> list[str]:
+    pins = policy.pins
     blocks = scope.blocks
     chars = sum(len(b.content) for b in blocks)
     budget = pins.max_total_chars
@@ -71,25 +46,21 @@ def _scope_lines(scope: ScopeStatus, pins: PinsConfig, now: datetime) -> list[st
         lines.append(f"  priorities: {listed}")
     for block in blocks:
         if block.state is State.IDLE:
-            lines.append(f"  idle '{block.label}': {idle_due(block, scope.calls, pins, now)}")
+            lines.append(f"  idle '{block.label}': {policy.idle_due(block, scope.calls, now)}")
     return lines
 
 
 def status_text(
-    scopes: Sequence[ScopeStatus], estimate: Estimate, pins: PinsConfig, now: datetime
+    scopes: Sequence[ScopeStatus], estimate: Estimate, policy: BlockPolicy, now: datetime
 ) -> str:
     """The whole status view for the scopes that apply to the speaker here."""
     lines: list[str] = []
     for scope in scopes:
-        lines.extend(_scope_lines(scope, pins, now))
+        lines.extend(_scope_lines(scope, policy, now))
     lines.append(
         f"Every request here carries about {estimate.total:,} tokens of pinned blocks "
         "(wrappers included)."
     )
-    threshold = pins.token_warning_threshold
-    if threshold and estimate.total > threshold:
-        lines.append(
-            f"Warning: that is over the warning threshold of {threshold:,} tokens; consider "
-            "shortening, idling or removing blocks."
-        )
+    if warning := policy.token_warning(estimate.total):
+        lines.append(warning)
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
 from bot.core.context import MessageContext
 from bot.llm.base import Tool
-from storage.models import Level, State
+from storage.models import Channel, Level, State
 
 _SCOPE_NOTE = "Works only on the current speaker's personal blocks, never on shared group blocks."
 
@@ -125,7 +125,7 @@ class PinTools:
             return Refused("the arguments must be a JSON object.")
         if raw.pop("scope", "personal") != "personal":
             return SHARED_REFUSAL
-        target = Target.of(context, shared=False)
+        target = Target.of(context, shared=False, channel=Channel.TOOL)
         if isinstance(target, Refused):
             return target
         try:

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.config import PinsConfig
-from bot.core.credentials import credential_kind
-from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
-from bot.core.validation import content_problem, label_problem, priority_problem
-from storage import Store
+from bot.core.blocks import BlockOps
+from bot.core.keys import is_group_scope, parse_scope
+from bot.core.policy import BlockPolicy, default_level, priority_problem
+from storage.blocks import BlockStore
 from storage.models import Block, Level, State, label_key
 
 FORMAT = "pinbot-blocks"
@@ -50,7 +49,7 @@ def block_json(block: Block) -> dict[str, Any]:
     }
 
 
-async def export_document(store: Store, now: datetime) -> dict[str, Any]:
+async def export_document(store: BlockStore, now: datetime) -> dict[str, Any]:
     """The whole store as one JSON-ready document."""
     scopes = await store.export_scopes()
     return {
@@ -117,34 +116,34 @@ def _parse_time(
 
 
 def _check_text(
-    item: dict[str, Any], scope: str, where: str, pins: PinsConfig, problems: list[str]
+    item: dict[str, Any], scope: str, where: str, policy: BlockPolicy, problems: list[str]
 ) -> None:
     """The label and content rules of /pin, and no credentials in group scopes."""
     label, content = item.get("label"), item.get("content")
     if not isinstance(label, str):
         problems.append(f"{where}: label must be a string")
-    elif problem := label_problem(label, pins):
+    elif problem := policy.label_problem(label):
         problems.append(f"{where}: {problem}")
     if not isinstance(content, str):
         problems.append(f"{where}: content must be a string")
     elif content != content.strip():
         problems.append(f"{where}: content must not start or end with spaces or line breaks")
-    elif problem := content_problem(content, pins):
+    elif problem := policy.content_problem(content) or policy.secret_problem(
+        str(label), content, group=is_group_scope(scope)
+    ):
         problems.append(f"{where}: {problem}")
-    elif is_group_scope(scope):
-        kind = credential_kind(content) if pins.refuse_secrets_in_groups else None
-        if kind:
-            problems.append(
-                f"{where}: the content looks like {kind}; group blocks can be "
-                "revealed to every member (pins.refuse_secrets_in_groups)"
-            )
+
+
+def _one_of(values: type[Level] | type[State]) -> str:
+    names = [f"'{value.value}'" for value in values]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _check_kinds(level: Any, state: Any, priority: Any, where: str, problems: list[str]) -> None:
-    if level not in ("strong", "context"):
-        problems.append(f"{where}: level must be 'strong' or 'context'")
-    if state not in ("active", "idle", "pinned"):
-        problems.append(f"{where}: state must be 'active', 'idle' or 'pinned'")
+    if not isinstance(level, str) or level not in set(Level):
+        problems.append(f"{where}: level must be {_one_of(Level)}")
+    if not isinstance(state, str) or state not in set(State):
+        problems.append(f"{where}: state must be {_one_of(State)}")
     if not isinstance(priority, int) or isinstance(priority, bool):
         problems.append(f"{where}: priority must be a whole number")
     elif problem := priority_problem(priority):
@@ -152,7 +151,7 @@ def _check_kinds(level: Any, state: Any, priority: Any, where: str, problems: li
 
 
 def _parse_block(
-    item: Any, scope: str, index: int, pins: PinsConfig, problems: list[str], now: datetime
+    item: Any, scope: str, index: int, policy: BlockPolicy, problems: list[str], now: datetime
 ) -> Block | None:
     """One block of an import; only label and content are required. The level defaults as
     `/pin add` would choose it (strong in a DM scope, context in a group scope), the state to
@@ -166,9 +165,9 @@ def _parse_block(
         where = f"scope '{scope}', block '{label}'"
     before = len(problems)
     _unknown_keys(item, _FIELDS, where, problems)
-    _check_text(item, scope, where, pins, problems)
-    default_level = "context" if is_group_scope(scope) else "strong"
-    level, state = item.get("level", default_level), item.get("state", "active")
+    _check_text(item, scope, where, policy, problems)
+    level = item.get("level", default_level(is_group_scope(scope)).value)
+    state = item.get("state", State.ACTIVE.value)
     priority = item.get("priority", 0)
     _check_kinds(level, state, priority, where, problems)
     created = (
@@ -187,7 +186,7 @@ def _parse_block(
         problems.append(
             f"{where}: idle_calls must be a whole number from 0 to {MAX_COUNT:,}, or null"
         )
-    if state == "idle" and idle_since is None and len(problems) == before:
+    if state == State.IDLE and idle_since is None and len(problems) == before:
         problems.append(f"{where}: an idle block needs idle_since")
     if len(problems) > before or created is None or updated is None:
         return None
@@ -201,12 +200,12 @@ def _parse_block(
         priority=int(priority),
         created_at=created,
         updated_at=updated,
-        idle_since=idle_since if state == "idle" else None,
-        idle_calls=(idle_calls or 0) if state == "idle" else None,
+        idle_since=idle_since if state == State.IDLE else None,
+        idle_calls=(idle_calls or 0) if state == State.IDLE else None,
     )
 
 
-def _check_scope(scope: str, blocks: list[Block], pins: PinsConfig, problems: list[str]) -> None:
+def _check_scope(scope: str, blocks: list[Block], policy: BlockPolicy, problems: list[str]) -> None:
     seen: set[str] = set()
     for block in blocks:
         if label_key(block.label) in seen:
@@ -215,20 +214,10 @@ def _check_scope(scope: str, blocks: list[Block], pins: PinsConfig, problems: li
                 "(labels are matched ignoring case)"
             )
         seen.add(label_key(block.label))
-    if len(blocks) > pins.max_blocks_per_session:
-        problems.append(
-            f"scope '{scope}': {len(blocks)} blocks; the limit is "
-            f"{pins.max_blocks_per_session} (pins.max_blocks_per_session)"
-        )
-    total = sum(len(b.content) for b in blocks)
-    if pins.max_total_chars and total > pins.max_total_chars:
-        problems.append(
-            f"scope '{scope}': {total} characters of content; the budget is "
-            f"{pins.max_total_chars} (pins.max_total_chars)"
-        )
+    problems.extend(f"scope '{scope}': {problem}" for problem in policy.scope_problems(blocks))
 
 
-def plan_import(document: Any, pins: PinsConfig, now: datetime) -> ImportPlan:
+def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan:
     """Check a whole import document; every problem found is listed, none stops the search.
 
     The smallest document is `{"scopes": {"telegram:direct:42": {"blocks": [{"label": "tone",
@@ -268,7 +257,7 @@ def plan_import(document: Any, pins: PinsConfig, now: datetime) -> ImportPlan:
             )
             continue
         written_as[scope] = written
-        parsed = _parse_scope_body(body, scope, pins, plan.problems, now)
+        parsed = _parse_scope_body(body, scope, policy, plan.problems, now)
         if parsed is not None:
             plan.scopes[scope] = parsed
     return plan
@@ -280,7 +269,7 @@ def _bad_text(text: str) -> bool:
 
 
 def _parse_scope_body(
-    body: Any, scope: str, pins: PinsConfig, problems: list[str], now: datetime
+    body: Any, scope: str, policy: BlockPolicy, problems: list[str], now: datetime
 ) -> tuple[int, list[Block]] | None:
     where = f"scope '{scope}'"
     if not isinstance(body, dict):
@@ -296,21 +285,20 @@ def _parse_scope_body(
         problems.append(f"{where}: model_calls must be a whole number from 0 to {MAX_COUNT:,}")
         calls = 0
     parsed = [
-        _parse_block(item, scope, i, pins, problems, now) for i, item in enumerate(body["blocks"])
+        _parse_block(item, scope, i, policy, problems, now) for i, item in enumerate(body["blocks"])
     ]
     blocks = [b for b in parsed if b is not None]
-    _check_scope(scope, blocks, pins, problems)
+    _check_scope(scope, blocks, policy, problems)
     return calls, blocks
 
 
-async def apply_import(store: Store, plan: ImportPlan, now: datetime) -> int:
+async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
     """Write a checked plan in one transaction (changes to shared scopes go to their audit
     trail); returns blocks written."""
-    audited = {scope for scope in plan.scopes if is_shared_scope(scope)}
-    return await store.replace_scopes(plan.scopes, now=now, audited=audited)
+    return await ops.replace_scopes(plan.scopes)
 
 
-async def describe_changes(store: Store, plan: ImportPlan) -> list[str]:
+async def describe_changes(store: BlockStore, plan: ImportPlan) -> list[str]:
     """Per scope, which labels an import would add, change and remove."""
     current = await store.export_scopes()
     lines = []

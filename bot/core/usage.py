@@ -15,8 +15,8 @@ from bot.core.keys import parse_scope
 from bot.core.permissions import Role
 from bot.core.render import tokens_of
 from bot.llm.base import ModelReply, ModelRequest, Usage
-from storage import Store
 from storage.models import UsageRow, UsageTotals
+from storage.usage import UsageStore
 
 LAST_DAY_OF_ANY_MONTH = "31"  # day strings compare as text, so -31 closes every month
 
@@ -70,7 +70,7 @@ def _describe(totals: UsageTotals) -> str:
 class UsageLedger:
     """Records every model call's usage and answers for budgets."""
 
-    def __init__(self, store: Store, budgets: BudgetsConfig, clock: Clock = utc_now) -> None:
+    def __init__(self, store: UsageStore, budgets: BudgetsConfig, clock: Clock = utc_now) -> None:
         self._store = store
         self._budgets = budgets
         self._clock = clock
@@ -186,7 +186,7 @@ def _row(row: UsageRow, ident: str) -> dict[str, Any]:
     }
 
 
-async def usage_document(store: Store, days: int, now: datetime) -> dict[str, Any]:
+async def usage_document(store: UsageStore, days: int, now: datetime) -> dict[str, Any]:
     """The operator's report over the last `days` UTC days (today included): one row per user
     (platform and sender, across chats) and per group, most tokens first."""
     first = (now.astimezone(UTC).date() - timedelta(days=days - 1)).isoformat()

@@ -19,16 +19,16 @@ from bot.config import Config
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import ScopeKind, group_key_of, parse_scope
-from bot.core.validation import priority_problem
+from bot.core.policy import BlockPolicy, default_level, priority_problem
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart
 from storage import Store
-from storage.models import Level, State, UsageTotals
+from storage.models import ChangeKind, Level, State, UsageTotals
 
 SESSION_COOKIE = "pinbot_session"
 MAX_USAGE_DAYS = 366
-AUDIT_KINDS = ("add", "edit", "level", "state", "priority", "remove", "clear", "import")
+AUDIT_KINDS = tuple(kind.value for kind in ChangeKind)
 # Nothing on these pages runs script, loads from elsewhere, or may be framed: content people
 # typed can only ever be text.
 SECURITY_HEADERS = {
@@ -67,7 +67,7 @@ class WebPage:
         self.config = config.web
         self.clock = clock
         self.sign_in = SignIn(token, clock)
-        self.ops = BlockOps(store, config.pins, clock)
+        self.ops = BlockOps(store, BlockPolicy(config.pins), clock)
         name = config.web.operator_name.strip()
         self.actor = f"web:{name}" if name else "web"
         self._flash: dict[str, Flash] = {}  # per session: what the last change did, shown once
@@ -75,6 +75,10 @@ class WebPage:
             loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
             autoescape=True,  # every value is text, never markup
             undefined=jinja2.StrictUndefined,
+        )
+        self.templates.globals.update(
+            levels=[level.value for level in Level],
+            shared_default_level=default_level(group=True).value,
         )
 
     def app(self) -> web.Application:
@@ -250,9 +254,7 @@ class WebPage:
             target,
             _text(form, "label").strip(),
             _text(form, "content").strip(),
-            level=Level(_text(form, "level"))
-            if _text(form, "level") in ("strong", "context")
-            else None,
+            level=Level(_text(form, "level")) if _text(form, "level") in set(Level) else None,
             pinned=_text(form, "pinned") == "on",
             priority=priority,
         )
@@ -271,8 +273,8 @@ class WebPage:
             target,
             _text(form, "label"),
             content=_text(form, "content").strip(),
-            level=Level(level) if level in ("strong", "context") else None,
-            state=State(state) if state in ("active", "idle", "pinned") else None,
+            level=Level(level) if level in set(Level) else None,
+            state=State(state) if state in set(State) else None,
             priority=priority,
         )
         return await self._after(request, target, outcome)

@@ -8,12 +8,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from bot.core.keys import DIRECT, GROUP, MEMBER_MARK, ScopeKind, parse_scope
+from bot.core.keys import (
+    ScopeKind,
+    after_platform,
+    direct_prefix,
+    direct_scopes_like,
+    group_prefix,
+    members_prefix,
+    parse_scope,
+    platform_of,
+)
 from bot.core.render import estimate
 from storage import Store
-from storage.models import AuditEntry, Block, UsageRow, UsageTotals
+from storage.models import AuditEntry, Block, ChangeKind, UsageRow, UsageTotals
 
-PLATFORMS = ("feishu", "telegram")  # in key order: pages walk the keys in order
 PAGE_SIZE = 50
 SCAN_BATCH = 500  # scope keys read per query while filling a page
 SEARCH_RESULTS = 100
@@ -40,6 +48,16 @@ class GroupsPage:
     next_after: str | None
 
 
+async def platforms(store: Store) -> list[str]:
+    """The platforms that have blocks, in key order (one query each, and one more)."""
+    found: list[str] = []
+    after = ""
+    while (key := await store.first_scope_after(after)) is not None:
+        found.append(platform_of(key))
+        after = after_platform(found[-1])
+    return found
+
+
 async def _shared_count(store: Store, group: str) -> int:
     """How many shared blocks a group has."""
     found = await store.scopes_with_prefix(group, after="", limit=1)
@@ -52,7 +70,7 @@ async def groups_page(store: Store, after: str = "") -> GroupsPage:
     rows: list[GroupRow] = []
     seen: set[str] = set()
     cursor = after
-    for prefix in (f"{platform}:{GROUP}:" for platform in PLATFORMS):
+    for prefix in [group_prefix(platform) for platform in await platforms(store)]:
         while True:  # until the prefix is walked, or the page is full (returned below)
             batch = await store.scopes_with_prefix(prefix, after=cursor, limit=SCAN_BATCH)
             if not batch:
@@ -74,7 +92,7 @@ async def groups_page(store: Store, after: str = "") -> GroupsPage:
                 if scope != group and group <= after and await _shared_count(store, group):
                     continue
                 members = await store.scopes_with_prefix(
-                    f"{group}{MEMBER_MARK}", after="", limit=MAX_MEMBERS
+                    members_prefix(group), after="", limit=MAX_MEMBERS
                 )
                 if not shared and members and members[0][0] <= after:
                     continue  # shown on an earlier page
@@ -93,7 +111,7 @@ class DirectPage:
 async def direct_page(store: Store, after: str = "") -> DirectPage:
     """Up to PAGE_SIZE DM scopes after the cursor, in key order, with their block counts."""
     rows: list[tuple[str, int]] = []
-    for prefix in (f"{platform}:{DIRECT}:" for platform in PLATFORMS):
+    for prefix in [direct_prefix(platform) for platform in await platforms(store)]:
         rows += await store.scopes_with_prefix(prefix, after=after, limit=PAGE_SIZE - len(rows))
         if len(rows) == PAGE_SIZE:
             return DirectPage(rows, rows[-1][0])
@@ -123,10 +141,10 @@ async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView 
     if parsed.kind is ScopeKind.DIRECT:
         return ScopeView(key, parsed.kind, blocks, estimate([], blocks).total)
     by_member: dict[str, list[Block]] = defaultdict(list)
-    for block in await store.blocks_with_prefix(f"{key}{MEMBER_MARK}"):
+    for block in await store.blocks_with_prefix(members_prefix(key)):
         by_member[block.scope].append(block)
     members = [
-        (scope.removeprefix(f"{key}{MEMBER_MARK}"), own, estimate(blocks, own).total)
+        (scope.removeprefix(members_prefix(key)), own, estimate(blocks, own).total)
         for scope, own in by_member.items()
     ]
     return ScopeView(key, parsed.kind, blocks, estimate(blocks, []).total, members)
@@ -163,7 +181,7 @@ async def audit_page(store: Store, wanted: AuditFilter) -> list[AuditEntry]:
     return await store.audit_entries(
         group=wanted.group or None,
         actor=wanted.who or None,
-        action=wanted.kind or None,
+        kind=ChangeKind(wanted.kind) if wanted.kind in set(ChangeKind) else None,
         since=since,
         until=until + timedelta(days=1) if until else None,
         offset=wanted.page * PAGE_SIZE,
@@ -204,5 +222,5 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
     """Blocks whose label or content contains text (DM scopes only when shown)."""
     if len(text.strip()) < MIN_SEARCH_CHARS:
         return []
-    skip = None if show_direct else f"%:{DIRECT}:%"
+    skip = None if show_direct else direct_scopes_like()
     return await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, skip_scopes_like=skip)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bot.core.conversation import ChatKind, Conversation
-from storage.sqlite import Store
+from storage import Store
 from tests.conftest import BotFactory, dm, group
 from tests.fakes.clock import FakeClock
 

@@ -11,10 +11,12 @@ import pytest
 from bot.config import PinsConfig
 from bot.core.blocks import RETRY_LATER, BlockOps, Done, Refused, Target
 from bot.core.context import MessageContext
+from bot.core.policy import BlockPolicy
 from bot.core.transfer import apply_import, plan_import
 from bot.llm.offline import OfflineChatModel
+from storage import Store
+from storage.errors import NotFound
 from storage.models import Level, State
-from storage.sqlite import Store
 from tests.conftest import BotFactory, dm, group
 from tests.fakes.clock import FakeClock
 
@@ -28,7 +30,7 @@ def target(conversation: Any, *, shared: bool = False) -> Target:
 
 
 async def test_outcomes_are_values(store: Store, clock: FakeClock) -> None:
-    ops = BlockOps(store, PINS, clock)
+    ops = BlockOps(store, BlockPolicy(PINS), clock)
     mine = target(dm())
     assert await ops.add(mine, "tone", "Be brief.") == Done("Saved strong block 'tone'.")
     again = await ops.add(mine, "TONE", "Other.")
@@ -45,7 +47,7 @@ async def test_outcomes_are_values(store: Store, clock: FakeClock) -> None:
 
 
 async def test_pinned_blocks_are_protected_only_where_asked(store: Store, clock: FakeClock) -> None:
-    ops = BlockOps(store, PINS, clock)
+    ops = BlockOps(store, BlockPolicy(PINS), clock)
     mine = target(dm())
     await ops.add(mine, "safety", "No rm -rf.", pinned=True)
     for outcome in (
@@ -61,12 +63,12 @@ async def test_pinned_blocks_are_protected_only_where_asked(store: Store, clock:
 async def test_a_delete_the_store_did_not_make_is_never_reported_done(
     store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ops = BlockOps(store, PINS, clock)
+    ops = BlockOps(store, BlockPolicy(PINS), clock)
     mine = target(dm())
     await ops.add(mine, "a", "b")
 
-    async def lost_race(*_: Any, **__: Any) -> bool:
-        return False
+    async def lost_race(*_: Any, **__: Any) -> None:
+        raise NotFound("deleted by another writer, then the label came back")
 
     monkeypatch.setattr(store, "delete_block", lost_race)
     assert await ops.remove(mine, "a", protect_pinned=True) == RETRY_LATER
@@ -88,9 +90,9 @@ async def test_imports_audit_exactly_the_shared_scopes(store: Store, clock: Fake
         "version": 1,
         "scopes": {scope: {"blocks": [block]} for scope in scopes},
     }
-    plan = plan_import(document, PINS, clock())
+    plan = plan_import(document, BlockPolicy(PINS), clock())
     assert plan.problems == []
-    assert await apply_import(store, plan, clock()) == 3
+    assert await apply_import(BlockOps(store, BlockPolicy(PINS), clock), plan) == 3
     assert [e.label for e in await store.audit_log("console:group:-1", 10)] == ["a"]
     assert await store.audit_log("console:group:-1::u:5", 10) == []
 

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from bot.config import PinsConfig
 from bot.core.blocks import Done, Refused
 from bot.core.context import MessageContext
+from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN, BlockPolicy
 from bot.core.tools import PinTools
 from bot.core.transfer import plan_import
-from bot.core.validation import PRIORITY_MAX, PRIORITY_MIN
 from bot.llm.openai_backend import _arguments
-from storage.sqlite import Store
+from storage import Store
 from tests.conftest import BotFactory, dm
 from tests.fakes.clock import FakeClock
 
@@ -103,7 +103,7 @@ DOCUMENT = (
 @given(document=DOCUMENT)
 def test_any_import_document_is_checked_never_crashes(document: Any) -> None:
     now = FakeClock()()
-    plan = plan_import(json.loads(json.dumps(document)), PinsConfig(), now)
+    plan = plan_import(json.loads(json.dumps(document)), BlockPolicy(PinsConfig()), now)
     if plan.problems:
         return
     for scope, (calls, blocks) in plan.scopes.items():

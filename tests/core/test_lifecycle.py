@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.lifecycle import expired
+from bot.core.policy import BlockPolicy
+from storage import Store
 from storage.models import Block, Level, State
-from storage.sqlite import Store
 from tests.conftest import BotFactory, dm, group
 from tests.fakes.clock import FakeClock
 
@@ -50,7 +50,7 @@ def idle(days: float, idle_calls: int = 0, state: State = State.IDLE) -> Block:
     ],
 )
 def test_expiry_rule(block: Block, calls_before: int, due: bool) -> None:
-    assert expired(block, NOW, calls_before, PinsConfig()) is due
+    assert BlockPolicy(PinsConfig()).expired(block, NOW, calls_before) is due
 
 
 async def idle_block(make_bot: BotFactory, **pins: Any) -> Any:

@@ -10,9 +10,9 @@ import pytest
 from bot.config import PinsConfig
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.permissions import AllowEntry, Role, group_whitelisted, resolve_access
+from storage import Store
 from storage.models import Block, Level, NewBlock, State
-from storage.sqlite import Store
-from tests.conftest import BotFactory, dm, group, make_config
+from tests.conftest import BotFactory, dm, group, make_config, put_block
 
 GROUP_KEY = "console:group:-100123"
 PINS: dict[str, Any] = {
@@ -91,7 +91,7 @@ async def seed(store: Store, conversation: Conversation, clock: Any) -> None:
             )
         )
     for new in seeds:
-        assert await store.insert_block(new, now=clock(), max_blocks=20, max_total_chars=0)
+        await put_block(store, new, clock())
 
 
 def snapshot(blocks: list[Block]) -> list[tuple[Any, ...]]:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from bot.core.bot import Pinbot
 from bot.llm.offline import OfflineChatModel
+from storage import Store
 from storage.models import Level, State
-from storage.sqlite import Store
 from tests.conftest import BotFactory, dm, group, make_config
 
 DM_SCOPE = "console:direct:42"

@@ -9,8 +9,8 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from storage import Store
 from storage.models import State, label_key
-from storage.sqlite import Store
 from tests.conftest import SYSTEM, BotFactory, OpenAIBots, dm, group
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from storage.sqlite import Store
+from storage import Store
 from tests.integration.test_console import PINBOT, console, stored, write_config
 
 

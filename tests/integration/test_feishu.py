@@ -17,7 +17,7 @@ import pytest
 from bot.adapters.feishu import FeishuApi, FeishuFrontend, Mention, RefusalLog, resolve_mentions
 from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.llm.offline import OfflineChatModel
-from storage.sqlite import Store
+from storage import Store
 from tests.conftest import make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import (

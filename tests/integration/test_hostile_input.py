@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from storage.sqlite import Store
+from storage import Store
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.process import run_pinbot
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from storage.schema import LATEST
 from tests.pg import PgCluster, fresh_database
 from tests.process import run_pinbot
 
@@ -35,7 +36,7 @@ async def test_the_console_on_postgresql(tmp_path: Path, pg_cluster: PgCluster) 
     assert "pinned blocks: tone (strong, personal)" in out and "1. tone (strong, active)" in out
     assert not (tmp_path / "pins.sqlite3").exists()  # nothing went to SQLite
     code, out, err = await run_pinbot("migrate", "--config", str(pg), env=env)
-    assert code == 0 and "PostgreSQL: schema version 3, up to date" in out
+    assert code == 0 and f"PostgreSQL: schema version {LATEST}, up to date" in out
     for output in (out, err):
         assert PASSWORD not in output and url not in output
 

@@ -24,8 +24,7 @@ from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
-from storage import PostgresStore
-from storage.sqlite import Store
+from storage import Store
 from tests.conftest import dm, make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
@@ -83,8 +82,8 @@ StartBot = Callable[..., Any]
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     """Every test here runs on both backends: SQLite, and a real PostgreSQL server."""
     if request.param == "postgres":
-        opened: Any = await PostgresStore.open(
-            await fresh_database(request.getfixturevalue("pg_cluster"))
+        opened: Any = await Store.open(
+            url=await fresh_database(request.getfixturevalue("pg_cluster"))
         )
     else:
         opened = await Store.open(tmp_path / "pins.sqlite3")

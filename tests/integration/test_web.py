@@ -16,10 +16,10 @@ from playwright.async_api import Browser, Page
 
 from bot.serving import serve_app
 from bot.web.app import WebPage
-from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals
-from storage.sqlite import Store
+from storage import Store
+from storage.models import Level, NewBlock, State, UsageTotals
 from tests.browser import WAIT_MS, shot, sign_in
-from tests.conftest import make_config
+from tests.conftest import make_config, put_block
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
 from tests.process import run_pinbot
@@ -34,9 +34,8 @@ OpenPage = Callable[..., Awaitable[tuple[Page, str]]]
 
 
 async def add(store: Store, scope: str, label: str, content: str, actor: str = "") -> None:
-    audit = (AuditEntry(scope, actor, "add strong", label, None, content, NOW),) if actor else ()
     block = NewBlock(scope, label, content, Level.STRONG, State.ACTIVE, 0)
-    assert await store.insert_block(block, now=NOW, max_blocks=20, max_total_chars=0, audit=audit)
+    await put_block(store, block, NOW, actor=actor, audited=bool(actor))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 
-from storage import PostgresStore
+from storage import Store
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, FakeFeishu
 from tests.fakes.feishu_server import receive_event as feishu_event
 from tests.fakes.http import free_port
@@ -152,7 +152,7 @@ async def test_three_workers_keep_each_chats_order_and_lose_or_double_nothing(
     said = replies(fake_telegram, 300)
     assert sum(text.startswith("Saved") for text in said) == 3, said
 
-    store = await PostgresStore.open(pg_url)
+    store = await Store.open(url=pg_url)
     try:
         for uid in chats:
             assert [b.label for b in await store.blocks([f"telegram:direct:{uid}"])] == ["a", "b"]
@@ -225,7 +225,7 @@ async def test_a_worker_killed_mid_turn_loses_nothing_acknowledged(
     # The interrupted turn was asked again by the worker that took the chat over.
     assert [user_turns(r)[-1] for r in fake_openai.requests] == ["m1", "m1", "m2"]
     assert_turns_in_order(fake_openai)
-    store = await PostgresStore.open(pg_url)
+    store = await Store.open(url=pg_url)
     try:
         assert [b.label for b in await store.blocks(["telegram:direct:5"])] == ["keep", "after"]
     finally:

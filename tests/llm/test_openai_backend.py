@@ -13,7 +13,7 @@ from bot.config import ConfigError
 from bot.core.render import CONTEXT_RULES, STRONG_RULES
 from bot.llm import build_model
 from bot.llm.openai_backend import OpenAIChatModel
-from storage.sqlite import Store
+from storage import Store
 from tests.conftest import BotFactory, dm, group, make_config
 from tests.fakes.openai_server import FakeOpenAI
 

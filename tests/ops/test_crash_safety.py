@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from storage.sqlite import Store
+from storage import Store
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
 
 PINBOT = str(Path(sys.executable).parent / "pinbot")

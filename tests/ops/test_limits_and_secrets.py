@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.sqlite import Store
+from storage import Store
 from tests.conftest import BotFactory, dm, group
 from tests.fakes.clock import FakeClock
 

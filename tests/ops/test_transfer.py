@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from bot.core.transfer import describe_changes, export_document, plan_import
-from storage.sqlite import Store
+from bot.core.blocks import BlockOps
+from bot.core.policy import BlockPolicy
+from bot.core.transfer import apply_import, describe_changes, export_document, plan_import
+from storage import Store
 from tests.conftest import BotFactory, dm, group, make_config
 from tests.fakes.clock import FakeClock
 
@@ -42,9 +44,9 @@ async def test_round_trip_is_exact(
     first = await export_document(store, clock())
     assert first["scopes"]["console:direct:42"]["model_calls"] == 1
     async with await Store.open(tmp_path / "copy.sqlite3") as copy:
-        plan = plan_import(json.loads(json.dumps(first)), make_config().pins, clock())
+        plan = plan_import(json.loads(json.dumps(first)), BlockPolicy(make_config().pins), clock())
         assert plan.problems == []
-        assert await copy.replace_scopes(plan.scopes, now=clock()) == 5
+        assert await apply_import(BlockOps(copy, BlockPolicy(make_config().pins)), plan) == 5
         second = await export_document(copy, clock())
     assert {k: v for k, v in second.items() if k != "exported_at"} == {
         k: v for k, v in first.items() if k != "exported_at"
@@ -90,7 +92,7 @@ def bad_document() -> dict[str, Any]:
 
 
 async def test_import_reports_every_problem_and_writes_nothing(store: Store) -> None:
-    plan = plan_import(bad_document(), make_config().pins, NOW)
+    plan = plan_import(bad_document(), BlockPolicy(make_config().pins), NOW)
     text = "\n".join(plan.problems)
     for fragment in (
         "label 'OK' appears twice",
@@ -117,7 +119,7 @@ async def test_dry_run_describes_changes(
     blocks[0]["content"] = "changed"
     del blocks[1]
     blocks.append({**blocks[0], "label": "brand-new"})
-    plan = plan_import(document, make_config().pins, NOW)
+    plan = plan_import(document, BlockPolicy(make_config().pins), NOW)
     changes = await describe_changes(store, plan)
     assert len(changes) == 1 and changes[0].startswith("console:direct:42: add brand-new; change")
     assert "remove" in changes[0]
@@ -190,5 +192,5 @@ def test_import_accepts_an_agent_prefix_on_scope_keys() -> None:
             }
         },
     }
-    plan = plan_import(document, make_config().pins, NOW)
+    plan = plan_import(document, BlockPolicy(make_config().pins), NOW)
     assert plan.problems == [] and list(plan.scopes) == ["telegram:direct:5"]

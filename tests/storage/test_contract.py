@@ -5,18 +5,38 @@ processes)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from storage import PostgresStore, SqliteStore, Store
-from storage.models import AuditEntry, Level, NewBlock, State, UsageTotals, WorkerConflict
+from storage import Store
+from storage.errors import (
+    Conflict,
+    LabelTaken,
+    LimitReached,
+    NotFound,
+    OverBudget,
+    WorkerConflict,
+)
+from storage.models import (
+    Change,
+    ChangeKind,
+    Channel,
+    Level,
+    Limits,
+    NewBlock,
+    Origin,
+    State,
+    UsageTotals,
+)
 from tests.pg import fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 Opener = Callable[[], Awaitable[Store]]
+BY_7 = Change("7", Channel.COMMAND)
+TWENTY = Limits(20)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -28,9 +48,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         url = await fresh_database(request.getfixturevalue("pg_cluster"))
 
     async def open_one() -> Store:
-        store: Store = (
-            await PostgresStore.open(url) if url else await SqliteStore.open(tmp_path / "c.sqlite3")
-        )
+        store = await Store.open(tmp_path / "c.sqlite3", url=url)
         opened.append(store)
         return store
 
@@ -43,64 +61,91 @@ def new(label: str, scope: str = "s", content: str = "text") -> NewBlock:
     return NewBlock(scope=scope, label=label, content=content, level=Level.CONTEXT)
 
 
+async def add(
+    store: Store,
+    label: str,
+    scope: str = "s",
+    content: str = "text",
+    *,
+    limits: Limits = TWENTY,
+    audited: bool = False,
+    now: datetime = NOW,
+) -> None:
+    await store.insert_block(
+        new(label, scope, content), now=now, limits=limits, change=BY_7, audited=audited
+    )
+
+
+def outcomes(results: Sequence[object]) -> dict[str, int]:
+    """How many calls succeeded (None) and how many raised each exception."""
+    counts: dict[str, int] = {}
+    for result in results:
+        name = "ok" if result is None else type(result).__name__
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 async def test_fifty_concurrent_adds_from_several_processes_leave_exactly_the_limit(
     open_store: Opener,
 ) -> None:
     stores = [await open_store() for _ in range(3)]
     results = await asyncio.gather(
-        *(
-            stores[i % 3].insert_block(new(f"b{i}"), now=NOW, max_blocks=20, max_total_chars=0)
-            for i in range(50)
-        )
+        *(add(stores[i % 3], f"b{i}") for i in range(50)), return_exceptions=True
     )
-    assert sum(results) == 20
+    assert outcomes(results) == {"ok": 20, "LimitReached": 30}
     assert len(await stores[0].blocks(["s"])) == 20
 
 
 async def test_concurrent_adds_of_one_label_and_a_budget_stay_exact(open_store: Opener) -> None:
     stores = [await open_store() for _ in range(3)]
-    same = await asyncio.gather(
-        *(s.insert_block(new("dup"), now=NOW, max_blocks=50, max_total_chars=0) for s in stores)
-    )
-    assert sum(same) == 1
+    same = await asyncio.gather(*(add(s, "dup") for s in stores), return_exceptions=True)
+    assert outcomes(same) == {"ok": 1, "LabelTaken": 2}
+    assert all(e.label == "dup" for e in same if isinstance(e, LabelTaken))
     budget = await asyncio.gather(
-        *(
-            stores[i % 3].insert_block(
-                new(f"c{i}", scope="t", content="x" * 10),
-                now=NOW,
-                max_blocks=50,
-                max_total_chars=55,
-            )
-            for i in range(20)
-        )
+        *(add(stores[i % 3], f"c{i}", "t", "x" * 10, limits=Limits(50, 55)) for i in range(20)),
+        return_exceptions=True,
     )
-    assert sum(budget) == 5
+    assert outcomes(budget) == {"ok": 5, "OverBudget": 15}
+    assert {(e.total, e.budget) for e in budget if isinstance(e, OverBudget)} == {(60, 55)}
 
 
 async def test_guarded_updates_and_the_budget_rule(open_store: Opener) -> None:
     store = await open_store()
-    await store.insert_block(new("a", content="x" * 40), now=NOW, max_blocks=5, max_total_chars=0)
-    await store.insert_block(new("b", content="y" * 40), now=NOW, max_blocks=5, max_total_chars=0)
+    await add(store, "a", content="x" * 40)
+    await add(store, "b", content="y" * 40)
     a, b = await store.blocks(["s"])
+    budget, no_budget = Limits(5, 50), Limits(5)
     # The scope (80) is over a budget of 50: shrinking and state changes still work.
-    assert await store.update_block(a, now=NOW, max_total_chars=50, content="x" * 10)
-    assert not await store.update_block(a, now=NOW, max_total_chars=50, state=State.IDLE)  # stale
+    await store.update_block(a, now=NOW, limits=budget, change=BY_7, content="x" * 10)
+    with pytest.raises(Conflict):  # a is stale now
+        await store.update_block(a, now=NOW, limits=budget, change=BY_7, state=State.IDLE)
     (a, b) = await store.blocks(["s"])
-    assert await store.update_block(b, now=NOW, max_total_chars=50, state=State.PINNED)
+    await store.update_block(b, now=NOW, limits=budget, change=BY_7, state=State.PINNED)
     (a, b) = await store.blocks(["s"])
-    assert not await store.update_block(a, now=NOW, max_total_chars=50, content="x" * 30)
-    assert await store.update_block(a, now=NOW, max_total_chars=0, level=Level.STRONG, priority=9)
+    with pytest.raises(OverBudget) as over:
+        await store.update_block(a, now=NOW, limits=budget, change=BY_7, content="x" * 30)
+    assert (over.value.total, over.value.budget) == (70, 50)
+    await store.update_block(
+        a, now=NOW, limits=no_budget, change=BY_7, level=Level.STRONG, priority=9
+    )
     (a, b) = await store.blocks(["s"])
     assert (a.level, a.priority, b.state) == (Level.STRONG, 9, State.PINNED)
+    await store.delete_block(a, now=NOW, change=BY_7)
+    with pytest.raises(NotFound):
+        await store.update_block(a, now=NOW, limits=no_budget, change=BY_7, priority=1)
+    with pytest.raises(NotFound):
+        await store.delete_block(a, now=NOW, change=BY_7)
+    with pytest.raises(LimitReached):
+        await add(store, "c", limits=Limits(1))
 
 
 async def test_idle_marks_and_call_counts(open_store: Opener) -> None:
     store = await open_store()
-    await store.insert_block(new("a"), now=NOW, max_blocks=5, max_total_chars=0)
+    await add(store, "a")
     for _ in range(3):
         await store.start_model_call(["s"])
     (a,) = await store.blocks(["s"])
-    assert await store.update_block(a, now=NOW, max_total_chars=0, state=State.IDLE)
+    await store.update_block(a, now=NOW, limits=Limits(5), change=BY_7, state=State.IDLE)
     (a,) = await store.blocks(["s"])
     assert a.idle_calls == 3 and a.idle_since == NOW
     blocks, before = await store.start_model_call(["s", "empty"])
@@ -127,15 +172,31 @@ async def test_history_compaction_and_reset(open_store: Opener) -> None:
 
 async def test_audit_trail_and_clear(open_store: Opener) -> None:
     store = await open_store()
-    entry = AuditEntry("g", "7", "add context", "a", None, "text", NOW)
-    assert await store.insert_block(
-        new("a", scope="g"), now=NOW, max_blocks=5, max_total_chars=0, audit=(entry,)
+    await add(store, "a", "g", audited=True)
+    (a,) = await store.blocks(["g"])
+    by_model = Change("model", Channel.TOOL, Origin("m1", "42"))
+    await store.update_block(
+        a, now=NOW, limits=Limits(5), change=by_model, audited=True, content="new", priority=2
     )
-    old = AuditEntry("g", "7", "clear", "a", "text", None, NOW - timedelta(days=400))
-    assert await store.clear_scope("g", (old,)) == 1
-    assert [e.action for e in await store.audit_log("g", 10)] == ["add context", "clear"]
-    assert await store.prune_audit("g", NOW - timedelta(days=1)) == 1
-    assert [e.action for e in await store.audit_log("g", 10)] == ["add context"]
+    await add(store, "b", "g")  # not audited
+    cleared = await store.clear_scope("g", now=NOW - timedelta(days=400), change=BY_7, audited=True)
+    assert cleared == 2
+    log = await store.audit_log("g", 10)
+    assert [(e.kind, e.detail, e.label, e.actor, e.old_content, e.new_content) for e in log] == [
+        (ChangeKind.PRIORITY, "2", "a", "model", "text", "new"),
+        (ChangeKind.EDIT, "", "a", "model", "text", "new"),
+        (ChangeKind.ADD, "context", "a", "7", None, "text"),
+        (ChangeKind.CLEAR, "", "b", "7", "text", None),
+        (ChangeKind.CLEAR, "", "a", "7", "new", None),
+    ]
+    assert [e.channel for e in log] == [Channel.TOOL] * 2 + [Channel.COMMAND] * 3
+    assert log[0].origin == Origin("m1", "42") and log[2].action == "add context"
+    assert await store.prune_audit("g", NOW - timedelta(days=1)) == 2
+    assert [e.kind for e in await store.audit_log("g", 10)] == [
+        ChangeKind.PRIORITY,
+        ChangeKind.EDIT,
+        ChangeKind.ADD,
+    ]
 
 
 async def test_each_update_is_recorded_once_by_all_processes(open_store: Opener) -> None:
@@ -177,7 +238,7 @@ async def test_a_chat_is_held_by_one_live_worker(open_store: Opener) -> None:
     await first.record_update("p", "1", chat="c", position=0, payload="", now=NOW)
     assert await first.claim_chat("c", now=NOW)
     assert await first.claim_chat("c", now=NOW)  # its own again
-    if isinstance(first, SqliteStore):  # one process serves a SQLite database
+    if first.kind == "SQLite":  # one process serves a SQLite database
         with pytest.raises(WorkerConflict, match="another pinbot process"):
             await second.register_worker(now=NOW)
         return
@@ -209,7 +270,7 @@ async def test_rate_buckets_are_exact_across_workers(open_store: Opener) -> None
     # Several PostgreSQL workers share buckets; a SQLite store is served by one process.
     first = await open_store()
     stores: list[Store] = [first, first, first]
-    if isinstance(first, PostgresStore):
+    if first.kind == "PostgreSQL":
         stores[1:] = [await open_store(), await open_store()]
     per_s = 5 / 60
     waits = await asyncio.gather(
@@ -225,9 +286,8 @@ async def test_rate_buckets_are_exact_across_workers(open_store: Opener) -> None
 
 async def test_moving_a_group(open_store: Opener) -> None:
     store = await open_store()
-    for scope in ("p:group:1", "p:group:1::u:5"):
-        await store.insert_block(new("a", scope=scope), now=NOW, max_blocks=5, max_total_chars=0)
-    await store.insert_block(new("a", scope="p:group:2"), now=NOW, max_blocks=5, max_total_chars=0)
+    for scope in ("p:group:1", "p:group:1::u:5", "p:group:2"):
+        await add(store, "a", scope)
     await store.append_turn("p:group:1:topic:3", "hi", "hello", now=NOW)
     moved = await store.move_group(
         "p:group:1", "p:group:2", members_prefix="p:group:1::u:", sessions_prefix="p:group:1:"
@@ -253,19 +313,30 @@ async def test_usage_sums(open_store: Opener) -> None:
 
 async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> None:
     store = await open_store()
-    await store.insert_block(new("a", scope="p:group:1"), now=NOW, max_blocks=5, max_total_chars=0)
+    await add(store, "a", "p:group:1")
     await store.start_model_call(["p:group:1"])
     exported = await store.export_scopes()
-    written = await store.replace_scopes(exported, now=NOW, audited={"p:group:1"})
-    assert written == 1
+    importing = Change("import", Channel.IMPORT)
+    written = await store.replace_scopes(
+        {**exported, "p:group:2": (0, exported["p:group:1"][1])},
+        now=NOW,
+        change=importing,
+        audited={"p:group:1", "p:group:2"},
+    )
+    assert written == 2
+    assert await store.audit_log("p:group:1", 5) == []  # the same blocks again: no change
+    (entry,) = await store.audit_log("p:group:2", 5)
+    assert (entry.kind, entry.actor, entry.channel) == (ChangeKind.IMPORT, "import", Channel.IMPORT)
+    await store.replace_scopes({"p:group:2": (0, [])}, now=NOW, change=importing)
     again = await store.export_scopes()
     assert {k: (c, [(b.label, b.content) for b in bs]) for k, (c, bs) in again.items()} == {
-        "p:group:1": (1, [("a", "text")])
+        "p:group:1": (1, [("a", "text")]),
+        "p:group:2": (0, []),
     }
     assert await store.schema_version() >= 1
     assert not await store.is_empty()
     dump = await store.dump()
-    assert dump["blocks"] and dump["scope_calls"] == [("p:group:1", 1)]
+    assert dump["blocks"] and dump["scope_calls"] == [("p:group:1", 1), ("p:group:2", 0)]
 
 
 async def test_processes_starting_at_once_migrate_once(open_store: Opener) -> None:
@@ -280,12 +351,7 @@ async def test_browsing_scopes_blocks_and_search(open_store: Opener) -> None:
     scopes = ["t:group:-1", "t:group:-1::u:5", "t:group:-12", "t:group:-2", "t:direct:9"]
     for scope in scopes:
         for label in ("a", "b"):
-            await store.insert_block(
-                new(label, scope, f"{label} 100%_off in {scope}"),
-                now=NOW,
-                max_blocks=5,
-                max_total_chars=0,
-            )
+            await add(store, label, scope, f"{label} 100%_off in {scope}")
     first = await store.scopes_with_prefix("t:group:", after="", limit=2)
     assert first == [("t:group:-1", 2), ("t:group:-12", 2)]  # bytewise: '2' sorts before ':'
     rest = await store.scopes_with_prefix("t:group:", after=first[-1][0], limit=10)
@@ -304,20 +370,22 @@ async def test_browsing_scopes_blocks_and_search(open_store: Opener) -> None:
 
 async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> None:
     store = await open_store()
-    for group, actor, action, days in (
-        ("g1", "7", "add strong", 0),
-        ("g1", "8", "edit", 1),
-        ("g2", "7", "remove", 2),
-    ):
-        entry = AuditEntry(group, actor, action, "x", None, "y", NOW + timedelta(days=days))
-        await store.insert_block(
-            new(f"l{days}", group), now=NOW, max_blocks=5, max_total_chars=0, audit=(entry,)
-        )
+    await add(store, "x", "g1", audited=True)
+    (x,) = await store.blocks(["g1"])
+    by_8 = Change("8", Channel.COMMAND)
+    one_day = timedelta(days=1)
+    await store.update_block(
+        x, now=NOW + one_day, limits=Limits(5), change=by_8, audited=True, content="y"
+    )
+    await add(store, "z", "g2")
+    (z,) = await store.blocks(["g2"])
+    await store.delete_block(z, now=NOW + 2 * one_day, change=BY_7, audited=True)
     everything = await store.audit_entries()
-    assert [e.action for e in everything] == ["remove", "edit", "add strong"]
-    assert [e.action for e in await store.audit_entries(actor="7")] == ["remove", "add strong"]
-    assert [e.action for e in await store.audit_entries(group="g1", action="add")] == ["add strong"]
-    window = await store.audit_entries(since=NOW + timedelta(days=1), until=NOW + timedelta(days=2))
+    assert [e.action for e in everything] == ["remove", "edit", "add context"]
+    assert [e.action for e in await store.audit_entries(actor="7")] == ["remove", "add context"]
+    added = await store.audit_entries(group="g1", kind=ChangeKind.ADD)
+    assert [e.action for e in added] == ["add context"]
+    window = await store.audit_entries(since=NOW + one_day, until=NOW + 2 * one_day)
     assert [e.action for e in window] == ["edit"]
     assert [e.action for e in await store.audit_entries(offset=1, limit=1)] == ["edit"]
     for day, sender, group, tokens in (

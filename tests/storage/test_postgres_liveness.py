@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from storage import PostgresStore
-from storage.postgres import WORKER_LOCKS
+from storage import Store
+from storage.dialect import WORKER_LOCKS
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 async def test_a_worker_that_loses_its_liveness_knows_and_registers_again(pg_url: str) -> None:
-    store, other = await PostgresStore.open(pg_url), await PostgresStore.open(pg_url)
+    store, other = await Store.open(url=pg_url), await Store.open(url=pg_url)
     try:
         first = await store.register_worker(now=NOW)
         await other.register_worker(now=NOW)

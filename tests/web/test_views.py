@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from bot.web import views
+from storage import Store
 from storage.models import Level, NewBlock, State
-from storage.sqlite import Store
+from tests.conftest import put_block
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -17,7 +18,7 @@ NOW = datetime(2026, 11, 30, tzinfo=UTC)
 async def add(store: Store, scope: str, count: int) -> None:
     for n in range(count):
         block = NewBlock(scope, f"b{n}", "text", Level.CONTEXT, State.ACTIVE, 0)
-        assert await store.insert_block(block, now=NOW, max_blocks=20, max_total_chars=0)
+        await put_block(store, block, NOW)
 
 
 @pytest.mark.parametrize(("page_size", "batch"), [(1, 1), (2, 3), (3, 1), (50, 500)])

@@ -1,0 +1,572 @@
+"""The one place SQLite and PostgreSQL differ: connections, placeholders, transactions and their
+locks, column types, how the schema version is kept, and how a worker proves it is alive.
+
+Every statement of the store is written once, with `?` placeholders and `IN (?*)` for a list
+parameter; each dialect turns that into its own form. A `Database` offers reads, single writes,
+atomic batches of writes (`write`: one round trip to SQLite's thread) and transactions that hold
+per-scope locks (`transaction`: PostgreSQL's READ COMMITTED would let two writers both see a
+scope below its limit, so writes that a limit guards lock their scope first).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import fcntl
+import functools
+import logging
+import os
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import aiosqlite
+import asyncpg
+
+from storage.errors import Unavailable, WorkerConflict
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+log = logging.getLogger(__name__)
+Row = Sequence[Any]
+PRIVATE_FILE_MODE = 0o600  # the database holds DM blocks and chat history: its owner only
+BUSY_TIMEOUT_MS = 5000  # how long a SQLite write waits for another connection's transaction
+WAL_ATTEMPTS = 50
+WAL_RETRY_S = 0.01
+POOL_SIZE = 10
+CLOSE_TIMEOUT_S = 10.0
+# Advisory lock spaces of PostgreSQL (the first key of pg_advisory_lock(int, int)).
+MIGRATION_LOCK = 7_000_001
+WORKER_LOCKS = 7_000_002  # a worker holds (WORKER_LOCKS, its id) while it lives
+SOLE_LOCKS = 7_000_003  # and (SOLE_LOCKS, hashtext(role)) for a role only one may hold
+_LIST = re.compile(r"IN \(\?\*\)")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One statement of a batch; with many, args is a list of rows (executemany)."""
+
+    sql: str
+    args: Sequence[Any] = ()
+    many: bool = False
+
+
+class Executor(abc.ABC):
+    """Runs statements on one connection (or a pool): what a transaction's body uses."""
+
+    @abc.abstractmethod
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        """The rows a statement returns."""
+
+    @abc.abstractmethod
+    async def execute(self, sql: str, *args: Any) -> int:
+        """Run a statement; returns how many rows it changed."""
+
+    @abc.abstractmethod
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a statement once per row of arguments."""
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        """The first row a statement returns, if any."""
+        rows = await self.fetch(sql, *args)
+        return rows[0] if rows else None
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        """The first column of the first row, or None."""
+        row = await self.fetchrow(sql, *args)
+        return None if row is None else row[0]
+
+
+class Database(Executor):
+    """A connection to one pinbot database, in its dialect. Reads and single writes autocommit."""
+
+    kind: str  # "SQLite" or "PostgreSQL", as messages name it
+    one_process: bool  # whether one process serves this database (SQLite)
+    for_update: str  # the clause that locks the rows a transaction's SELECT reads
+    ilike: str  # LIKE ignoring case (SQLite's LIKE ignores the case of ASCII letters)
+    types: ClassVar[
+        dict[str, str]
+    ]  # column types by the names schema steps use: {time}, {serial}, …
+
+    @abc.abstractmethod
+    async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
+        """Run steps atomically, holding the locks of the scopes named; with guard, the steps
+        after the first run only if the first changed a row. Returns the first's count."""
+
+    @abc.abstractmethod
+    def transaction(self, *locks: str) -> contextlib.AbstractAsyncContextManager[Executor]:
+        """A transaction holding the locks of the scopes named, committed when the block ends."""
+
+    @abc.abstractmethod
+    async def returning(self, sql: str, *args: Any) -> list[Row]:
+        """Run a write that returns rows (RETURNING)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close every connection."""
+
+    @abc.abstractmethod
+    async def schema_version(self, on: Executor | None = None) -> int:
+        """The number of the last schema step applied (0 for an empty database)."""
+
+    @abc.abstractmethod
+    async def set_schema_version(self, on: Executor, number: int) -> None:
+        """Record that step number is applied, inside its step's transaction."""
+
+    @abc.abstractmethod
+    def migrating(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while migrations run, so processes starting at once apply each step once."""
+
+    @abc.abstractmethod
+    async def join(self, worker: int, sole: str | None) -> None:
+        """Count as live worker `worker` until leave() or the process ends (and hold the role
+        sole alone): WorkerConflict when another live process stands in the way."""
+
+    @abc.abstractmethod
+    async def leave(self) -> None:
+        """Stop counting as a live worker."""
+
+    @property
+    @abc.abstractmethod
+    def worker_live(self) -> bool:
+        """Whether this worker still counts as live for the others."""
+
+    @abc.abstractmethod
+    def live_workers(self, worker: int) -> str:
+        """A subquery of the ids of the live workers, seen from worker."""
+
+    @abc.abstractmethod
+    async def integrity_ok(self) -> bool:
+        """Whether the database checks out (PostgreSQL checks its own)."""
+
+
+# --- SQLite -------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _sqlite_sql(sql: str, sizes: tuple[int, ...]) -> str:
+    """sql with each `IN (?*)` holding as many placeholders as its list has items."""
+    parts = _LIST.split(sql)
+    out = [parts[0]]
+    for size, part in zip(sizes, parts[1:], strict=True):
+        out.append(f"IN ({','.join('?' * size)})")
+        out.append(part)
+    return "".join(out)
+
+
+def _sqlite_args(sql: str, args: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+    if "?*" not in sql:
+        return sql, args
+    flat: list[Any] = []
+    sizes = []
+    for arg in args:
+        if isinstance(arg, list):
+            sizes.append(len(arg))
+            flat.extend(arg)
+        else:
+            flat.append(arg)
+    return _sqlite_sql(sql, tuple(sizes)), flat
+
+
+_UNAVAILABLE_SQLITE = ("unable to open", "disk i/o", "readonly", "locked", "no such file")
+
+
+@contextlib.contextmanager
+def _sqlite_faults() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        if any(part in str(error).casefold() for part in _UNAVAILABLE_SQLITE):
+            raise Unavailable(str(error)) from error
+        raise
+
+
+class _SqliteExecutor(Executor):
+    def __init__(self, connection: aiosqlite.Connection) -> None:
+        self._connection = connection
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        sql, flat = _sqlite_args(sql, args)
+        with _sqlite_faults():
+            return list(await self._connection.execute_fetchall(sql, flat))
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        sql, flat = _sqlite_args(sql, args)
+        with _sqlite_faults():
+            cursor = await self._connection.execute(sql, flat)
+        return cursor.rowcount
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with _sqlite_faults():
+            await self._connection.executemany(sql, rows)
+
+
+class SqliteDatabase(_SqliteExecutor, Database):
+    """One aiosqlite connection in autocommit mode. Writes take turns on an asyncio lock, so no
+    single write lands inside (and is rolled back with) a transaction on the shared connection."""
+
+    kind = "SQLite"
+    one_process = True
+    for_update = ""
+    ilike = "LIKE"
+    types: ClassVar[dict[str, str]] = {
+        "serial": "INTEGER PRIMARY KEY",
+        "sequence": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "time": "REAL",
+        "count": "INTEGER",
+        "without_rowid": " WITHOUT ROWID",
+    }
+
+    def __init__(self, connection: aiosqlite.Connection, path: Path | None) -> None:
+        super().__init__(connection)
+        self.path = path
+        self._write_lock = asyncio.Lock()
+        self._serving: int | None = None  # the descriptor holding the one-server lock
+
+    @classmethod
+    async def open(cls, path: str | Path) -> SqliteDatabase:
+        """Open (creating if needed) the database file at path, in WAL mode."""
+        memory = str(path) == ":memory:"
+        try:
+            if not memory:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                # SQLite gives the -wal and -shm files the database file's permissions.
+                os.close(os.open(path, os.O_CREAT | os.O_RDWR, PRIVATE_FILE_MODE))
+                os.chmod(path, PRIVATE_FILE_MODE)
+            connection = await aiosqlite.connect(path, isolation_level=None)
+        except (OSError, sqlite3.Error) as error:
+            raise Unavailable(getattr(error, "strerror", None) or str(error)) from error
+        try:
+            with _sqlite_faults():
+                await connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                await cls._use_wal(connection)
+                await connection.execute("PRAGMA synchronous = NORMAL")
+                await connection.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            await connection.close()
+            raise
+        return cls(connection, None if memory else Path(path))
+
+    @staticmethod
+    async def _use_wal(connection: aiosqlite.Connection) -> None:
+        """Switch to WAL. The switch needs the database to itself and SQLite does not wait for
+        it (busy_timeout does not apply), so processes opening a new file at once take turns."""
+        for attempt in range(1, WAL_ATTEMPTS + 1):
+            try:
+                await connection.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or attempt == WAL_ATTEMPTS:
+                    raise
+                await asyncio.sleep(WAL_RETRY_S * attempt)
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        async with self._write_lock:
+            return await super().execute(sql, *args)
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        async with self._write_lock:
+            await super().executemany(sql, rows)
+
+    async def returning(self, sql: str, *args: Any) -> list[Row]:
+        async with self._write_lock:
+            return await self.fetch(sql, *args)
+
+    async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
+        async with self._write_lock:
+            with _sqlite_faults():
+                # One hop to the connection's thread for the whole batch: a round trip there
+                # costs more than the statements.
+                changed: int = await self._connection._execute(  # type: ignore[no-untyped-call]
+                    self._run, steps, guard
+                )
+        return changed
+
+    def _run(self, steps: Sequence[Step], guard: bool) -> int:
+        """The batch, in aiosqlite's thread."""
+        raw = self._connection._conn
+        if len(steps) == 1 and not steps[0].many:
+            return int(raw.execute(*_sqlite_args(steps[0].sql, steps[0].args)).rowcount)
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            first = -1
+            for step in steps:
+                if step.many:
+                    cursor = raw.executemany(step.sql, step.args)
+                else:
+                    cursor = raw.execute(*_sqlite_args(step.sql, step.args))
+                if first < 0:
+                    first = cursor.rowcount
+                    if guard and first == 0:
+                        break
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raise
+        raw.execute("COMMIT")
+        return first
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *locks: str) -> AsyncIterator[Executor]:
+        async with self._write_lock:
+            await super().execute("BEGIN IMMEDIATE")
+            try:
+                yield _SqliteExecutor(self._connection)
+            except BaseException:
+                await super().execute("ROLLBACK")
+                raise
+            await super().execute("COMMIT")
+
+    async def close(self) -> None:
+        try:
+            await self._connection.close()
+        finally:
+            await self.leave()
+
+    async def schema_version(self, on: Executor | None = None) -> int:
+        return int(await (on or self).fetchval("PRAGMA user_version"))
+
+    async def set_schema_version(self, on: Executor, number: int) -> None:
+        await on.execute(f"PRAGMA user_version = {int(number)}")
+
+    @contextlib.asynccontextmanager
+    async def migrating(self) -> AsyncIterator[None]:
+        yield  # each step's BEGIN IMMEDIATE is the lock; a step re-reads the version
+
+    async def join(self, worker: int, sole: str | None) -> None:
+        """A SQLite database is served by one process at a time (sole roles are then held by
+        definition)."""
+        if self.path is None or self._serving is not None:
+            return
+        descriptor = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise WorkerConflict(
+                f"another pinbot process is serving the SQLite database {self.path}"
+            ) from None
+        self._serving = descriptor
+
+    async def leave(self) -> None:
+        if self._serving is not None:
+            os.close(self._serving)  # releases the one-server lock
+            self._serving = None
+
+    @property
+    def worker_live(self) -> bool:
+        return True
+
+    def live_workers(self, worker: int) -> str:
+        return f"SELECT {int(worker)}"  # only this process serves: other holders have ended
+
+    async def integrity_ok(self) -> bool:
+        rows = await self.fetch("PRAGMA integrity_check")
+        return [tuple(row) for row in rows] == [("ok",)]
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _pg_sql(sql: str) -> str:
+    """sql with `IN (?*)` as `= ANY(?)` and each `?` numbered ($1, $2, …)."""
+    sql = _LIST.sub("= ANY(?)", sql)
+    parts = sql.split("?")
+    return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], start=1)) + parts[-1]
+
+
+def _changed(status: str) -> int:
+    """Rows a statement changed, from asyncpg's status text ("UPDATE 1", "INSERT 0 1")."""
+    tail = status.rsplit(" ", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+_PG_UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.AdminShutdownError,
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidPasswordError,
+    asyncpg.InvalidCatalogNameError,
+)
+
+
+@contextlib.contextmanager
+def _pg_faults() -> Iterator[None]:
+    try:
+        yield
+    except _PG_UNAVAILABLE as error:
+        raise Unavailable(str(error) or type(error).__name__) from error
+
+
+if TYPE_CHECKING:
+    _Connection = asyncpg.Pool | asyncpg.Connection[Any] | PoolConnectionProxy[Any]
+
+
+class _PgExecutor(Executor):
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        with _pg_faults():
+            return list(await self._connection.fetch(_pg_sql(sql), *args))
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        with _pg_faults():
+            return _changed(await self._connection.execute(_pg_sql(sql), *args))
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with _pg_faults():
+            await self._connection.executemany(_pg_sql(sql), rows)
+
+
+class PostgresDatabase(_PgExecutor, Database):
+    """A pool of asyncpg connections; a worker's liveness rides on a connection of its own."""
+
+    kind = "PostgreSQL"
+    one_process = False
+    for_update = " FOR UPDATE"
+    ilike = "ILIKE"
+    types: ClassVar[dict[str, str]] = {
+        "serial": "BIGSERIAL PRIMARY KEY",
+        "sequence": "BIGSERIAL PRIMARY KEY",
+        "time": "DOUBLE PRECISION",
+        "count": "BIGINT",
+        "without_rowid": "",
+    }
+
+    def __init__(self, pool: asyncpg.Pool, url: str) -> None:
+        super().__init__(pool)
+        self._pool = pool
+        self._url = url
+        # Holds this worker's liveness lock for as long as the process lives: PostgreSQL drops
+        # it the moment the process dies, however it dies.
+        self._liveness: asyncpg.Connection[Any] | None = None
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresDatabase:
+        """Connect to the database at url."""
+        with _pg_faults():
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=POOL_SIZE)
+        return cls(pool, url)
+
+    async def returning(self, sql: str, *args: Any) -> list[Row]:
+        return await self.fetch(sql, *args)
+
+    async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
+        if len(steps) == 1 and not lock and not steps[0].many:
+            return await self.execute(steps[0].sql, *steps[0].args)
+        async with self.transaction(*lock) as tx:
+            first = -1
+            for step in steps:
+                if step.many:
+                    await tx.executemany(step.sql, step.args)
+                    count = len(step.args)
+                else:
+                    count = await tx.execute(step.sql, *step.args)
+                if first < 0:
+                    first = count
+                    if guard and first == 0:
+                        break
+        return first
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *locks: str) -> AsyncIterator[Executor]:
+        with _pg_faults():
+            async with self._pool.acquire() as connection, connection.transaction():
+                tx = _PgExecutor(connection)
+                for scope in sorted(set(locks)):  # a fixed order: no deadlock between two
+                    await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", scope)
+                yield tx
+
+    async def close(self) -> None:
+        try:
+            # A connection still out (a task cancelled mid-query) must not hold up the exit.
+            await asyncio.wait_for(self._pool.close(), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("closing the PostgreSQL pool timed out; connections were dropped")
+        finally:
+            await self.leave()
+
+    async def schema_version(self, on: Executor | None = None) -> int:
+        on = on or self
+        await on.execute("CREATE TABLE IF NOT EXISTS pinbot_migrations (version INTEGER NOT NULL)")
+        version = int(await on.fetchval("SELECT COALESCE(MAX(version), 0) FROM pinbot_migrations"))
+        if version == 0 and await on.fetchval("SELECT to_regclass('pinbot_schema')") is not None:
+            # Releases before one numbering for both backends kept PostgreSQL's own: its steps
+            # 1, 2 and 3 are steps 6, 7 and 8 of today's.
+            legacy = int(await on.fetchval("SELECT COALESCE(MAX(version), 0) FROM pinbot_schema"))
+            version = legacy + 5 if legacy else 0
+            await on.execute("INSERT INTO pinbot_migrations (version) VALUES (?)", version)
+            await on.execute("DROP TABLE pinbot_schema")
+        return version
+
+    async def set_schema_version(self, on: Executor, number: int) -> None:
+        await on.execute("INSERT INTO pinbot_migrations (version) VALUES (?)", number)
+
+    @contextlib.asynccontextmanager
+    async def migrating(self) -> AsyncIterator[None]:
+        with _pg_faults():
+            async with self._pool.acquire() as connection:
+                await connection.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+                try:
+                    yield
+                finally:
+                    await connection.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+
+    async def join(self, worker: int, sole: str | None) -> None:
+        with _pg_faults():
+            liveness = await asyncpg.connect(self._url)
+        try:
+            await liveness.execute("SELECT pg_advisory_lock($1, $2)", WORKER_LOCKS, worker)
+            if sole is not None and not await liveness.fetchval(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))", SOLE_LOCKS, sole
+            ):
+                raise WorkerConflict(f"another live pinbot worker already runs as {sole}")
+        except BaseException:
+            await liveness.close()
+            raise
+        await self.leave()
+        self._liveness = liveness
+        liveness.add_termination_listener(self._liveness_ended)
+
+    def _liveness_ended(self, connection: object) -> None:
+        if connection is self._liveness:
+            log.error(
+                "lost the connection that keeps this worker live; its chats go to the other "
+                "workers until it registers again"
+            )
+
+    async def leave(self) -> None:
+        liveness, self._liveness = self._liveness, None  # first: closing it is no loss
+        if liveness is not None:
+            await liveness.close()
+
+    @property
+    def worker_live(self) -> bool:
+        return self._liveness is not None and not self._liveness.is_closed()
+
+    def live_workers(self, worker: int) -> str:
+        return (
+            "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            f"AND classid = {WORKER_LOCKS} AND objsubid = 2 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+
+    async def integrity_ok(self) -> bool:
+        return bool(await self.fetchval("SELECT true"))
+
+
+async def connect(*, path: str | Path, url: str | None = None) -> Database:
+    """The PostgreSQL database at url when one is given, else the SQLite file at path."""
+    if url:
+        return await PostgresDatabase.open(url)
+    return await SqliteDatabase.open(path)

@@ -1,0 +1,74 @@
+"""Conversation history: the turns each session's model sees, and the summary that replaces
+older ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from storage.dialect import Database, Step
+from storage.models import HistoryEntry
+from storage.rows import PendingCalls, ts
+
+
+class HistoryStore(Protocol):
+    """The history of every conversation (a turn's write also writes the counted model calls)."""
+
+    _db: Database
+    _pending_calls: PendingCalls
+
+    async def history(self, session: str) -> list[HistoryEntry]:
+        """The stored history: its summary (if any) first, then turns oldest first."""
+        rows = await self._db.fetch(
+            "SELECT id, role, content FROM history WHERE session = ? "
+            "ORDER BY role != 'summary', id",
+            session,
+        )
+        return [HistoryEntry(id=row[0], role=row[1], content=row[2]) for row in rows]
+
+    async def append_turn(
+        self,
+        session: str,
+        user_text: str,
+        reply: str,
+        *,
+        now: datetime,
+        drop_ids: Sequence[int] = (),
+    ) -> None:
+        """Record one completed turn (both messages or neither), with the model calls counted
+        so far, and forget drop_ids; all in one transaction."""
+        stamp = ts(now)
+        turn = Step(
+            "INSERT INTO history (session, role, content, created_at) VALUES "
+            "(?, 'user', ?, ?), (?, 'assistant', ?, ?)",
+            (session, user_text, stamp, session, reply, stamp),
+        )
+        drop = Step(
+            "DELETE FROM history WHERE session = ? AND id IN (?*)", (session, list(drop_ids))
+        )
+        async with self._pending_calls.writing() as calls:
+            await self._db.write(turn, *calls, *((drop,) if drop_ids else ()))
+
+    async def compact_history(
+        self, session: str, drop_ids: Sequence[int], summary: str | None, *, now: datetime
+    ) -> None:
+        """Replace the entries in drop_ids with summary (or just forget them), in one
+        transaction."""
+        steps = [
+            Step("DELETE FROM history WHERE session = ? AND id IN (?*)", (session, list(drop_ids)))
+        ]
+        if summary is not None:
+            steps += [
+                Step("DELETE FROM history WHERE session = ? AND role = 'summary'", (session,)),
+                Step(
+                    "INSERT INTO history (session, role, content, created_at) "
+                    "VALUES (?, 'summary', ?, ?)",
+                    (session, summary, ts(now)),
+                ),
+            ]
+        await self._db.write(*steps)
+
+    async def clear_history(self, session: str) -> int:
+        """Forget a conversation's history (never its blocks); returns entries deleted."""
+        return await self._db.execute("DELETE FROM history WHERE session = ?", session)

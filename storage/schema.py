@@ -1,0 +1,256 @@
+"""The schema: numbered steps, one list for both backends, applied in order on open; the database
+records the last one applied. Column types are named ({time}, {count}, {serial}, {sequence},
+{without_rowid}) and each dialect fills them in.
+
+Steps 1–8 are the schema of the releases before one store served both backends (PostgreSQL
+databases of those releases are recognised by their own numbering and continue at step 9).
+Step 10 changes what the audit trail stores: every worker must be stopped before it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from storage.dialect import Database, Executor
+from storage.errors import SchemaTooNew
+from storage.models import ChangeKind, Channel, label_key
+
+log = logging.getLogger(__name__)
+Step = list[str] | Callable[[Executor, Database], Awaitable[None]]
+
+_DELIVERY = [
+    # position orders one chat's updates (Telegram's update_id; 0 elsewhere), seq breaks ties
+    # in arrival order. A processed update stays a while to recognise a repeated delivery.
+    """CREATE TABLE inbox (
+        seq {sequence},
+        platform TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        chat TEXT NOT NULL,
+        position {count} NOT NULL,
+        payload TEXT NOT NULL,
+        received_at {time} NOT NULL,
+        done_at {time},
+        UNIQUE (platform, event_id)
+    )""",
+    "CREATE INDEX inbox_pending ON inbox (chat, position, seq) WHERE done_at IS NULL",
+    "CREATE INDEX inbox_done ON inbox (done_at) WHERE done_at IS NOT NULL",
+    "CREATE TABLE chat_leases (chat TEXT PRIMARY KEY, owner {count} NOT NULL, "
+    "since {time} NOT NULL)",
+    """CREATE TABLE workers (
+        id {sequence},
+        started_at {time} NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL
+    )""",
+    "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at, done_at) "
+    "SELECT platform, event_id, '', 0, '', seen_at, seen_at FROM seen_events",
+    "DROP TABLE seen_events",
+]
+
+
+async def _normalised_label_keys(tx: Executor, db: Database) -> None:
+    """Labels are compared after NFKC normalisation and case folding. Where two labels of a scope
+    collide, the older keeps its label and the newer is renamed `<label>~2` (or ~3…)."""
+    rows = await tx.fetch("SELECT id, scope, label FROM blocks ORDER BY scope, created_at, id")
+    # Free every key first, so the unique index never sees a half-renamed scope.
+    await tx.execute("UPDATE blocks SET label_key = '#' || CAST(id AS TEXT)")
+    taken: set[tuple[str, str]] = set()
+    for block_id, scope, label in rows:
+        new_label, suffix = label, 1
+        while (scope, label_key(new_label)) in taken:
+            suffix += 1
+            new_label = f"{label}~{suffix}"
+        taken.add((scope, label_key(new_label)))
+        if new_label != label:
+            log.warning(
+                "labels match ignoring width and case: renamed %r to %r in %s",
+                label,
+                new_label,
+                scope,
+            )
+        await tx.execute(
+            "UPDATE blocks SET label = ?, label_key = ? WHERE id = ?",
+            new_label,
+            label_key(new_label),
+            block_id,
+        )
+
+
+async def _usage_by_day_covering(tx: Executor, db: Database) -> None:
+    """The web page sums a window of days for everyone: read from the index alone."""
+    sums = "calls, prompt_tokens, cached_tokens, completion_tokens, estimated_calls"
+    await tx.execute("DROP INDEX usage_by_day")
+    if db.one_process:  # SQLite has no INCLUDE; a WITHOUT ROWID index carries the key anyway
+        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day, {sums})")
+    else:
+        include = f"platform, sender, group_key, {sums}"
+        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
+
+
+def _kind_of(action: str) -> tuple[ChangeKind, str]:
+    """An audit action as earlier releases wrote it ("add strong pinned", "edit, level strong")
+    as its kind and the rest of its words."""
+    word, _, rest = action.partition(" ")
+    if word.rstrip(",") not in set(ChangeKind):
+        return ChangeKind.EDIT, action
+    return ChangeKind(word.rstrip(",")), rest.lstrip(", ")
+
+
+async def _audit_kinds(tx: Executor, db: Database) -> None:
+    """The audit trail stores the kind of each change (filtered by equality), the channel it
+    came through and its origin, instead of one composed action text."""
+    await tx.execute(
+        """CREATE TABLE audit_new (
+            id {serial},
+            group_scope TEXT NOT NULL,
+            at {time} NOT NULL,
+            actor TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            label TEXT NOT NULL,
+            old_content TEXT,
+            new_content TEXT,
+            origin TEXT
+        )""".format(**db.types)
+    )
+    rows = await tx.fetch(
+        "SELECT id, group_scope, at, actor, action, label, old_content, new_content "
+        "FROM shared_audit ORDER BY id"
+    )
+    converted = []
+    for id_, group, at, actor, action, label, old, new in rows:
+        kind, detail = _kind_of(action)
+        channel = Channel.COMMAND
+        if actor in ("import", "web") or actor.startswith("web:"):
+            channel = Channel(actor.partition(":")[0])
+        converted.append(
+            (id_, group, at, actor, channel.value, kind.value, detail, label, old, new)
+        )
+    await tx.executemany(
+        "INSERT INTO audit_new (id, group_scope, at, actor, channel, kind, detail, label, "
+        "old_content, new_content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        converted,
+    )
+    await tx.execute("DROP TABLE shared_audit")
+    await tx.execute("ALTER TABLE audit_new RENAME TO shared_audit")
+    await tx.execute("CREATE INDEX shared_audit_by_group ON shared_audit (group_scope, at)")
+    if not db.one_process:  # continue the id sequence after the copied ids
+        await tx.execute(
+            "SELECT setval(pg_get_serial_sequence('shared_audit', 'id'), "
+            "COALESCE((SELECT MAX(id) FROM shared_audit), 0) + 1, false)"
+        )
+
+
+STEPS: dict[int, Step] = {
+    1: [
+        """CREATE TABLE blocks (
+            id {serial},
+            scope TEXT NOT NULL,
+            label TEXT NOT NULL,
+            label_key TEXT NOT NULL,
+            content TEXT NOT NULL,
+            level TEXT NOT NULL CHECK (level IN ('strong', 'context')),
+            state TEXT NOT NULL CHECK (state IN ('active', 'idle', 'pinned')),
+            priority INTEGER NOT NULL DEFAULT 0,
+            created_at {time} NOT NULL,
+            updated_at {time} NOT NULL,
+            idle_since {time},
+            idle_calls {count},
+            rev INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (scope, label_key)
+        )""",
+        "CREATE TABLE scope_calls (scope TEXT PRIMARY KEY, calls {count} NOT NULL){without_rowid}",
+    ],
+    2: [
+        """CREATE TABLE history (
+            id {serial},
+            session TEXT NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'summary')),
+            content TEXT NOT NULL,
+            created_at {time} NOT NULL
+        )""",
+        "CREATE INDEX history_by_session ON history (session, id)",
+    ],
+    3: [
+        """CREATE TABLE seen_events (
+            platform TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            seen_at {time} NOT NULL,
+            PRIMARY KEY (platform, event_id)
+        ){without_rowid}""",
+        "CREATE INDEX seen_events_by_time ON seen_events (seen_at)",
+    ],
+    4: [
+        """CREATE TABLE shared_audit (
+            id {serial},
+            group_scope TEXT NOT NULL,
+            at {time} NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            label TEXT NOT NULL,
+            old_content TEXT,
+            new_content TEXT
+        )""",
+        "CREATE INDEX shared_audit_by_group ON shared_audit (group_scope, at)",
+    ],
+    5: _normalised_label_keys,
+    6: [
+        # One row per sender, UTC day and chat: group_key is the group's session key, '' in DMs.
+        """CREATE TABLE usage (
+            platform TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            day TEXT NOT NULL,
+            group_key TEXT NOT NULL,
+            calls {count} NOT NULL,
+            prompt_tokens {count} NOT NULL,
+            cached_tokens {count} NOT NULL,
+            completion_tokens {count} NOT NULL,
+            estimated_calls {count} NOT NULL,
+            PRIMARY KEY (platform, sender, day, group_key)
+        ){without_rowid}""",
+        "CREATE INDEX usage_by_group ON usage (group_key, day)",
+        "CREATE INDEX usage_by_day ON usage (day)",
+    ],
+    7: _DELIVERY,
+    8: _usage_by_day_covering,
+    # A token bucket per limiter and key; full_at says when it is full again (and may go). Only
+    # PostgreSQL uses them: one process serves SQLite, which keeps its buckets in memory.
+    9: [
+        """CREATE TABLE IF NOT EXISTS rate_buckets (
+            key TEXT PRIMARY KEY,
+            tokens {time} NOT NULL,
+            at {time} NOT NULL,
+            full_at {time} NOT NULL,
+            granted BOOLEAN NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS rate_buckets_full ON rate_buckets (full_at)",
+    ],
+    10: _audit_kinds,
+}
+LATEST = max(STEPS)
+
+
+async def migrate(db: Database, target: int = LATEST) -> int:
+    """Apply every step after the database's version up to target, each in its own transaction;
+    returns the version reached. SchemaTooNew for a database of a newer pinbot."""
+    async with db.migrating():
+        current = await db.schema_version()
+        if current > LATEST:
+            raise SchemaTooNew(
+                f"the database's schema version {current} is newer than this pinbot's "
+                f"({LATEST}); upgrade pinbot"
+            )
+        for number in range(current + 1, target + 1):
+            async with db.transaction() as tx:
+                if await db.schema_version(tx) >= number:  # another process got there first
+                    continue
+                step = STEPS[number]
+                if callable(step):
+                    await step(tx, db)
+                else:
+                    for statement in step:
+                        await tx.execute(statement.format(**db.types))
+                await db.set_schema_version(tx, number)
+        return await db.schema_version()

@@ -1,0 +1,182 @@
+"""The schema on both backends: one list of steps, from any earlier version to the latest, and
+databases made by an earlier release upgraded in place with every row kept."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from storage import Store
+from storage.dialect import Database, connect
+from storage.errors import SchemaTooNew
+from storage.models import ChangeKind, Channel, Level, State
+from storage.schema import LATEST, STEPS, migrate
+from tests.pg import PgCluster, fresh_database
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[dict[str, str]]:
+    """Where a database of the parametrized backend goes: {"path": …} or {"url": …}."""
+    if request.param == "postgres":
+        yield {"path": "", "url": await fresh_database(request.getfixturevalue("pg_cluster"))}
+    else:
+        yield {"path": str(tmp_path / "db.sqlite3")}
+
+
+async def _database(where: dict[str, str]) -> Database:
+    return await connect(path=where["path"], url=where.get("url"))
+
+
+def test_steps_are_numbered_consecutively() -> None:
+    assert sorted(STEPS) == list(range(1, LATEST + 1))
+
+
+@pytest.mark.parametrize("start", range(1, LATEST))
+async def test_every_earlier_version_upgrades_keeping_blocks(
+    target: dict[str, str], start: int
+) -> None:
+    db = await _database(target)
+    try:
+        assert await migrate(db, target=start) == start
+        await db.execute(
+            "INSERT INTO blocks (scope, label, label_key, content, level, state, created_at, "
+            "updated_at) VALUES ('s', 'Rules', 'rules', 'Be brief', 'strong', 'pinned', 1, 1)"
+        )
+    finally:
+        await db.close()
+    async with await Store.open(target["path"], url=target.get("url")) as store:
+        assert await store.schema_version() == LATEST
+        blocks = await store.blocks(["s"])
+        assert [(b.label, b.content, b.level, b.state) for b in blocks] == [
+            ("Rules", "Be brief", Level.STRONG, State.PINNED)
+        ]
+        await store.append_turn("k", "hi", "hello", now=NOW, drop_ids=[])
+        assert [e.content for e in await store.history("k")] == ["hi", "hello"]
+
+
+async def test_a_database_of_a_newer_pinbot_is_refused(target: dict[str, str]) -> None:
+    db = await _database(target)
+    try:
+        await migrate(db)
+        async with db.transaction() as tx:
+            await db.set_schema_version(tx, LATEST + 1)
+    finally:
+        await db.close()
+    with pytest.raises(SchemaTooNew, match="newer"):
+        await Store.open(target["path"], url=target.get("url"))
+
+
+async def test_processes_opening_at_once_apply_each_step_once(target: dict[str, str]) -> None:
+    stores = await asyncio.gather(
+        *(Store.open(target["path"], url=target.get("url")) for _ in range(4))
+    )
+    try:
+        assert {await store.schema_version() for store in stores} == {LATEST}
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_the_label_keys_step_keeps_the_older_of_two_look_alikes(
+    target: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    db = await _database(target)
+    try:
+        await migrate(db, target=4)
+        for label, created in (("Ｔｏｎｅ", 1), ("tone", 2), ("Other", 3), ("TONE~2", 4)):
+            await db.execute(
+                "INSERT INTO blocks (scope, label, label_key, content, level, state, "
+                "created_at, updated_at) VALUES ('s', ?, ?, 'c', 'strong', 'active', ?, ?)",
+                label,
+                label.casefold(),
+                created,
+                created,
+            )
+    finally:
+        await db.close()
+    with caplog.at_level("WARNING", logger="storage.schema"):
+        async with await Store.open(target["path"], url=target.get("url")) as store:
+            labels = [b.label for b in await store.blocks(["s"])]
+    # the older keeps its label; a newer look-alike gets ~2, and so does one that then collides
+    assert labels == ["Ｔｏｎｅ", "tone~2", "Other", "TONE~2~2"]
+    assert len([r for r in caplog.records if "renamed" in r.getMessage()]) == 2
+
+
+async def _release_store(backend: str, tmp_path: Path, cluster: PgCluster | None) -> Store:
+    """A database made by release 5d1093f (its own tables, its own schema numbering), opened
+    by this pinbot."""
+    if backend == "sqlite":
+        path = tmp_path / "release.sqlite3"
+        shutil.copy(FIXTURES / "release-5d1093f.sqlite3", path)
+        return await Store.open(path)
+    assert cluster is not None
+    url = await fresh_database(cluster)
+    connection = await asyncpg.connect(url)
+    try:
+        dump = (FIXTURES / "release-5d1093f.postgres.sql").read_text()
+        # psql's own commands (\\restrict) are not SQL
+        sql = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+    return await Store.open(url=url)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everything(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    cluster = request.getfixturevalue("pg_cluster") if backend == "postgres" else None
+    async with await _release_store(backend, tmp_path, cluster) as store:
+        assert await store.schema_version() == LATEST
+        dump = await store.dump()
+        counts = {table: len(rows) for table, rows in dump.items()}
+        assert counts == {
+            "blocks": 10,
+            "scope_calls": 2,
+            "history": 5,
+            "inbox": 2,
+            "shared_audit": 8,
+            "usage": 2,
+        }
+        (rules,) = [b for b in await store.blocks(["telegram:direct:42"]) if b.label == "Rules"]
+        assert (rules.content, rules.level, rules.state, rules.priority) == (
+            "Be brief.\nAnswer in English.",
+            Level.STRONG,
+            State.PINNED,
+            5,
+        )
+        (deadline,) = await store.blocks(["telegram:group:-100123"])
+        assert deadline.state is State.IDLE and deadline.idle_since is not None
+        log = await store.audit_log("telegram:group:-100123", 20)
+        assert [(e.kind, e.detail) for e in reversed(log)] == [
+            (ChangeKind.ADD, "context"),
+            (ChangeKind.EDIT, "level strong"),
+            (ChangeKind.STATE, "idle"),
+            (ChangeKind.PRIORITY, "3"),
+            (ChangeKind.ADD, "strong pinned"),
+            (ChangeKind.REMOVE, ""),
+            (ChangeKind.CLEAR, ""),
+            (ChangeKind.IMPORT, ""),
+        ]
+        assert [e.channel for e in reversed(log)][-2:] == [Channel.COMMAND, Channel.IMPORT]
+        assert log[-2].old_content == "Friday 5pm" and log[-2].new_content == "Monday 9am"
+        history = await store.history("telegram:direct:42")
+        assert [e.role for e in history] == ["summary", "user", "assistant"]
+        assert (await store.sender_usage("telegram", "42", "2026-11-30", "2026-11-30")).calls == 2
+        assert await store.model_calls("telegram:direct:42") == 1
+        # What the release left waiting is still there: one update processed, one waiting.
+        pending = await store.next_update("telegram:-100123")
+        assert pending is not None and pending.payload == '{"update_id": 1002}'
+        # And the upgraded database takes new changes and new ids.
+        await store.append_turn("telegram:direct:42", "again", "yes", now=NOW)
+        assert await store.integrity_ok()
