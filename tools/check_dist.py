@@ -1,9 +1,9 @@
 """Check built packages before publishing: `python tools/check_dist.py DIST_FILE...`.
 
 A wheel must hold the `bot` and `storage` packages and the web page's templates; an sdist
-also README.md and config.example.yaml. Neither may hold tests, databases, .env files or
-anything that looks like a secret (keys, certificates, credential files). Exit status 0 when
-every file passes."""
+also README.md, config.example.yaml and the guides in docs/ that README.md links to. Neither
+may hold tests, databases, .env files or anything that looks like a secret (keys, certificates,
+credential files). Exit status 0 when every file passes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,14 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+SDIST_FILES = (
+    "README.md",
+    "config.example.yaml",
+    "docs/user-guide.md",
+    "docs/operator-guide.md",
+    "docs/design.md",
+    "docs/performance.md",
+)
 FORBIDDEN = [
     (re.compile(r"(^|/)tests?/"), "a test file"),
     (re.compile(r"(^|/)test_[^/]*\.py$|_test\.py$|(^|/)conftest\.py$"), "a test file"),
@@ -47,7 +55,7 @@ def problems_of(path: Path) -> list[str]:
     if "bot/web/templates/base.html" not in names:
         found.append(f"{path.name}: the web page's templates are missing")
     if kind == "sdist":
-        for required in ("README.md", "config.example.yaml"):
+        for required in SDIST_FILES:
             if required not in names:
                 found.append(f"{path.name}: {required} is missing")
     for name in names:

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_dist.py")]
+DOCS = ["docs/user-guide.md", "docs/operator-guide.md", "docs/design.md", "docs/performance.md"]
 GOOD_WHEEL = [
     "bot/__init__.py",
     "bot/cli.py",
@@ -48,7 +49,7 @@ def test_clean_distributions_pass(tmp_path: Path) -> None:
         wheel(tmp_path / "pinbot-0.1.0-py3-none-any.whl", GOOD_WHEEL),
         sdist(
             tmp_path / "pinbot-0.1.0.tar.gz",
-            [*GOOD_WHEEL[:4], "README.md", "config.example.yaml", "pyproject.toml"],
+            [*GOOD_WHEEL[:4], "README.md", "config.example.yaml", *DOCS, "pyproject.toml"],
         ),
     )
     assert result.returncode == 0, result.stdout
@@ -79,6 +80,7 @@ def test_missing_parts_fail_the_check(tmp_path: Path) -> None:
         "storage package is missing",
         "README.md is missing",
         "config.example.yaml is missing",
+        "docs/user-guide.md is missing",
     ):
         assert missing in result.stdout
 
