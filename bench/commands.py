@@ -12,6 +12,7 @@ from bench.data import scope_of
 from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
 from storage.models import label_key
@@ -39,7 +40,7 @@ async def ours(path: Path, count: int, scopes: int, url: str | None = None) -> f
             for user, label in work:
                 text = f"/pin {verb} {label}" + ("" if verb == "remove" else f" {CONTENT}")
                 reply = await bot.handle(conversations[user], text)
-                assert reply and not reply.startswith(("There is no", "A block")), reply
+                assert reply is not None and reply.outcome is Result.DONE, reply
     finally:
         await store.close()
     return 3 * count / (time.perf_counter() - start)

@@ -13,6 +13,7 @@ from playwright.async_api import Browser, async_playwright
 from bot.config import Config, parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.replies import Reply, Result
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
@@ -140,6 +141,16 @@ async def put_block(
     """Insert a block straight into the store (as a command of actor would), committed."""
     change = Change(actor, Channel.COMMAND)
     await store.insert_block(new, now=now, limits=Limits(20), change=change, audited=audited)
+
+
+def text_of(reply: Reply | None) -> str:
+    """A reply's text ('' when the bot did not answer)."""
+    return "" if reply is None else reply.text
+
+
+def outcome_of(reply: Reply | None) -> Result | None:
+    """How a message went (None when the bot did not answer)."""
+    return None if reply is None else reply.outcome
 
 
 def dm(user: str = "42", platform: str = "console") -> Conversation:

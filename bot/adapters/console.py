@@ -8,6 +8,7 @@ from typing import BinaryIO, TextIO
 
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.replies import Reply
 
 PLATFORM = "console"
 PROMPT = "> "
@@ -58,7 +59,9 @@ async def run_console(
         if not raw:
             return
         line, refusal = decode_line(raw)
-        reply = refusal if line is None else await bot.handle(conversation, line)
+        reply = (
+            Reply.refused(refusal or "") if line is None else await bot.handle(conversation, line)
+        )
         if reply is not None:
-            sink.write(reply + "\n")
+            sink.write(reply.text + "\n")
             sink.flush()

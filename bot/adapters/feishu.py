@@ -23,7 +23,7 @@ from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.replies import ModelText, split_message
+from bot.core.replies import split_message
 from bot.inbox import Inbox
 from storage.models import PendingUpdate
 
@@ -608,9 +608,9 @@ class FeishuFrontend:
         text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
         readable = text if raw is not None else None
         reply = await self.pinbot.handle(event.conversation(), readable, mentioned=mentioned)
-        if reply:
+        if reply and reply.text:
             try:
-                markdown = isinstance(reply, ModelText) and self.config.reply_format == "markdown"
-                await self.api.reply(event.message_id, reply, markdown=markdown)
+                markdown = reply.formatted and self.config.reply_format == "markdown"
+                await self.api.reply(event.message_id, reply.text, markdown=markdown)
             except (FeishuApiError, httpx.HTTPError) as error:
                 log.warning("reply to Feishu message %s failed: %s", event.message_id, error)

@@ -50,7 +50,7 @@ from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.replies import ModelText
+from bot.core.replies import Reply
 from bot.inbox import Inbox, join_workers
 from storage.models import PendingUpdate
 
@@ -522,16 +522,16 @@ class TelegramFrontend:
 
     # --- sending --------------------------------------------------------------------------------
 
-    def reply_parts(self, reply: str) -> list[Part]:
+    def reply_parts(self, reply: Reply) -> list[Part]:
         """The parts a reply goes out as: the model's Markdown formatted (unless
         telegram.reply_format is plain), everything else as plain text, exactly as written."""
-        if isinstance(reply, ModelText) and self.config.reply_format == "markdown":
-            return formatted_parts(reply)
-        return plain_parts(reply)
+        if reply.formatted and self.config.reply_format == "markdown":
+            return formatted_parts(reply.text)
+        return plain_parts(reply.text)
 
-    async def send_reply(self, message: Message, text: str) -> None:
-        """Send text as replies to message, split to Telegram's limit, in order, never cut."""
-        for part in self.reply_parts(text):
+    async def send_reply(self, message: Message, reply: Reply) -> None:
+        """Send a reply to message, split to Telegram's limit, in order, never cut."""
+        for part in self.reply_parts(reply):
             await self.send_part(message, part)
 
     async def send_part(self, message: Message, part: Part) -> Message | None:
@@ -647,12 +647,12 @@ class StreamedReply:
                 return
         self._shown, self._last_edit = preview, now
 
-    async def finish(self, text: str) -> None:
+    async def finish(self, reply: Reply) -> None:
         """Make the chat show exactly the reply: edit the streamed message, send further parts."""
         if self._sent is None:
-            await self._frontend.send_reply(self._message, text)
+            await self._frontend.send_reply(self._message, reply)
             return
-        parts = self._frontend.reply_parts(text)
+        parts = self._frontend.reply_parts(reply)
         if not parts:
             return
         if parts[0] != self._shown and not await self._frontend.edit_part(self._sent, parts[0]):

@@ -28,6 +28,7 @@ from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
 from bot.core.pins import PinService
 from bot.core.policy import BlockPolicy
+from bot.core.replies import Reply
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
@@ -100,7 +101,7 @@ class Pinbot:
         platform_admin: AdminLookup | None = None,
         on_text: TextSink | None = None,
         thinking: Thinking | None = None,
-    ) -> str | None:
+    ) -> Reply | None:
         """Answer one message; None means the message is not for this bot.
 
         text is None for a message the bot cannot read (a photo, voice note, sticker or file); it
@@ -132,7 +133,7 @@ class Pinbot:
             reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
         except Exception:  # a fault in one message must not stop the others: log, answer, go on
             log.exception("handling a message in %s failed", conversation.session_key)
-            return FAILED_REPLY
+            return Reply.failed(FAILED_REPLY)
         kind = "command" if text.startswith("/") else "chat"
         log.info(
             "handled %s session=%s ms=%.1f",
@@ -141,7 +142,7 @@ class Pinbot:
             (time.perf_counter() - started) * 1000,
         )
         # What people wrote is theirs: only at debug level.
-        log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply)
+        log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply.text)
         return reply
 
     async def _answer(
@@ -151,33 +152,35 @@ class Pinbot:
         platform_admin: AdminLookup | None,
         on_text: TextSink | None,
         thinking: Thinking | None,
-    ) -> str:
+    ) -> Reply:
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal:
-            return refusal
+            return Reply.refused(refusal)
         limit = self.config.limits.max_message_chars
         if len(text) > limit:  # checked before any parsing
-            return (
+            return Reply.refused(
                 f"Your message is {len(text):,} characters long; the limit is {limit:,}. "
                 "Please send a shorter one."
             )
         if text.startswith("/"):
             return await self.command(context, text)
         if wait := await self._turns.acquire(self._sender_key(conversation)):
-            return f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
+            return Reply.refused(
+                f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
+            )
         if refusal := await self.usage.budget_refusal(context):
-            return refusal
+            return Reply.refused(refusal)
         async with thinking() if thinking else contextlib.nullcontext():
             return await self.chat.turn(context, text, on_text)
 
-    async def _answer_unreadable(self, conversation: Conversation) -> str | None:
+    async def _answer_unreadable(self, conversation: Conversation) -> Reply | None:
         if refusal := admission(conversation, self.config.access).refusal:
-            return refusal
+            return Reply.refused(refusal)
         if await self._unreadable.acquire(conversation.session_key):
             return None
-        return UNREADABLE_REPLY
+        return Reply.refused(UNREADABLE_REPLY)
 
     @staticmethod
     def _sender_key(conversation: Conversation) -> str:
@@ -191,28 +194,30 @@ class Pinbot:
             old, new, members_prefix=members, sessions_prefix=sessions
         )
 
-    async def command(self, context: MessageContext, text: str) -> str:
+    async def command(self, context: MessageContext, text: str) -> Reply:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         conversation = context.conversation
         if name in ("pin", "sticky"):
             if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
-                return f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
+                return Reply.refused(
+                    f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
+                )
             parsed = parse_pin(rest) if name == "pin" else parse_sticky(rest)
             if isinstance(parsed, ParseError):
-                return parsed.message
+                return Reply.refused(parsed.message)
             return await self.pins.execute(context, parsed)
         if name in ("start", "help"):
-            return GENERAL_HELP
+            return Reply(GENERAL_HELP)
         if name == "whoami":
-            return await whoami(context)
+            return Reply(await whoami(context))
         if name == "usage":
-            return await self.usage.report(context)
+            return Reply(await self.usage.report(context))
         if name in ("reset", "new"):
             count = await self.chat.reset(conversation)
-            return (
+            return Reply(
                 f"Started a new conversation: {count} earlier message(s) forgotten. "
                 "Pinned blocks are kept."
             )
         shown = name if len(name) <= SHOWN_COMMAND_CHARS else name[:SHOWN_COMMAND_CHARS] + "…"
-        return f"Unknown command /{shown}. Send /pin help to manage pinned blocks."
+        return Reply.refused(f"Unknown command /{shown}. Send /pin help to manage pinned blocks.")

@@ -18,7 +18,7 @@ from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
-from bot.core.replies import ModelText
+from bot.core.replies import Reply
 from bot.core.tools import TOOL_SPECS, PinTools, tool_message
 from bot.core.usage import UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
@@ -78,10 +78,11 @@ class ChatService:
 
     async def turn(
         self, context: MessageContext, text: str, on_text: TextSink | None = None
-    ) -> str:
-        """Send text to the model with the speaker's blocks and history; returns the reply.
+    ) -> Reply:
+        """Send text to the model with the speaker's blocks and history; returns its answer.
 
-        A failed model call returns one short English line and leaves no history.
+        A failed model call (or one that answers nothing) is a failed reply of one short
+        English line, and leaves no history.
         """
         session = self.history_key(context.conversation)
         async with self._lock(session):
@@ -96,12 +97,14 @@ class ChatService:
                 user_text=text,
             )
             try:
-                reply = await self._answer(context, request, on_text)
+                answer = await self._answer(context, request, on_text)
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
-                return error.user_message
-            await self._store.append_turn(session, text, reply, now=self._clock())
-            return reply
+                return Reply.failed(error.user_message)
+            if not answer:
+                return Reply.failed(NO_ANSWER)
+            await self._store.append_turn(session, text, answer, now=self._clock())
+            return Reply(answer, formatted=True)
 
     async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
         """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
@@ -153,7 +156,8 @@ class ChatService:
     async def _answer(
         self, context: MessageContext, request: ModelRequest, on_text: TextSink | None
     ) -> str:
-        """Ask the model, running the agent tools it calls for a bounded number of rounds."""
+        """Ask the model, running the agent tools it calls for a bounded number of rounds;
+        returns its text ('' for none)."""
         llm = self._config.llm
         # Tools only where the speaker can pin; then the same definitions in every round (a
         # stable, cacheable request), the last round forbidding calls with tool_choice "none".
@@ -172,7 +176,7 @@ class ChatService:
             reply = await self._model.complete(this_round, on_text=on_text)
             await self._usage.record(context, this_round, reply)  # billed, whatever happens next
             if not reply.tool_calls or last:
-                return ModelText(reply.text) if reply.text else NO_ANSWER
+                return reply.text
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
                 outcome = await self._tools.call(context, call.name, call.arguments)
@@ -180,7 +184,7 @@ class ChatService:
                 log.info("tool %s session=%s %s", call.name, context.conversation.session_key, done)
                 result = tool_message(outcome)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return NO_ANSWER
+        return ""
 
     def build_messages(
         self, rendered: Rendered, history: Sequence[HistoryEntry], text: str

@@ -10,6 +10,7 @@ from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
 from bot.core.policy import BlockPolicy
 from bot.core.render import Estimate, estimate, injected
+from bot.core.replies import Reply
 from bot.core.status import ScopeStatus, status_text
 from storage import Store
 from storage.models import Block, State
@@ -32,33 +33,37 @@ class PinService:
         self._clock = clock
         self.ops = BlockOps(store, policy, clock)
 
-    async def execute(self, context: MessageContext, command: PinCommand) -> str:
-        """Run a parsed command for the message's sender; returns the English reply.
+    async def execute(self, context: MessageContext, command: PinCommand) -> Reply:
+        """Run a parsed command for the message's sender.
 
         A reply that reports a change is given only after the change is committed.
         """
         speaker = context.speaker
         if not speaker.pins_on:
-            return speaker.refusal or "Pins are not available here."
+            return Reply.refused(speaker.refusal or "Pins are not available here.")
         if command.shared and speaker.listed_role is Role.DM_USER:
-            return refusal_for(Role.DM_USER, Action.SHARED_READ)
+            return Reply.refused(refusal_for(Role.DM_USER, Action.SHARED_READ))
         if command.verb is Verb.HELP:
-            return pin_help(
-                shared=command.shared,
-                group=speaker.listed_role is not Role.DM_USER,
-                label_limit=self._pins.max_label_length,
+            return Reply(
+                pin_help(
+                    shared=command.shared,
+                    group=speaker.listed_role is not Role.DM_USER,
+                    label_limit=self._pins.max_label_length,
+                )
             )
         target = Target.of(context, shared=command.shared)
         if isinstance(target, Refused):
-            return target.reason
+            return Reply.refused(target.reason)
         if command.verb is Verb.LIST:
-            return await self._list(context, target)
+            return Reply(await self._list(context, target))
         if command.verb is Verb.STATUS:
-            return await self._status(context, shared_only=command.shared)
+            return Reply(await self._status(context, shared_only=command.shared))
         if command.verb is Verb.LOG:
-            return await self._log(target, command.count or LOG_DEFAULT)
+            return Reply(await self._log(target, command.count or LOG_DEFAULT))
         outcome = await self._write(target, command)
-        return outcome.message if isinstance(outcome, Done) else outcome.reason
+        if isinstance(outcome, Done):
+            return Reply(outcome.message)
+        return Reply.refused(outcome.reason)
 
     async def _write(self, target: Target, command: PinCommand) -> Outcome:
         ops, label = self.ops, command.label or ""

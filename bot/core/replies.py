@@ -1,15 +1,41 @@
-"""Replies cut to a platform's size limit without losing or reordering anything."""
+"""What the core answers a message with, and replies cut to a platform's size limit without
+losing or reordering anything."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 
 
-class ModelText(str):
-    """A reply the model wrote (Markdown, as models answer): adapters may show it formatted.
-    Every other reply (/pin, help, /whoami, errors) is plain text shown exactly as it is."""
+class Result(StrEnum):
+    """How a message went: done, refused (it changed nothing; the text says why and what to do)
+    or failed (a fault: the model or the bot could not answer)."""
 
-    __slots__ = ()
+    DONE = "done"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One answer of the core. formatted: the text is the model's (Markdown, as models answer)
+    and adapters may show it formatted; every other reply (/pin, help, /whoami, errors) is plain
+    text shown exactly as it is."""
+
+    text: str
+    outcome: Result = Result.DONE
+    formatted: bool = False
+
+    @classmethod
+    def refused(cls, text: str) -> Reply:
+        """A refusal: nothing changed, the text says why."""
+        return cls(text, Result.REFUSED)
+
+    @classmethod
+    def failed(cls, text: str) -> Reply:
+        """A fault, explained to the user."""
+        return cls(text, Result.FAILED)
 
 
 def utf16_length(text: str) -> int:

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.replies import Result
 from storage import Store
-from tests.conftest import BotFactory, dm, group
+from tests.conftest import BotFactory, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 
 GROUP_KEY = "console:group:-100123"
@@ -53,10 +54,10 @@ async def test_access_lists(
         },
         pins={"enable_in_group": True},
     )
-    chat = await bot.handle(speaker, "hello")
+    chat = text_of(await bot.handle(speaker, "hello"))
     command = await bot.handle(speaker, "/pin add a b")
     if allowed:
-        assert chat == "ok" and (command or "").startswith("Saved")
+        assert chat == "ok" and outcome_of(command) is Result.DONE
         return
     assert chat and "Sorry" in chat and "access.allowed_" in chat
     assert (
@@ -64,7 +65,7 @@ async def test_access_lists(
         if speaker.kind is ChatKind.DIRECT
         else (speaker.chat_id or "") in chat
     )  # names the id the operator would add
-    assert command == chat
+    assert text_of(command) == chat and outcome_of(command) is Result.REFUSED
     assert model.calls == 0
     assert await store.export_scopes() == {}
     assert await store.history(speaker.session_key) == []
@@ -72,9 +73,9 @@ async def test_access_lists(
 
 async def test_scoped_user_entry_and_star(make_bot: BotFactory) -> None:
     bot = make_bot(access={"allowed_users": ["console:direct:44"], "allowed_groups": ["*"]})
-    assert "[offline model]" in (await bot.handle(dm("44"), "hi") or "")
-    assert "Sorry" in (await bot.handle(dm("45"), "hi") or "")
-    assert "[offline model]" in (await bot.handle(group("45", chat="-1"), "hi") or "")
+    assert "[offline model]" in text_of(await bot.handle(dm("44"), "hi"))
+    assert "Sorry" in text_of(await bot.handle(dm("45"), "hi"))
+    assert "[offline model]" in text_of(await bot.handle(group("45", chat="-1"), "hi"))
 
 
 async def test_unaddressed_group_chatter_gets_no_refusal(make_bot: BotFactory) -> None:
@@ -83,14 +84,14 @@ async def test_unaddressed_group_chatter_gets_no_refusal(make_bot: BotFactory) -
 
 
 async def test_whoami_in_a_dm(make_bot: BotFactory) -> None:
-    reply = await make_bot().handle(dm("42"), "/whoami") or ""
+    reply = text_of(await make_bot().handle(dm("42"), "/whoami"))
     assert "Your ids: 42 (id)" in reply and "Session key: console:direct:42" in reply
     assert "Pins here: on. You are a DM user" in reply
     assert "group_shared_admin_ids" not in reply
 
 
 async def test_whoami_in_a_topic_with_pins_off(make_bot: BotFactory) -> None:
-    reply = await make_bot().handle(group("42", topic="7"), "/whoami") or ""
+    reply = text_of(await make_bot().handle(group("42", topic="7"), "/whoami"))
     assert "Session key: console:group:-100123:topic:7" in reply
     assert f"Group session key: {GROUP_KEY}" in reply
     assert "Pins here: off" in reply and "pins.enable_in_group" in reply
@@ -111,7 +112,7 @@ async def test_whoami_for_a_scoped_admin_with_feishu_ids(make_bot: BotFactory) -
     bot = make_bot(
         pins={"enable_in_group": True, "group_shared_admin_ids": [f"{feishu_group}::u:on_9"]}
     )
-    reply = await bot.handle(speaker, "/whoami") or ""
+    reply = text_of(await bot.handle(speaker, "/whoami")) or ""
     assert "Your ids: ou_9 (open_id), u_9 (user_id), on_9 (union_id)" in reply
     assert "You are a shared admin" in reply
     assert f"{feishu_group}::u:ou_9, {feishu_group}::u:u_9, {feishu_group}::u:on_9" in reply
@@ -119,7 +120,7 @@ async def test_whoami_for_a_scoped_admin_with_feishu_ids(make_bot: BotFactory) -
 
 async def test_whoami_never_shows_other_ids(make_bot: BotFactory) -> None:
     bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["777", "888"]})
-    reply = await bot.handle(group("42"), "/whoami") or ""
+    reply = text_of(await bot.handle(group("42"), "/whoami")) or ""
     assert "777" not in reply and "888" not in reply
 
 
@@ -145,7 +146,7 @@ async def test_every_kind_of_shared_change_is_logged(
         (admin, "/pin shared add tmp x"),
         (other, "/pin shared clear confirm"),
     ):
-        assert not (await bot.handle(speaker, command) or "").startswith(("Only", "There")), command
+        assert outcome_of(await bot.handle(speaker, command)) is Result.DONE, command
         clock.advance(minutes=1)
     await bot.handle(group("42"), "/pin shared add sneaky x")  # refused: no entry
     await bot.handle(group("42"), "/pin add mine personal")  # personal: not logged
@@ -162,11 +163,11 @@ async def test_every_kind_of_shared_change_is_logged(
         ("8", "edit", "rules", "Be kind", "Be very kind"),
         ("7", "add context", "rules", None, "Be kind"),
     ]
-    shown = await bot.handle(group("42"), "/pin shared log 3") or ""
+    shown = text_of(await bot.handle(group("42"), "/pin shared log 3")) or ""
     assert shown.startswith("Last 3 change(s)") and "· 8 · clear" in shown
     assert "before: Be very kind" in shown
-    assert "/pin shared log" in (await bot.handle(group("42"), "/pin log") or "")
-    assert "from 1 to 50" in (await bot.handle(group("42"), "/pin shared log 99") or "")
+    assert "/pin shared log" in text_of(await bot.handle(group("42"), "/pin log"))
+    assert "from 1 to 50" in text_of(await bot.handle(group("42"), "/pin shared log 99"))
 
 
 async def test_audit_retention(make_bot: BotFactory, store: Store, clock: FakeClock) -> None:
@@ -221,12 +222,13 @@ async def test_access_table(
         access={"allowed_users": users, "allowed_groups": groups},
         pins={"enable_in_group": True},
     )
-    chat = await bot.handle(speaker, "hello")
-    command = await bot.handle(speaker, "/pin add a b")
-    whoami = await bot.handle(speaker, "/whoami") or ""
+    chat = text_of(await bot.handle(speaker, "hello"))
+    added = await bot.handle(speaker, "/pin add a b")
+    command = text_of(added)
+    whoami = text_of(await bot.handle(speaker, "/whoami")) or ""
     if admitted:
-        assert chat == "ok" and (command or "").startswith("Saved")
+        assert chat == "ok" and outcome_of(added) is Result.DONE
         assert f"Access: {reason}" in whoami or reason in whoami, whoami
         return
-    assert chat is not None and chat.startswith("Sorry") and command == chat == whoami
+    assert outcome_of(added) is Result.REFUSED and "Sorry" in chat and command == chat == whoami
     assert model.calls == 0 and await store.export_scopes() == {}

@@ -13,7 +13,7 @@ from bot.core.context import is_addressed
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.permissions import Action, Role, Speaker, resolve_access
 from bot.llm.base import ModelReply, ModelRequest, ToolCall
-from tests.conftest import BotFactory, dm, group
+from tests.conftest import BotFactory, dm, group, text_of
 
 PINS = PinsConfig(enable_in_group=True, inherit_platform_admins=True, group_shared_admin_ids=["1"])
 
@@ -147,8 +147,8 @@ async def test_access_is_resolved_once_per_message(
         pins={"enable_in_group": True, "inherit_platform_admins": True},
         llm={"agent_tools": True},
     )
-    assert await bot.handle(group("5"), "save x", platform_admin=lookup) == "done"
+    assert text_of(await bot.handle(group("5"), "save x", platform_admin=lookup)) == "done"
     assert len(calls) == 1 and lookup.asked == 1  # the strong pin_set needed the platform
-    reply = await bot.handle(group("5"), "/whoami", platform_admin=lookup)
+    reply = text_of(await bot.handle(group("5"), "/whoami", platform_admin=lookup))
     assert reply is not None and "You are a shared admin" in reply and len(calls) == 2
     assert [b.label for b in await bot.store.blocks(["console:group:-100123::u:5"])] == ["x"]

@@ -12,7 +12,7 @@ import pytest
 from bot.core.history import SUMMARY_PREFIX
 from bot.core.render import STRONG_RULES
 from bot.llm.summary import SUMMARY_INSTRUCTIONS, transcript_marker
-from tests.conftest import SYSTEM, OpenAIBots, dm, group
+from tests.conftest import SYSTEM, OpenAIBots, dm, group, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
 
@@ -62,7 +62,7 @@ async def test_reset_clears_history_but_not_blocks(
     bot = await openai_bots()
     await bot.handle(dm(), "/pin add rule Be brief")
     await bot.handle(dm(), "hello")
-    reply = await bot.handle(dm(), "/reset")
+    reply = text_of(await bot.handle(dm(), "/reset"))
     assert reply and "2 earlier message(s) forgotten" in reply
     await bot.handle(dm(), "/new")
     await bot.handle(dm(), "fresh")
@@ -104,7 +104,7 @@ async def test_summary_request_and_the_request_after_it_are_exact(
         await bot.handle(dm(), word)
     assert contents(fake_openai.messages())[1:] == ["one", "reply 1", "two", "reply 2", "three"]
     fake_openai.script = [completion("They said one and two."), completion("answer four")]
-    assert await bot.handle(dm(), "four") == "answer four"
+    assert text_of(await bot.handle(dm(), "four")) == "answer four"
     summary_call, main_call = fake_openai.requests[-2:]
     entries = [("user", "one"), ("assistant", "reply 1"), ("user", "two"), ("assistant", "reply 2")]
     m = transcript_marker(entries)
@@ -158,7 +158,7 @@ async def test_failed_summary_drops_the_oldest_turns(
         return completion("main answer")
 
     fake_openai.respond = fail_summaries
-    assert await bot.handle(dm(), "four") == "main answer"
+    assert text_of(await bot.handle(dm(), "four")) == "main answer"
     assert contents(fake_openai.messages())[1:] == ["three", "reply 3", "four"]
     assert len(await bot.store.history("console:direct:42")) == 4
 
@@ -179,7 +179,7 @@ async def test_agent_tools_set_get_delete(openai_bots: OpenAIBots, fake_openai: 
         ),
         completion("Noted."),
     ]
-    assert await bot.handle(dm(), "remember the task") == "Noted."
+    assert text_of(await bot.handle(dm(), "remember the task")) == "Noted."
     first, second = fake_openai.requests[-2:]
     assert [t["function"]["name"] for t in first["tools"]] == ["pin_set", "pin_get", "pin_delete"]
     assert "pin-" not in first["messages"][0]["content"]  # nothing pinned yet
@@ -260,7 +260,7 @@ async def test_tool_rounds_are_bounded(openai_bots: OpenAIBots, fake_openai: Fak
     fake_openai.respond = lambda body: (
         completion("final") if body.get("tool_choice") == "none" else tool_calls(("pin_get", {}))
     )
-    assert await bot.handle(dm(), "loop forever") == "final"
+    assert text_of(await bot.handle(dm(), "loop forever")) == "final"
     # The same tools in every round (a stable prefix); the last round may not call them.
     assert [r["tools"] == fake_openai.requests[0]["tools"] for r in fake_openai.requests] == [
         True,
@@ -283,7 +283,7 @@ async def test_streamed_answer_with_tool_calls(
     async def on_text(text: str) -> None:
         seen.append(text)
 
-    reply = await bot.handle(dm(), "stream it", on_text=on_text)
+    reply = text_of(await bot.handle(dm(), "stream it", on_text=on_text))
     assert reply == "All saved, thanks for waiting."
     assert all(r["stream"] for r in fake_openai.requests)
     assert seen[-1] == reply and len(seen) > 3 and all(reply.startswith(s) for s in seen)

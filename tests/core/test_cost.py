@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from bot.core.bot import Pinbot
-from tests.conftest import OpenAIBots, dm, group
+from bot.core.replies import Result
+from tests.conftest import OpenAIBots, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
@@ -99,7 +100,7 @@ async def test_usage_is_recorded_for_every_call(
     fake_openai.script = [tool_calls(("pin_get", {})), completion("done")]
     await bot.handle(dm(), "use a tool")  # two calls: the tool round and the answer
     await bot.handle(dm(), "plain")
-    report = await bot.handle(dm(), "/usage") or ""
+    report = text_of(await bot.handle(dm(), "/usage")) or ""
     assert "today: 3 call(s), 300 prompt tokens (192 cached), 21 completion tokens" in report
     assert "this month: 3 call(s)" in report and "your budget: none" in report
 
@@ -116,14 +117,14 @@ async def test_streamed_usage_and_a_server_that_rejects_stream_options(
     await bot.handle(dm("1"), "streamed", on_text=sink)
     assert fake_openai.requests[-1]["stream_options"] == {"include_usage": True}
     assert "1 call(s), 100 prompt tokens (64 cached), 7 completion" in (
-        await bot.handle(dm("1"), "/usage") or ""
+        text_of(await bot.handle(dm("1"), "/usage"))
     )
     fake_openai.reject_stream_options = True
     await bot.handle(dm("2"), "first", on_text=sink)
     await bot.handle(dm("2"), "second", on_text=sink)
     asked = ["stream_options" in request for request in fake_openai.requests[1:]]
     assert asked == [True, False, False]  # rejected once, asked again without, remembered
-    report = await bot.handle(dm("2"), "/usage") or ""
+    report = text_of(await bot.handle(dm("2"), "/usage")) or ""
     assert "2 call(s)" in report and "2 call(s) estimated" in report
 
 
@@ -138,7 +139,7 @@ async def test_deepseek_cache_hits_count_as_cached(
     }
     bot = await openai_bots()
     await bot.handle(dm(), "hi")
-    assert "50 prompt tokens (40 cached)" in (await bot.handle(dm(), "/usage") or "")
+    assert "50 prompt tokens (40 cached)" in text_of(await bot.handle(dm(), "/usage"))
 
 
 async def test_a_turn_that_fails_after_the_model_answered_is_still_billed(
@@ -152,11 +153,11 @@ async def test_a_turn_that_fails_after_the_model_answered_is_still_billed(
         return tool_calls(("pin_get", {}))
 
     fake_openai.respond = answer_then_fail
-    reply = await bot.handle(dm(), "tools then failure")
+    reply = text_of(await bot.handle(dm(), "tools then failure"))
     assert reply is not None and "try again" in reply
     fake_openai.status = 200
     assert await bot.store.history("console:direct:42") == []
-    assert "today: 1 call(s), 100 prompt tokens" in (await bot.handle(dm(), "/usage") or "")
+    assert "today: 1 call(s), 100 prompt tokens" in text_of(await bot.handle(dm(), "/usage"))
 
 
 async def test_budgets_refuse_turns_without_a_model_call(
@@ -167,32 +168,34 @@ async def test_budgets_refuse_turns_without_a_model_call(
         budgets={"user_daily_tokens": 200, "group_monthly_tokens": 300},
         pins={"enable_in_group": True, "group_shared_admin_ids": ["9"]},
     )
-    assert await bot.handle(dm("1"), "one") == "reply 1"
-    assert await bot.handle(dm("1"), "two") == "reply 2"  # 107 used: still under
-    refused = await bot.handle(dm("1"), "three") or ""  # 214 used: the crossing call completed
+    assert text_of(await bot.handle(dm("1"), "one")) == "reply 1"
+    assert text_of(await bot.handle(dm("1"), "two")) == "reply 2"  # 107 used: still under
+    refused = (
+        text_of(await bot.handle(dm("1"), "three")) or ""
+    )  # 214 used: the crossing call completed
     assert "budget for today is used up" in refused and "budgets.user_daily_tokens" in refused
     assert "2026-01-02 00:00 UTC" in refused
     assert len(fake_openai.requests) == 2
-    assert (await bot.handle(dm("1"), "/pin add tone Be brief.") or "").startswith("Saved")
-    assert "left" in (await bot.handle(dm("1"), "/usage") or "")
-    assert "Your ids: 1" in (await bot.handle(dm("1"), "/whoami") or "")
-    assert await bot.handle(dm("2"), "another user") == "reply 3"  # untouched budget
+    assert outcome_of(await bot.handle(dm("1"), "/pin add tone Be brief.")) is Result.DONE
+    assert "left" in text_of(await bot.handle(dm("1"), "/usage"))
+    assert "Your ids: 1" in text_of(await bot.handle(dm("1"), "/whoami"))
+    assert text_of(await bot.handle(dm("2"), "another user")) == "reply 3"  # untouched budget
     for sender in ("4", "5", "6"):
         await bot.handle(group(sender), "group talk")
-    group_refusal = await bot.handle(group("7"), "over the group budget") or ""
+    group_refusal = text_of(await bot.handle(group("7"), "over the group budget")) or ""
     assert "this group's token budget for this month" in group_refusal
     assert len(fake_openai.requests) == 6
-    admin_view = await bot.handle(group("9"), "/usage") or ""
+    admin_view = text_of(await bot.handle(group("9"), "/usage")) or ""
     assert "This group, all members" in admin_view and "3 call(s)" in admin_view
-    assert "This group" not in (await bot.handle(group("4"), "/usage") or "")
+    assert "This group" not in text_of(await bot.handle(group("4"), "/usage"))
     clock.advance(days=1)
-    assert await bot.handle(dm("1"), "next day") == "reply 7"
+    assert text_of(await bot.handle(dm("1"), "next day")) == "reply 7"
 
 
 async def test_the_offline_model_is_counted_as_estimated(make_bot: Any) -> None:
     bot = make_bot()
     await bot.handle(dm(), "hello")
-    report = await bot.handle(dm(), "/usage") or ""
+    report = text_of(await bot.handle(dm(), "/usage")) or ""
     assert "1 call(s)" in report and "1 call(s) estimated" in report
     assert "0 prompt tokens" not in report
 

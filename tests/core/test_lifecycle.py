@@ -12,7 +12,7 @@ from bot.config import PinsConfig
 from bot.core.policy import BlockPolicy
 from storage import Store
 from storage.models import Block, Level, State
-from tests.conftest import BotFactory, dm, group
+from tests.conftest import BotFactory, dm, group, text_of
 from tests.fakes.clock import FakeClock
 
 DM_SCOPE = "console:direct:42"
@@ -71,7 +71,7 @@ async def test_idle_block_goes_after_days_and_calls(
 ) -> None:
     bot = await idle_block(make_bot)
     for _ in range(10):
-        reply = await bot.handle(dm(), "hi")
+        reply = text_of(await bot.handle(dm(), "hi"))
         assert reply and "gone" not in reply
     clock.advance(days=6, hours=23)
     await bot.handle(dm(), "hi")

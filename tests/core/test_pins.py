@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.core.bot import Pinbot
+from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import Store
 from storage.models import Level, State
-from tests.conftest import BotFactory, dm, group, make_config
+from tests.conftest import BotFactory, dm, group, make_config, outcome_of, text_of
 
 DM_SCOPE = "console:direct:42"
 
@@ -26,9 +27,9 @@ async def test_dm_add_defaults_strong_and_group_add_defaults_context(
     make_bot: BotFactory, store: Store
 ) -> None:
     bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
-    assert "Saved strong block 'r'" in (await bot.handle(dm(), "/pin add r Be brief") or "")
-    assert "Saved context block 'g'" in (await bot.handle(group(), "/pin add g Note") or "")
-    assert "Saved context block 's'" in (await bot.handle(group("7"), "/pin shared add s x") or "")
+    assert "Saved strong block 'r'" in text_of(await bot.handle(dm(), "/pin add r Be brief"))
+    assert "Saved context block 'g'" in text_of(await bot.handle(group(), "/pin add g Note"))
+    assert "Saved context block 's'" in text_of(await bot.handle(group("7"), "/pin shared add s x"))
     assert await blocks(store) == [("r", "Be brief", Level.STRONG, State.ACTIVE, 0)]
     assert await blocks(store, "console:group:-100123::u:42") == [
         ("g", "Note", Level.CONTEXT, State.ACTIVE, 0)
@@ -50,10 +51,10 @@ async def test_full_command_cycle_in_a_dm(make_bot: BotFactory, store: Store) ->
     await bot.handle(dm(), "/pin activate proj")
     await bot.handle(dm(), "/pin pin proj")
     assert (await store.blocks([DM_SCOPE]))[0].state is State.PINNED
-    reply = await bot.handle(dm(), "/pin clear")
+    reply = text_of(await bot.handle(dm(), "/pin clear"))
     assert reply and "1 block(s)" in reply and "1 of them pinned" in reply
     assert len(await store.blocks([DM_SCOPE])) == 1
-    reply = await bot.handle(dm(), "/pin clear confirm")
+    reply = text_of(await bot.handle(dm(), "/pin clear confirm"))
     assert reply and "Deleted 1 block(s)" in reply
     assert await store.blocks([DM_SCOPE]) == []
 
@@ -63,7 +64,7 @@ async def test_edit_keeps_creation_order(make_bot: BotFactory, store: Store) -> 
     await bot.handle(dm(), "/pin add old first")
     await bot.handle(dm(), "/pin add new second")
     await bot.handle(dm(), "/pin edit old first, edited")
-    listing = await bot.handle(dm(), "/pin list") or ""
+    listing = text_of(await bot.handle(dm(), "/pin list")) or ""
     assert listing.index("1. new") < listing.index("2. old")
 
 
@@ -90,7 +91,7 @@ async def test_bad_input_gets_a_clear_reply_and_changes_nothing(
     bot = make_bot()
     await bot.handle(dm(), "/pin add keep original")
     before = await blocks(store)
-    reply = await bot.handle(dm(), command)
+    reply = text_of(await bot.handle(dm(), command))
     assert reply is not None and fragment in reply
     assert await blocks(store) == before
 
@@ -99,7 +100,7 @@ async def test_limit_of_blocks_per_scope(make_bot: BotFactory, store: Store) -> 
     bot = make_bot(pins={"max_blocks_per_session": 2})
     await bot.handle(dm(), "/pin add a 1")
     await bot.handle(dm(), "/pin add b 2")
-    reply = await bot.handle(dm(), "/pin add c 3")
+    reply = text_of(await bot.handle(dm(), "/pin add c 3"))
     assert reply and "limit" in reply and "/pin remove" in reply
     assert [b[0] for b in await blocks(store)] == ["a", "b"]
 
@@ -109,18 +110,18 @@ async def test_fifty_concurrent_pin_adds_leave_twenty(make_bot: BotFactory, stor
     replies = await asyncio.gather(
         *(bot.handle(dm(), f"/pin add b{i} text {i}") for i in range(50))
     )
-    assert sum(1 for r in replies if r and r.startswith("Saved")) == 20
+    assert sum(1 for r in replies if r and r.outcome is Result.DONE) == 20
     assert len(await store.blocks([DM_SCOPE])) == 20
 
 
 async def test_character_budget_on_add_and_edit(make_bot: BotFactory, store: Store) -> None:
     bot = make_bot(pins={"max_total_chars": 10})
-    assert (await bot.handle(dm(), "/pin add a 123456") or "").startswith("Saved")
-    reply = await bot.handle(dm(), "/pin add b 12345")
+    assert outcome_of(await bot.handle(dm(), "/pin add a 123456")) is Result.DONE
+    reply = text_of(await bot.handle(dm(), "/pin add b 12345"))
     assert reply and "over the budget of 10" in reply
-    reply = await bot.handle(dm(), "/pin edit a 12345678901")
+    reply = text_of(await bot.handle(dm(), "/pin edit a 12345678901"))
     assert reply and "pins.max_total_chars" in reply
-    assert (await bot.handle(dm(), "/pin edit a 1234567890") or "").startswith("Saved")
+    assert outcome_of(await bot.handle(dm(), "/pin edit a 1234567890")) is Result.DONE
     assert [b[1] for b in await blocks(store)] == ["1234567890"]
 
 
@@ -130,19 +131,19 @@ async def test_list_shows_everything_and_the_token_estimate(
     bot = make_bot(pins={"token_warning_threshold": 10})
     await bot.handle(dm(), "/pin add rules Antworte auf Deutsch.\nZweite Zeile")
     await bot.handle(dm(), "/pin add-context note " + "n" * 60)
-    listing = await bot.handle(dm(), "/pin list") or ""
+    listing = text_of(await bot.handle(dm(), "/pin list")) or ""
     assert "1. note (context, active)" in listing
     assert "2. rules (strong, active)\nAntworte auf Deutsch.\nZweite Zeile" in listing
     assert "tokens to every request" in listing
     assert "Warning" in listing and "10 tokens" in listing
     quiet = make_bot(pins={"token_warning_threshold": 0})
-    assert "tokens" not in (await quiet.handle(dm(), "/pin list") or "")
+    assert "tokens" not in text_of(await quiet.handle(dm(), "/pin list"))
 
 
 async def test_help_and_bare_pin(make_bot: BotFactory) -> None:
     bot = make_bot()
     for text in ("/pin", "/pin help", "/PIN help"):
-        reply = await bot.handle(dm(), text) or ""
+        reply = text_of(await bot.handle(dm(), text)) or ""
         assert "/pin add <label> <content>" in reply and "strong here" in reply
 
 
@@ -150,7 +151,7 @@ async def test_command_for_another_bot_is_ignored(make_bot: BotFactory, store: S
     bot = make_bot()
     bot.bot_username = "pin_bot"
     assert await bot.handle(dm(), "/pin@other_bot add a b") is None
-    assert (await bot.handle(dm(), "/pin@Pin_Bot add a b") or "").startswith("Saved")
+    assert outcome_of(await bot.handle(dm(), "/pin@Pin_Bot add a b")) is Result.DONE
 
 
 _nasty = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=60)
@@ -171,7 +172,7 @@ def test_any_pin_text_gets_a_reply_and_never_raises(text: str) -> None:
         async with await Store.open(":memory:") as store:
             bot = Pinbot(make_config(), store, OfflineChatModel())
             await bot.handle(dm(), "/pin add k original")
-            reply = await bot.handle(dm(), "/pin " + text)
+            reply = text_of(await bot.handle(dm(), "/pin " + text))
             assert reply is not None and reply.strip()
             for block in await store.blocks([DM_SCOPE]):
                 assert block.content == block.content.strip() and block.content

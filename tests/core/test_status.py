@@ -9,9 +9,10 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.core.replies import Result
 from storage import Store
 from storage.models import State, label_key
-from tests.conftest import SYSTEM, BotFactory, OpenAIBots, dm, group
+from tests.conftest import SYSTEM, BotFactory, OpenAIBots, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
@@ -30,8 +31,8 @@ async def test_the_estimate_matches_what_the_renderer_sends(
     await bot.handle(admin, "/pin shared add-strong rule " + "Keep answers short. " * 10)
     await bot.handle(admin, "/pin shared add ref Project notes: " + "pinbot " * 30)
     await bot.handle(member, "/pin add mine My own notes " * 5)
-    listing = await bot.handle(member, "/pin list") or ""
-    shared_listing = await bot.handle(member, "/pin shared list") or ""
+    listing = text_of(await bot.handle(member, "/pin list")) or ""
+    shared_listing = text_of(await bot.handle(member, "/pin shared list")) or ""
     text = "what now?"
     await bot.handle(member, text)
     system, user = fake_openai.messages()[0]["content"], fake_openai.messages()[-1]["content"]
@@ -39,7 +40,7 @@ async def test_the_estimate_matches_what_the_renderer_sends(
     actual = injected_chars / 4
     for reply in (listing, shared_listing):
         assert abs(total_estimate(reply) - actual) <= 0.1 * actual, (reply, actual)
-    status = await bot.handle(member, "/pin status") or ""
+    status = text_of(await bot.handle(member, "/pin status")) or ""
     carried = re.search(r"Every request here carries about ([\d,]+) tokens", status)
     assert carried and abs(int(carried.group(1).replace(",", "")) - actual) <= 0.1 * actual
 
@@ -53,10 +54,9 @@ async def test_the_warning_threshold_is_compared_with_the_total(make_bot: BotFac
         }
     )
     await bot.handle(group("7"), "/pin shared add big " + "word " * 90)
-    listing = await bot.handle(group("8"), "/pin add small tiny") and await bot.handle(
-        group("8"), "/pin list"
-    )
-    assert listing is not None and "Warning: that is over the warning threshold" in listing
+    await bot.handle(group("8"), "/pin add small tiny")
+    listing = text_of(await bot.handle(group("8"), "/pin list"))
+    assert "Warning: that is over the warning threshold" in listing
 
 
 async def test_idle_blocks_show_when_they_become_due(
@@ -68,7 +68,7 @@ async def test_idle_blocks_show_when_they_become_due(
     clock.advance(days=3)
     for _ in range(4):
         await bot.handle(dm(), "hello")
-    status = await bot.handle(dm(), "/pin status") or ""
+    status = text_of(await bot.handle(dm(), "/pin status")) or ""
     assert (
         "idle 'old': deleted once 4 more days and 6 more model calls have passed, "
         "or in 27 days at the latest"
@@ -76,7 +76,7 @@ async def test_idle_blocks_show_when_they_become_due(
     clock.advance(days=5)
     for _ in range(6):
         await bot.handle(dm(), "hello")
-    status = await bot.handle(dm(), "/pin status") or ""
+    status = text_of(await bot.handle(dm(), "/pin status")) or ""
     assert "idle 'old': due: deleted at the next model request here" in status
     await bot.handle(dm(), "hello")
     assert await bot.store.blocks(["console:direct:42"]) == []
@@ -100,17 +100,17 @@ async def test_labels_under_hypothesis(
     bot = make_bot()
     await bot.handle(dm(), "/pin clear confirm")
     labels = ["".join(first), "".join(second)]
-    replies = [await bot.handle(dm(), f"/pin add {label} content") or "" for label in labels]
+    replies = [await bot.handle(dm(), f"/pin add {label} content") for label in labels]
     stored = [b.label for b in await store.blocks(["console:direct:42"])]
     for label, reply in zip(labels, replies, strict=True):
         invisible = any(unicodedata.category(c) == "Cf" for c in label)
         if invisible or label.startswith("--"):
-            assert label not in stored and not reply.startswith("Saved")
+            assert label not in stored and outcome_of(reply) is Result.REFUSED
     # no two stored labels look alike, and none holds an invisible character
     assert len({label_key(label) for label in stored}) == len(stored)
     assert not any(unicodedata.category(c) == "Cf" for label in stored for c in label)
     if labels[0] in stored and label_key(labels[1]) == label_key(labels[0]):
-        assert "already exists" in replies[1]
+        assert "already exists" in text_of(replies[1])
 
 
 async def test_tools_are_offered_only_where_the_speaker_can_pin(

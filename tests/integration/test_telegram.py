@@ -25,7 +25,7 @@ from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
 from storage import Store
-from tests.conftest import dm, make_config
+from tests.conftest import dm, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
@@ -251,7 +251,7 @@ async def test_long_replies_are_split_on_lines_and_arrive_whole(
         content = f"{i:02d}xxxx" + " word" * 98 + " end"
         assert len(content) == 500
         await bot.reply_to(message(chat, f"/pin add b{i:02d} {content}", me))
-    expected = await bot.frontend.pinbot.handle(dm("42", "telegram"), "/pin list")
+    expected = text_of(await bot.frontend.pinbot.handle(dm("42", "telegram"), "/pin list"))
     parts = await bot.reply_to(message(chat, "/pin list", me), count=3)
     assert all(len(part) <= 4096 for part in parts)
     assert "\n".join(parts) == expected

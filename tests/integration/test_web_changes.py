@@ -13,10 +13,11 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from bot.core.bot import Pinbot
+from bot.core.replies import Result
 from bot.serving import serve_app
 from bot.web.app import WebPage
 from tests.browser import WAIT_MS, shot, sign_in
-from tests.conftest import OpenAIBots, group
+from tests.conftest import OpenAIBots, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.integration.test_web import TOKEN
@@ -34,9 +35,7 @@ def admin() -> Any:
 
 async def said(bot: Pinbot, text: str) -> str:
     """The bot's reply to the group's admin."""
-    reply = await bot.handle(admin(), text)
-    assert reply is not None
-    return reply
+    return text_of(await bot.handle(admin(), text))
 
 
 @pytest.fixture
@@ -47,7 +46,8 @@ async def start(
 
     async def begin(**web: Any) -> Started:
         bot = await openai_bots(pins=PINS, web=web)
-        assert (await said(bot, "/pin shared add rules Be kind.")).startswith("Saved")
+        added = await bot.handle(admin(), "/pin shared add rules Be kind.")
+        assert outcome_of(added) is Result.DONE
         page_app = WebPage(bot.store, bot.config, TOKEN, clock=clock)
         runner, port = await serve_app(page_app.app(), host="127.0.0.1", port=0, port_setting="p")
         runners.append(runner)

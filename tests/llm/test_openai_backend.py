@@ -14,7 +14,7 @@ from bot.core.render import CONTEXT_RULES, STRONG_RULES
 from bot.llm import build_model
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from tests.conftest import BotFactory, dm, group, make_config
+from tests.conftest import BotFactory, dm, group, make_config, text_of
 from tests.fakes.openai_server import FakeOpenAI
 
 SYSTEM = "You are a test assistant."
@@ -85,7 +85,7 @@ async def test_no_blocks_means_the_plain_request(
     make_bot: BotFactory, fake_openai: FakeOpenAI
 ) -> None:
     bot = openai_bot(make_bot, fake_openai)
-    assert await bot.handle(dm(), "hello") == "reply 1"
+    assert text_of(await bot.handle(dm(), "hello")) == "reply 1"
     assert fake_openai.requests[0]["model"] == "fake-model"
     assert fake_openai.messages() == [
         {"role": "system", "content": SYSTEM},
@@ -237,12 +237,12 @@ async def test_failing_backend_gives_one_clear_message_and_no_history(
 ) -> None:
     bot = openai_bot(make_bot, fake_openai)
     fake_openai.status, fake_openai.error = status, error
-    reply = await bot.handle(dm(), "hello")
+    reply = text_of(await bot.handle(dm(), "hello"))
     assert reply is not None and fragment in reply and "sk-test" not in reply
     assert error["message"] in caplog.text  # the server's own words reach the log
     assert await store.history("console:direct:42") == []
     fake_openai.status = 200
-    assert await bot.handle(dm(), "again") == f"reply {len(fake_openai.requests)}"
+    assert text_of(await bot.handle(dm(), "again")) == f"reply {len(fake_openai.requests)}"
     assert fake_openai.messages()[1:] == [{"role": "user", "content": "again"}]
 
 
@@ -258,7 +258,7 @@ async def test_timeout(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
 
     fake_openai.release = asyncio.Event()  # never set: the server never answers
     bot = openai_bot(make_bot, fake_openai, timeout_s=0.05)
-    reply = await bot.handle(dm(), "hello")
+    reply = text_of(await bot.handle(dm(), "hello"))
     assert reply is not None and "in time" in reply
     fake_openai.release.set()
 
@@ -275,7 +275,7 @@ async def test_refused_connection(make_bot: BotFactory, store: Store) -> None:
     }
     config = make_config(llm=settings)
     bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=settings)
-    reply = await bot.handle(dm(), "hello")
+    reply = text_of(await bot.handle(dm(), "hello"))
     assert reply is not None and "could not be reached" in reply
 
 
