@@ -43,6 +43,11 @@ class DeliveryStore(Protocol):
         others may take its chats: stop and register again."""
         return self._db.worker_live
 
+    async def hold_role(self, role: str) -> bool:
+        """Hold role alone among the live workers (while this one lives) unless another holds
+        it; whether this worker holds it now. Periodic jobs run where their role is held."""
+        return await self._db.hold(role)
+
     async def leave_workers(self) -> None:
         """Stop being a live worker: this worker's chats and sole role go to the others."""
         await self._db.leave()

@@ -131,6 +131,11 @@ class Database(Executor):
     async def leave(self) -> None:
         """Stop counting as a live worker."""
 
+    @abc.abstractmethod
+    async def hold(self, role: str) -> bool:
+        """Hold role alone among the live workers for as long as this one lives, if no other
+        live worker holds it; whether this worker holds it now."""
+
     @property
     @abc.abstractmethod
     def worker_live(self) -> bool:
@@ -352,6 +357,9 @@ class SqliteDatabase(_SqliteExecutor, Database):
             ) from None
         self._serving = descriptor
 
+    async def hold(self, role: str) -> bool:
+        return True  # one process serves a SQLite database: its roles are all its own
+
     async def leave(self) -> None:
         if self._serving is not None:
             os.close(self._serving)  # releases the one-server lock
@@ -450,6 +458,7 @@ class PostgresDatabase(_PgExecutor, Database):
         # Holds this worker's liveness lock for as long as the process lives: PostgreSQL drops
         # it the moment the process dies, however it dies.
         self._liveness: asyncpg.Connection[Any] | None = None
+        self._held: set[str] = set()  # roles this worker holds (until its liveness ends)
 
     @classmethod
     async def open(cls, url: str) -> PostgresDatabase:
@@ -536,6 +545,8 @@ class PostgresDatabase(_PgExecutor, Database):
             raise
         await self.leave()
         self._liveness = liveness
+        if sole is not None:
+            self._held.add(sole)
         liveness.add_termination_listener(self._liveness_ended)
 
     def _liveness_ended(self, connection: object) -> None:
@@ -545,7 +556,20 @@ class PostgresDatabase(_PgExecutor, Database):
                 "workers until it registers again"
             )
 
+    async def hold(self, role: str) -> bool:
+        if not self.worker_live or self._liveness is None:
+            return False
+        if role not in self._held:
+            with _pg_faults():
+                taken = await self._liveness.fetchval(
+                    "SELECT pg_try_advisory_lock($1, hashtext($2))", SOLE_LOCKS, role
+                )
+            if taken:
+                self._held.add(role)
+        return role in self._held
+
     async def leave(self) -> None:
+        self._held.clear()
         liveness, self._liveness = self._liveness, None  # first: closing it is no loss
         if liveness is not None:
             await liveness.close()

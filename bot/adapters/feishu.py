@@ -18,27 +18,25 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from bot.adapters.feishu_api import (
+    FeishuApi,
+    FeishuApiError,
+    FeishuCredentialsError,
+    FeishuTransientError,
+)
+from bot.adapters.kit import RefusalLog, Sent, with_backoff
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.replies import split_message
-from bot.inbox import Inbox
+from bot.core.keys import delivery_chat
+from bot.core.replies import Reply
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "feishu"
-# Feishu allows far longer texts; shorter parts stay readable on phones.
-MESSAGE_LIMIT = 8000
-TOKEN_REFRESH_MARGIN_S = 300
-CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
-CONNECT_RETRY_MAX_S = 60.0
-REFUSAL_LOG_INTERVAL_S = 60.0
-MAX_TRACKED_ADDRESSES = 10_000
-_EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
-DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
 
@@ -184,164 +182,6 @@ def resolve_mentions(
     return text.strip(), mentioned
 
 
-def post_content(text: str) -> str:
-    """A `post` message body whose every line is a literal text element: nothing in text can
-    become a mention or markup."""
-    lines = [[{"tag": "text", "text": line}] for line in text.split("\n")]
-    return json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
-
-
-_AT_TAG = re.compile(r"<(\s*/?\s*at\b)", re.IGNORECASE)
-FENCE = "```"
-FENCE_ROOM = 20  # characters kept free in each part to close and reopen a code block
-# Refusals about the chat (bot not in it, no permission, chat gone): plain text would not help.
-CHAT_PROBLEM_CODES = {230002, 230006, 230013, 230017, 230027, 230035}
-
-
-def markdown_content(text: str) -> str:
-    """A `post` body with one `md` element: Feishu shows the model's Markdown formatted. `<at>`
-    tags are broken up (a zero-width space after the '<'), so model text can never mention
-    anyone."""
-    safe = _AT_TAG.sub("<\u200b\\1", text)
-    return json.dumps(
-        {"zh_cn": {"title": "", "content": [[{"tag": "md", "text": safe}]]}}, ensure_ascii=False
-    )
-
-
-def markdown_parts(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Markdown split on lines into parts under limit; a code block cut by a split is closed at
-    the end of one part and reopened (with its language) at the start of the next."""
-    parts, reopen = [], ""
-    for piece in split_message(text, limit - FENCE_ROOM):
-        part, fence = reopen + piece, ""
-        for line in part.split("\n"):
-            if line.lstrip().startswith(FENCE):
-                fence = "" if fence else line.strip()
-        parts.append(f"{part}\n{FENCE}" if fence else part)
-        reopen = f"{fence}\n" if fence else ""
-    return [part for part in parts if part.strip()]
-
-
-class FeishuApi:
-    """The few OpenAPI calls the bot makes, over one pooled async HTTP client, with the tenant
-    access token fetched and refreshed on the event loop without blocking it."""
-
-    def __init__(
-        self, config: FeishuConfig, app_secret: str, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._config = config
-        self._app_secret = app_secret
-        self._monotonic = monotonic
-        self._client = httpx.AsyncClient(
-            base_url=config.base_url.rstrip("/"), timeout=config.request_timeout_s
-        )
-        self._token: str | None = None
-        self._token_expires = 0.0
-        self._token_lock = asyncio.Lock()
-
-    @property
-    def app_secret(self) -> str:
-        """The app secret (for lark-oapi's long-connection client)."""
-        return self._app_secret
-
-    async def close(self) -> None:
-        """Close the pooled connections."""
-        await self._client.aclose()
-
-    async def _tenant_token(self, *, force: bool = False) -> str:
-        async with self._token_lock:
-            if not force and self._token and self._monotonic() < self._token_expires:
-                return self._token
-            response = await self._client.post(
-                "/open-apis/auth/v3/tenant_access_token/internal",
-                json={"app_id": self._config.app_id, "app_secret": self._app_secret},
-            )
-            try:
-                body = response.json()
-            except ValueError:  # a gateway's HTML error page: worth another try later
-                raise FeishuTransientError(
-                    f"tenant token: HTTP {response.status_code} without a JSON answer"
-                ) from None
-            if response.status_code >= httpx.codes.INTERNAL_SERVER_ERROR:
-                raise FeishuTransientError(f"tenant token: HTTP {response.status_code}")
-            if body.get("code") != 0:
-                raise FeishuCredentialsError(
-                    f"Feishu refused the app credentials (code {body.get('code')}: "
-                    f"{body.get('msg', '')}); check feishu.app_id and "
-                    f"${self._config.app_secret_env}"
-                )
-            self._token = str(body["tenant_access_token"])
-            expire = float(body.get("expire", DEFAULT_TOKEN_LIFETIME_S))
-            self._token_expires = self._monotonic() + max(expire - TOKEN_REFRESH_MARGIN_S, 60)
-            return self._token
-
-    async def call(
-        self, method: str, path: str, payload: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """One authorised call; retried once with a fresh token if Feishu says it expired."""
-        for attempt in (1, 2):
-            token = await self._tenant_token(force=attempt == 2)
-            response = await self._client.request(
-                method, path, json=payload, headers={"Authorization": f"Bearer {token}"}
-            )
-            try:
-                body = response.json()
-            except ValueError:
-                raise FeishuTransientError(
-                    f"{method} {path}: HTTP {response.status_code} without a JSON answer"
-                ) from None
-            code = body.get("code")
-            if code == 0:
-                return dict(body)
-            if code not in _EXPIRED_TOKEN_CODES:
-                break
-        raise FeishuApiError(f"{method} {path}: code {code} {body.get('msg', '')}".strip(), code)
-
-    async def bot_open_id(self) -> str | None:
-        """This app's bot open_id."""
-        body = await self.call("GET", "/open-apis/bot/v3/info")
-        bot = body.get("bot") or {}
-        return bot.get("open_id") if isinstance(bot, dict) else None
-
-    async def reply(self, message_id: str, text: str, *, markdown: bool = False) -> None:
-        """Reply to a message with text, split into parts under the size limit, in order; with
-        markdown, as formatted `md` posts, each sent again as literal text if Feishu refuses it."""
-        path = f"/open-apis/im/v1/messages/{message_id}/reply"
-        if not markdown:
-            for part in split_message(text, MESSAGE_LIMIT):
-                if part.strip():
-                    await self.call(
-                        "POST", path, {"msg_type": "post", "content": post_content(part)}
-                    )
-            return
-        for part in markdown_parts(text):
-            try:
-                await self.call(
-                    "POST", path, {"msg_type": "post", "content": markdown_content(part)}
-                )
-            except FeishuApiError as error:
-                if isinstance(error, FeishuTransientError) or error.code in CHAT_PROBLEM_CODES:
-                    raise
-                log.warning("Feishu refused a formatted reply (%s); sending plain text", error)
-                await self.call("POST", path, {"msg_type": "post", "content": post_content(part)})
-
-
-class FeishuApiError(Exception):
-    """Feishu refused a call; the message carries its code, never a secret."""
-
-    def __init__(self, message: str, code: object = None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class FeishuCredentialsError(FeishuApiError):
-    """Feishu refused the app id and secret: waiting will not help."""
-
-
-class FeishuTransientError(FeishuApiError):
-    """Feishu (or a gateway before it) failed in a way that waiting may fix."""
-
-
 def _adopt_lark_logger() -> None:
     """lark-oapi logs through its own handler to stdout: send its records through ours
     (redacted, JSON when asked) instead. Its request errors are ours to report (one line per
@@ -351,28 +191,6 @@ def _adopt_lark_logger() -> None:
     lark_log.propagate = True
     if logging.getLogger().level > logging.DEBUG:
         lark_log.setLevel(logging.CRITICAL)
-
-
-class RefusalLog:
-    """One warning line per refused webhook request, at most one per source address a minute
-    (with how many more were refused since), so nobody can flood the log."""
-
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._monotonic = monotonic
-        self._seen: dict[str, tuple[float, int]] = {}  # address → (last logged, refused since)
-
-    def note(self, address: str, detail: str) -> None:
-        """Record a refused request; log it unless this address was logged in the last minute."""
-        now = self._monotonic()
-        last, quiet = self._seen.get(address, (-REFUSAL_LOG_INTERVAL_S, 0))
-        if now - last < REFUSAL_LOG_INTERVAL_S:
-            self._seen[address] = (last, quiet + 1)
-            return
-        more = f" ({quiet} more refused from there since the last line)" if quiet else ""
-        log.warning("refused a Feishu webhook request from %s: %s%s", address, detail, more)
-        self._seen[address] = (now, 0)
-        if len(self._seen) > MAX_TRACKED_ADDRESSES:
-            self._seen.clear()
 
 
 # The events lark-oapi's dispatcher hands over during one webhook request.
@@ -408,14 +226,9 @@ class FeishuFrontend:
         self.bot_open_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # events from the long connection
-        self.inbox = Inbox(
-            pinbot.store,
-            self._process_recorded,
-            clock=clock,
-            takeover_check_s=pinbot.config.storage.takeover_check_s,
-        )
+        self.inbox = pinbot.inbox(self._process_recorded)
         self._runner: web.AppRunner | None = None
-        self._refusals = RefusalLog(monotonic)
+        self._refusals = RefusalLog("Feishu", monotonic)
         self.port = config.webhook_port
         self.dispatcher = (
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
@@ -459,24 +272,19 @@ class FeishuFrontend:
     async def _learn_open_id(self) -> None:
         """Fetch the bot's open_id, retrying with backoff while Feishu cannot be reached; refused
         credentials end the start with ConfigError."""
-        attempt = 0
-        while True:
-            try:
-                self.bot_open_id = await self.api.bot_open_id()
-                return
-            except FeishuCredentialsError as error:
-                raise ConfigError(str(error)) from None
-            except (httpx.HTTPError, FeishuTransientError) as error:
-                attempt += 1
-                wait = min(CONNECT_RETRY_MAX_S, CONNECT_RETRY_FIRST_S * 2 ** (attempt - 1))
-                log.warning("cannot reach Feishu (%s); retrying in %.0f s", error, wait)
-                await self._sleep(wait)
-            except FeishuApiError as error:
-                log.warning(
-                    "could not fetch the bot's open_id (group mentions will not trigger): %s",
-                    error,
-                )
-                return
+        try:
+            self.bot_open_id = await with_backoff(
+                self.api.bot_open_id,
+                transient=(httpx.HTTPError, FeishuTransientError),
+                what="Feishu",
+                sleep=self._sleep,
+            )
+        except FeishuCredentialsError as error:
+            raise ConfigError(str(error)) from None
+        except FeishuApiError as error:
+            log.warning(
+                "could not fetch the bot's open_id (group mentions will not trigger): %s", error
+            )
 
     async def stop(self) -> None:
         """Stop listening and finish the events in progress; the chats' other waiting events
@@ -595,7 +403,7 @@ class FeishuFrontend:
         await self.inbox.receive(
             PLATFORM,
             event.event_id,
-            chat=f"{PLATFORM}:{event.chat_id or event.message_id}",
+            chat=delivery_chat(PLATFORM, event.chat_id or event.message_id),
             position=0,  # Feishu has no delivery sequence: arrival order it is
             payload=event.to_json(),
         )
@@ -610,7 +418,20 @@ class FeishuFrontend:
         reply = await self.pinbot.handle(event.conversation(), readable, mentioned=mentioned)
         if reply and reply.text:
             try:
-                markdown = reply.formatted and self.config.reply_format == "markdown"
-                await self.api.reply(event.message_id, reply.text, markdown=markdown)
+                await self.api.reply(event.message_id, self._shown(reply))
             except (FeishuApiError, httpx.HTTPError) as error:
                 log.warning("reply to Feishu message %s failed: %s", event.message_id, error)
+
+    def _shown(self, reply: Reply) -> Reply:
+        """The reply as Feishu shows it: the model's Markdown only with reply_format markdown."""
+        if reply.formatted and self.config.reply_format != "markdown":
+            return Reply(reply.text, reply.outcome)
+        return reply
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        """Post reply in a chat (its chat_id), split like any reply."""
+        return await self.api.send(chat, self._shown(reply))
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        """Replace the text of a message the bot sent."""
+        return await self.api.edit(sent, self._shown(reply))

@@ -9,10 +9,8 @@ import json
 import logging
 import re
 import time
-import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -23,19 +21,10 @@ from telegram import (
     BotCommandScopeAllPrivateChats,
     Message,
     MessageEntity,
-    ReplyParameters,
     Update,
 )
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType
-from telegram.error import (
-    BadRequest,
-    Conflict,
-    Forbidden,
-    InvalidToken,
-    NetworkError,
-    RetryAfter,
-    TelegramError,
-)
+from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -45,13 +34,14 @@ from telegram.ext import (
     filters,
 )
 
-from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
+from bot.adapters.kit import RefusalLog, Sent, with_backoff
+from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
-from bot.inbox import Inbox, join_workers
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
@@ -60,22 +50,6 @@ PLATFORM = "telegram"
 # Telegram sends these as `from` when the real sender is hidden behind a chat.
 ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
-STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
-SEND_ATTEMPTS = 3
-# Bad Requests about the chat itself: sending again as plain text would not help.
-CHAT_PROBLEMS = (
-    "chat not found",
-    "bot was blocked",
-    "bot was kicked",
-    "not enough rights",
-    "have no rights",
-    "chat_write_forbidden",
-    "user is deactivated",
-    "upgraded to a supergroup",
-    "thread not found",
-)
-CONNECT_RETRY_FIRST_S = 1.0  # waits before reconnecting at start double up to the maximum
-CONNECT_RETRY_MAX_S = 60.0
 PROBE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
@@ -165,13 +139,6 @@ def conversation_of(message: Message) -> Conversation:
     return Conversation(PLATFORM, kind, str(chat.id), sender_id, sender_id_kinds=kinds)
 
 
-def _retry_after_s(error: RetryAfter) -> float:
-    with warnings.catch_warnings():  # PTB 22 warns that the type will become timedelta
-        warnings.simplefilter("ignore")
-        value: int | float | timedelta = error.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
 class TelegramFrontend:
     """Runs the bot on Telegram: polling or webhook, triggers, replies, migration, admins."""
 
@@ -192,13 +159,10 @@ class TelegramFrontend:
         self.monotonic = monotonic
         self._admin_cache: dict[tuple[int, int], tuple[bool, float]] = {}
         self._runner: web.AppRunner | None = None
+        self._jobs: asyncio.Task[None] | None = None
         self._conflict_reported_at: float | None = None
-        self.inbox = Inbox(
-            pinbot.store,
-            self._process_recorded,
-            clock=pinbot.clock,
-            takeover_check_s=pinbot.config.storage.takeover_check_s,
-        )
+        self._refusals = RefusalLog("Telegram", monotonic)
+        self.inbox = pinbot.inbox(self._process_recorded)
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
             .token(token)
@@ -215,6 +179,7 @@ class TelegramFrontend:
             MessageHandler(filters.UpdateType.MESSAGE & UNREADABLE_CONTENT, self.on_unreadable)
         )
         self.app.add_error_handler(self.on_error)
+        self.sender = TelegramSender(self.app.bot, config, sleep, monotonic)
 
     @classmethod
     def from_config(cls, pinbot: Pinbot, config: TelegramConfig) -> TelegramFrontend:
@@ -241,13 +206,12 @@ class TelegramFrontend:
         if self.config.mode == "webhook":
             await self._start_webhook()
         else:
-            await join_workers(
-                self.pinbot.store,
-                self.pinbot.clock,
+            await self.pinbot.join_workers(
                 sole=f"the Telegram poller of bot {self.app.bot.id}",
                 advice="only one process may poll a bot; stop the other one, or run several "
                 "workers in webhook mode (telegram.mode: webhook) on PostgreSQL",
             )
+            self._jobs = asyncio.create_task(self.pinbot.run_jobs(asyncio.sleep))
             updater = self.app.updater
             assert updater is not None
             await updater.start_polling(
@@ -274,9 +238,13 @@ class TelegramFrontend:
         """Stop receiving, finish the updates in progress, and disconnect. In webhook mode the
         chats' other waiting updates are left to the other workers."""
         updater = self.app.updater
+        if self._jobs is not None:
+            self._jobs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._jobs
         if updater is not None and updater.running:
             await updater.stop()
-            await self.pinbot.store.leave_workers()
+            await self.pinbot.leave_workers()
         if self._runner is not None:
             await self._runner.cleanup()
             log.info("webhook closed; finishing the updates in progress")
@@ -311,6 +279,7 @@ class TelegramFrontend:
         it again, when it could not be), then process it in its chat's order."""
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, (self._webhook_secret or "").encode()):
+            self._refusals.note(request.remote or "unknown", "wrong secret token")
             return web.Response(status=403)
         raw = await request.text()
         try:
@@ -319,7 +288,7 @@ class TelegramFrontend:
         except (ValueError, TypeError, KeyError):
             return web.Response(status=400, text="not a Telegram update")
         chat = _chat_id(data)
-        key = f"{PLATFORM}:{chat}" if chat is not None else f"{PLATFORM}:update:{update_id}"
+        key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
         try:
             await self.inbox.receive(
                 PLATFORM, str(update_id), chat=key, position=update_id, payload=raw
@@ -333,23 +302,22 @@ class TelegramFrontend:
         await self.app.process_update(Update.de_json(json.loads(pending.payload), self.app.bot))
 
     async def _connect(self) -> None:
-        """getMe, retried with backoff while Telegram cannot be reached."""
-        attempt = 0
-        while True:
+        """getMe, retried with backoff while Telegram cannot be reached (network, timeouts,
+        5xx, answers that are not JSON); a rejected token is a ConfigError."""
+
+        async def initialize() -> None:
             try:
                 await self.app.initialize()
-                return
             except InvalidToken:
                 raise ConfigError(await self._why_rejected()) from None
-            except TelegramError as error:  # network, timeouts, 5xx, answers that are not JSON
-                attempt += 1
-                wait = min(CONNECT_RETRY_MAX_S, CONNECT_RETRY_FIRST_S * 2 ** (attempt - 1))
-                log.warning(
-                    "cannot reach Telegram at telegram.base_url (%s); retrying in %.0f s",
-                    error.message,
-                    wait,
-                )
-                await self._sleep(wait)
+
+        await with_backoff(
+            initialize,
+            transient=(TelegramError,),
+            what="Telegram at telegram.base_url",
+            sleep=self._sleep,
+            detail=lambda error: getattr(error, "message", str(error)),
+        )
 
     async def _why_rejected(self) -> str:
         """Tell a rejected token from a wrong base URL (python-telegram-bot reports both as
@@ -389,7 +357,7 @@ class TelegramFrontend:
         if message is None or message.text is None:
             return
         conversation = conversation_of(message)
-        stream = StreamedReply(self, message)
+        stream = StreamedReply(self.sender, message)
         reply = await self.pinbot.handle(
             conversation,
             self._without_mention(message.text),
@@ -399,7 +367,7 @@ class TelegramFrontend:
             on_text=stream.update,
             thinking=lambda: self._typing(message),
         )
-        if reply:
+        if reply and reply.text:
             await stream.finish(reply)
 
     async def on_unreadable(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -414,8 +382,8 @@ class TelegramFrontend:
             mentioned=self._mentions_me(message),
             replied_to_bot=self._replies_to_me(message),
         )
-        if reply:
-            await self.send_reply(message, reply)
+        if reply and reply.text:
+            await self.sender.reply(message, reply)
 
     async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Move a group's blocks, counters and history when it becomes a supergroup."""
@@ -434,6 +402,14 @@ class TelegramFrontend:
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Log a failure of one update (without secrets) and keep going."""
         log.error("update failed: %r", context.error, exc_info=context.error)
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        """Post reply in a chat (by its id), split like any reply."""
+        return await self.sender.send(chat, reply)
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        """Replace the text of a message the bot sent."""
+        return await self.sender.edit(sent, reply)
 
     # --- triggers -------------------------------------------------------------------------------
 
@@ -520,88 +496,6 @@ class TelegramFrontend:
         self._admin_cache[key] = (is_admin, now + self.config.admin_cache_ttl_s)
         return is_admin
 
-    # --- sending --------------------------------------------------------------------------------
-
-    def reply_parts(self, reply: Reply) -> list[Part]:
-        """The parts a reply goes out as: the model's Markdown formatted (unless
-        telegram.reply_format is plain), everything else as plain text, exactly as written."""
-        if reply.formatted and self.config.reply_format == "markdown":
-            return formatted_parts(reply.text)
-        return plain_parts(reply.text)
-
-    async def send_reply(self, message: Message, reply: Reply) -> None:
-        """Send a reply to message, split to Telegram's limit, in order, never cut."""
-        for part in self.reply_parts(reply):
-            await self.send_part(message, part)
-
-    async def send_part(self, message: Message, part: Part) -> Message | None:
-        """Send one part as a reply; returns the sent message, or None if it could not go. If
-        Telegram refuses the formatting, the same text goes again as plain text."""
-        for attempt in range(1, SEND_ATTEMPTS + 1):
-            try:
-                return await message.reply_text(
-                    part[0],
-                    entities=list(part[1]) or None,
-                    reply_parameters=ReplyParameters(
-                        message.message_id, allow_sending_without_reply=True
-                    ),
-                )
-            except RetryAfter as error:
-                wait = _retry_after_s(error)
-                log.warning(
-                    "flood control in chat %s: retrying in %.0f s (attempt %d)",
-                    message.chat.id,
-                    wait,
-                    attempt,
-                )
-                await self._sleep(wait)
-            except BadRequest as error:
-                if not part[1] or _about_the_chat(error):
-                    log.warning("cannot write to chat %s: %s", message.chat.id, error)
-                    return None
-                log.warning(
-                    "Telegram refused the formatting in chat %s (%s); sending plain text",
-                    message.chat.id,
-                    error,
-                )
-                part = (without_formatting(part), ())
-            except Forbidden as error:  # blocked, kicked
-                log.warning("cannot write to chat %s: %s", message.chat.id, error)
-                return None
-            except NetworkError as error:
-                log.warning(
-                    "network error sending to chat %s: %s (attempt %d)",
-                    message.chat.id,
-                    error,
-                    attempt,
-                )
-                await self._sleep(attempt)  # a short, growing pause before trying again
-            except TelegramError as error:
-                log.warning("sending to chat %s failed: %s", message.chat.id, error)
-                return None
-        log.error("gave up sending a reply to chat %s", message.chat.id)
-        return None
-
-    async def edit_part(self, sent: Message, part: Part) -> bool:
-        """Replace a sent message's text; False if Telegram refused (it is then left as it was).
-        Refused formatting is retried as plain text."""
-        try:
-            await sent.edit_text(part[0], entities=list(part[1]) or None)
-        except RetryAfter as error:
-            log.info("edit rate-limited in chat %s for %.0f s", sent.chat.id, _retry_after_s(error))
-            return False
-        except BadRequest as error:
-            if "not modified" in error.message.casefold():
-                return True
-            if part[1] and not _about_the_chat(error):
-                return await self.edit_part(sent, (without_formatting(part), ()))
-            log.debug("edit in chat %s failed: %s", sent.chat.id, error)
-            return False
-        except TelegramError as error:
-            log.debug("edit in chat %s failed: %s", sent.chat.id, error)
-            return False
-        return True
-
 
 def _chat_id(update: dict[str, Any]) -> int | None:
     """The id of the chat an update (as posted, JSON) belongs to, if any. Read from the JSON
@@ -612,50 +506,3 @@ def _chat_id(update: dict[str, Any]) -> int | None:
         if isinstance(chat, dict) and isinstance(chat.get("id"), int):
             return int(chat["id"])
     return None
-
-
-def _about_the_chat(error: BadRequest) -> bool:
-    """Whether Telegram refused because of the chat itself, not the message's formatting."""
-    said = error.message.casefold()
-    return any(fragment in said for fragment in CHAT_PROBLEMS)
-
-
-class StreamedReply:
-    """One reply that grows while the model streams: shown as plain text, sent once, then edited
-    at most once per STREAM_EDIT_INTERVAL_S; the final edit shows it formatted (split like any
-    long reply). Every step is a valid message."""
-
-    def __init__(self, frontend: TelegramFrontend, message: Message) -> None:
-        self._frontend = frontend
-        self._message = message
-        self._sent: Message | None = None
-        self._shown: Part = ("", ())
-        self._last_edit = 0.0
-
-    async def update(self, text: str) -> None:
-        """Show the text so far, unless the last edit was too recent."""
-        parts = plain_parts(text)
-        if not parts or parts[0] == self._shown:
-            return
-        preview = parts[0]
-        now = self._frontend.monotonic()
-        if self._sent is None:
-            self._sent = await self._frontend.send_part(self._message, preview)
-        else:
-            too_soon = now - self._last_edit < STREAM_EDIT_INTERVAL_S
-            if too_soon or not await self._frontend.edit_part(self._sent, preview):
-                return
-        self._shown, self._last_edit = preview, now
-
-    async def finish(self, reply: Reply) -> None:
-        """Make the chat show exactly the reply: edit the streamed message, send further parts."""
-        if self._sent is None:
-            await self._frontend.send_reply(self._message, reply)
-            return
-        parts = self._frontend.reply_parts(reply)
-        if not parts:
-            return
-        if parts[0] != self._shown and not await self._frontend.edit_part(self._sent, parts[0]):
-            await self._frontend.send_part(self._message, parts[0])
-        for part in parts[1:]:
-            await self._frontend.send_part(self._message, part)

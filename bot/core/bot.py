@@ -12,8 +12,9 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
 
 from bot.config import Config
 from bot.core.access import admission
@@ -23,6 +24,8 @@ from bot.core.commands import ParseError, parse_pin, parse_sticky
 from bot.core.context import GroupTrigger, MessageContext, is_addressed
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
+from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
+from bot.core.jobs import Jobs
 from bot.core.keys import group_children, group_key
 from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
@@ -40,6 +43,7 @@ SHOWN_COMMAND_CHARS = 32  # an unknown command is echoed back at most this long
 FAILED_REPLY = "Sorry, something went wrong with that message. Please try again."
 UNREADABLE_REPLY = "I can only read text messages. Please send your request as text."
 UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
+HOUSEKEEPING_INTERVAL = timedelta(hours=1)
 # A thinking indicator: a context manager that runs while the model works on a turn.
 Thinking = Callable[[], AbstractAsyncContextManager[None]]
 
@@ -76,11 +80,46 @@ class Pinbot:
         self._pin_commands = RateLimiter(store, "pin", limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(store, "turn", limits.model_turns_per_minute, clock)
         self._unreadable = RateLimiter(store, "unreadable", UNREADABLE_REPLIES_PER_MINUTE, clock)
+        self.jobs = Jobs(store, clock)
+        self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,
             "feishu": config.feishu.group_trigger,
         }
+
+    # --- what frontends need besides handling messages ---------------------------------------
+
+    def inbox(self, handler: Handler) -> Inbox:
+        """Delivery for a frontend that is posted updates (webhooks): each recorded on arrival
+        and handed to handler once, one chat's in order, on whichever worker holds the chat."""
+        return Inbox(
+            self.store,
+            handler,
+            clock=self.clock,
+            jobs=self.jobs,
+            takeover_check_s=self.config.storage.takeover_check_s,
+        )
+
+    async def join_workers(self, *, advice: str, sole: str | None = None) -> None:
+        """Serve the store as one of its workers (alone in role sole, if given); ConfigError
+        with advice when a live process stands in the way."""
+        await join_workers(self.store, self.clock, advice=advice, sole=sole)
+
+    async def leave_workers(self) -> None:
+        """Stop serving: this process's chats and roles go to the other workers."""
+        await self.store.leave_workers()
+
+    async def run_jobs(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        """Run the periodic jobs that are due, every storage.takeover_check_s, until cancelled
+        (for a frontend without an inbox, whose watcher does it)."""
+        while True:
+            await sleep(self.config.storage.takeover_check_s)
+            await self.jobs.run_due()
+
+    async def _housekeeping(self, now: datetime) -> None:
+        await self.store.forget_updates_before(now - KEEP_PROCESSED)
+        await self.store.forget_full_buckets(now)
 
     def _names_other_bot(self, text: str) -> bool:
         """Whether text is a command that names a different bot (`/pin@other_bot`)."""

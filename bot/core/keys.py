@@ -158,6 +158,11 @@ def direct_scopes_like() -> str:
     return f"%:{DIRECT}:%"
 
 
+def delivery_chat(platform: str, chat: str) -> str:
+    """The key a platform's chat has in the inbox, where its updates wait in order."""
+    return f"{platform}:{chat}"
+
+
 def group_children(group: str) -> tuple[str, str]:
     """The key prefixes under a group: of its members' scopes, and of its sub-sessions (topics
     and per-sender histories)."""

@@ -28,6 +28,8 @@ class FakeFeishu:
     def __init__(self) -> None:
         self.token_requests: list[dict[str, Any]] = []
         self.replies: list[dict[str, Any]] = []
+        self.posted: list[dict[str, Any]] = []  # messages sent to a chat, not as a reply
+        self.edits: list[dict[str, Any]] = []
         self.auth_headers: list[str] = []
         self.reply_errors: list[dict[str, Any]] = []
         self.tokens = itertools.count(1)
@@ -85,6 +87,23 @@ class FakeFeishu:
             {"code": 0, "msg": "success", "data": {"message_id": f"om_reply_{len(self.replies)}"}}
         )
 
+    async def _post(self, request: web.Request) -> web.Response:
+        """im/v1/messages: a message sent to a chat (receive_id_type=chat_id)."""
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        if request.query.get("receive_id_type") != "chat_id":
+            return web.json_response({"code": 99992402, "msg": "field validation failed"})
+        self.posted.append(await request.json())
+        message_id = f"om_sent_{len(self.posted)}"
+        return web.json_response({"code": 0, "msg": "success", "data": {"message_id": message_id}})
+
+    async def _edit(self, request: web.Request) -> web.Response:
+        """im/v1/messages/:message_id (PUT): a sent text or post message edited."""
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        self.edits.append({"message_id": request.match_info["message_id"], **await request.json()})
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
     async def wait_for_replies(self, count: int, timeout: float = 10) -> None:
         async def waiter() -> None:
             async with self._changed:
@@ -92,10 +111,10 @@ class FakeFeishu:
 
         await asyncio.wait_for(waiter(), timeout)
 
-    def texts(self) -> list[str]:
-        """Each reply's text, read back from its post content."""
+    def texts(self, messages: list[dict[str, Any]] | None = None) -> list[str]:
+        """Each reply's text (or each of messages'), read back from its post content."""
         result = []
-        for reply in self.replies:
+        for reply in self.replies if messages is None else messages:
             post = json.loads(reply["content"])["zh_cn"]["content"]
             result.append("\n".join("".join(e["text"] for e in line) for line in post))
         return result
@@ -105,6 +124,8 @@ class FakeFeishu:
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
+        app.router.add_post("/open-apis/im/v1/messages", self._post)
+        app.router.add_put("/open-apis/im/v1/messages/{message_id}", self._edit)
         self._runner, self.port = await serve(app)
         return self
 

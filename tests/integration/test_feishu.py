@@ -14,8 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.adapters.feishu import FeishuApi, FeishuFrontend, Mention, RefusalLog, resolve_mentions
+from bot.adapters.feishu import FeishuFrontend, Mention, resolve_mentions
+from bot.adapters.feishu_api import FeishuApi
+from bot.adapters.kit import RefusalLog, Sent
 from bot.core.bot import UNREADABLE_REPLY, Pinbot
+from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from storage import Store
 from tests.conftest import make_config
@@ -402,7 +405,7 @@ async def test_refused_webhooks_are_one_line_per_address_a_minute(
 
 def test_refusal_log_counts_what_it_did_not_write(caplog: pytest.LogCaptureFixture) -> None:
     now = [0.0]
-    refusals = RefusalLog(lambda: now[0])
+    refusals = RefusalLog("Feishu", lambda: now[0])
     for _ in range(4):
         refusals.note("10.0.0.1", "bad token")
     refusals.note("10.0.0.2", "bad signature")
@@ -462,3 +465,19 @@ async def test_a_webhook_port_in_use_is_one_clear_error(start_feishu: Any) -> No
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=r"feishu\.webhook_port.*choose a free port"):
             await start_feishu(feishu={"webhook_port": port})
+
+
+async def test_the_bot_posts_to_a_chat_and_edits_what_it_posted(
+    start_feishu: Any, fake_feishu: FakeFeishu
+) -> None:
+    bot = await start_feishu(feishu={"reply_format": "markdown"})
+    sent = await bot.frontend.send("oc_group", Reply('A **proposal** <at user_id="all">x</at>'))
+    assert sent == Sent("oc_group", "om_sent_1")
+    (posted,) = fake_feishu.posted
+    assert posted["receive_id"] == "oc_group" and posted["msg_type"] == "post"
+    assert fake_feishu.texts([posted]) == ['A **proposal** <at user_id="all">x</at>']  # literal
+    assert await bot.frontend.edit(sent, Reply("Approved by 7.", formatted=True))
+    (edit,) = fake_feishu.edits
+    assert edit["message_id"] == "om_sent_1"
+    (element,) = json.loads(edit["content"])["zh_cn"]["content"][0]
+    assert element == {"tag": "md", "text": "Approved by 7."}

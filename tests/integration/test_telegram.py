@@ -21,6 +21,7 @@ import yaml
 from bot.adapters.telegram import TelegramFrontend
 from bot.config import LoggingConfig
 from bot.core.bot import UNREADABLE_REPLY, Pinbot
+from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
@@ -838,3 +839,18 @@ async def test_telegrams_conflict_says_another_process_polls(
     # Said once a minute, not at every poll; and how to fix it.
     assert caplog.text.count("another process is polling Telegram") == 1
     assert "telegram.mode: webhook" in caplog.text
+
+
+async def test_the_bot_posts_to_a_chat_and_edits_what_it_posted(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    bot = await start_bot()
+    sent = await bot.frontend.send("-100777", Reply("Proposal: *deadline* is Friday"))
+    assert sent is not None and sent.chat == "-100777"
+    (posted,) = fake_telegram.sent(-100777)
+    assert posted["text"] == "Proposal: *deadline* is Friday" and "entities" not in posted
+    assert await bot.frontend.edit(sent, Reply("Approved: **Friday**", formatted=True))
+    edits = fake_telegram.called("editMessageText")
+    assert edits[-1]["text"] == "Approved: Friday"
+    assert edits[-1]["message_id"] == int(sent.message_id)
+    assert [e["type"] for e in edits[-1]["entities"]] == ["bold"]

@@ -266,6 +266,20 @@ async def test_a_sole_role_is_held_by_one_worker(open_store: Opener) -> None:
     assert await second.register_worker(now=NOW, sole="telegram poller") > 0
 
 
+async def test_a_role_is_held_by_one_live_worker_at_a_time(open_store: Opener) -> None:
+    first = await open_store()
+    assert not await first.hold_role("jobs") or first.kind == "SQLite"  # not a worker yet
+    await first.register_worker(now=NOW)
+    assert await first.hold_role("jobs") and await first.hold_role("jobs")  # and stays held
+    if first.kind == "SQLite":  # one process serves it: every role is its own
+        return
+    second = await open_store()
+    await second.register_worker(now=NOW)
+    assert not await second.hold_role("jobs") and await second.hold_role("other")
+    await first.close()  # the holder ends: the role is free
+    assert await second.hold_role("jobs")
+
+
 async def test_rate_buckets_are_exact_across_workers(open_store: Opener) -> None:
     # Several PostgreSQL workers share buckets; a SQLite store is served by one process.
     first = await open_store()

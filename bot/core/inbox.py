@@ -5,7 +5,8 @@ Platforms are answered as soon as an update is recorded, so with several workers
 of a chat can reach any of them first; ordering comes from the store, not from arrival at a lock.
 A worker that records an update tries to take the chat's lease and, if it gets it, processes the
 chat's waiting updates until none is left. A worker that ends (stopped or killed) leaves its
-chats to the others, which look for abandoned chats every `workers.takeover_check_s`.
+chats to the others, which look for abandoned chats every `storage.takeover_check_s`, and
+run the periodic jobs that are due at the same pace.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import timedelta
 
 from bot.config import ConfigError
 from bot.core.clock import Clock
+from bot.core.jobs import Jobs
 from storage.delivery import DeliveryStore
 from storage.errors import WorkerConflict
 from storage.models import PendingUpdate
@@ -25,7 +27,6 @@ from storage.models import PendingUpdate
 log = logging.getLogger(__name__)
 
 KEEP_PROCESSED = timedelta(days=7)  # a repeated delivery within this is recognised
-HOUSEKEEPING_INTERVAL = timedelta(hours=1)
 ABANDONED_BATCH = 100  # chats taken up per check
 Handler = Callable[[PendingUpdate], Awaitable[None]]
 
@@ -52,19 +53,20 @@ class Inbox:
         handler: Handler,
         *,
         clock: Clock,
+        jobs: Jobs,
         takeover_check_s: float,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._store = store
         self._handler = handler
         self._clock = clock
+        self._jobs = jobs
         self._check_s = takeover_check_s
         self._sleep = sleep
         self._draining: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # chats woken while their drain was finishing
         self._watcher: asyncio.Task[None] | None = None
         self._stopping = False
-        self._last_housekeeping = clock() - HOUSEKEEPING_INTERVAL
 
     async def start(self) -> None:
         """Join the store's workers, take up updates left waiting, and start watching for
@@ -130,7 +132,7 @@ class Inbox:
                 if not self._store.worker_live:
                     await self._rejoin()
                 await self.take_up_abandoned()
-                await self._housekeeping()
+                await self._jobs.run_due()
             except Exception as error:  # the database may be back at the next check
                 log.warning("looking for abandoned chats failed: %s", error)
 
@@ -141,14 +143,6 @@ class Inbox:
         await self.idle()
         worker = await self._store.register_worker(now=self._clock())
         log.warning("registered again as worker %d", worker)
-
-    async def _housekeeping(self) -> None:
-        now = self._clock()
-        if now - self._last_housekeeping < HOUSEKEEPING_INTERVAL:
-            return
-        self._last_housekeeping = now
-        await self._store.forget_updates_before(now - KEEP_PROCESSED)
-        await self._store.forget_full_buckets(now)
 
     async def _drain(self, chat: str) -> None:
         try:

@@ -1,0 +1,232 @@
+"""The bot's messages on Telegram: replies split to Telegram's limit and sent in order, retried
+through flood control and network errors, formatting that Telegram refuses sent again as plain
+text; edits; and a streamed reply that grows in one message."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from telegram import Bot, Message, ReplyParameters
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+
+from bot.adapters.kit import Sent, Sleep, formatted_or_plain
+from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
+from bot.config import TelegramConfig
+from bot.core.replies import Reply
+
+log = logging.getLogger(__name__)
+
+SEND_ATTEMPTS = 3
+STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
+# Bad Requests about the chat itself: sending again as plain text would not help.
+CHAT_PROBLEMS = (
+    "chat not found",
+    "bot was blocked",
+    "bot was kicked",
+    "not enough rights",
+    "have no rights",
+    "chat_write_forbidden",
+    "user is deactivated",
+    "upgraded to a supergroup",
+    "thread not found",
+)
+Post = Callable[[Part], Awaitable[Message]]
+
+
+def retry_after_s(error: RetryAfter) -> float:
+    """How long Telegram asks to wait, in seconds."""
+    with warnings.catch_warnings():  # PTB 22 warns that the type will become timedelta
+        warnings.simplefilter("ignore")
+        value: int | float | timedelta = error.retry_after
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _about_the_chat(error: BadRequest) -> bool:
+    """Whether Telegram refused because of the chat itself, not the message's formatting."""
+    said = error.message.casefold()
+    return any(fragment in said for fragment in CHAT_PROBLEMS)
+
+
+def _refused_formatting(part: Part) -> Callable[[Exception], bool]:
+    def refused(error: Exception) -> bool:
+        return bool(part[1]) and isinstance(error, BadRequest) and not _about_the_chat(error)
+
+    return refused
+
+
+class TelegramSender:
+    """Sends and edits the bot's messages."""
+
+    def __init__(
+        self,
+        bot: Bot,
+        config: TelegramConfig,
+        sleep: Sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._bot = bot
+        self._config = config
+        self._sleep = sleep
+        self.monotonic = monotonic
+
+    def parts(self, reply: Reply) -> list[Part]:
+        """The parts a reply goes out as: the model's Markdown formatted (unless
+        telegram.reply_format is plain), everything else as plain text, exactly as written."""
+        if reply.formatted and self._config.reply_format == "markdown":
+            return formatted_parts(reply.text)
+        return plain_parts(reply.text)
+
+    async def reply(self, message: Message, reply: Reply) -> None:
+        """Send a reply to message, split to Telegram's limit, in order, never cut."""
+        for part in self.parts(reply):
+            await self.reply_part(message, part)
+
+    async def reply_part(self, message: Message, part: Part) -> Message | None:
+        """Send one part as a reply to message; the sent message, or None if it could not go."""
+
+        async def post(part: Part) -> Message:
+            return await message.reply_text(
+                part[0],
+                entities=list(part[1]) or None,
+                reply_parameters=ReplyParameters(
+                    message.message_id, allow_sending_without_reply=True
+                ),
+            )
+
+        return await self._deliver(message.chat.id, part, post)
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        """Post reply in chat (a chat id); the first message sent, or None if none went."""
+        first: Message | None = None
+        for part in self.parts(reply):
+
+            async def post(part: Part) -> Message:
+                return await self._bot.send_message(chat, part[0], entities=list(part[1]) or None)
+
+            sent = await self._deliver(chat, part, post)
+            first = first or sent
+        return Sent(chat, str(first.message_id)) if first else None
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        """Replace a sent message's text with reply's first part."""
+        parts = self.parts(reply) or [("…", ())]
+
+        async def change(part: Part) -> bool:
+            await self._bot.edit_message_text(
+                part[0], sent.chat, int(sent.message_id), entities=list(part[1]) or None
+            )
+            return True
+
+        return await self._edit(sent.chat, parts[0], change)
+
+    async def edit_part(self, message: Message, part: Part) -> bool:
+        """Replace a sent message's text; False if Telegram refused (it is then left as it
+        was). Refused formatting is retried as plain text."""
+
+        async def change(part: Part) -> bool:
+            await message.edit_text(part[0], entities=list(part[1]) or None)
+            return True
+
+        return await self._edit(message.chat.id, part, change)
+
+    async def _edit(
+        self, chat: int | str, part: Part, change: Callable[[Part], Awaitable[bool]]
+    ) -> bool:
+        try:
+            return await formatted_or_plain(
+                lambda: change(part),
+                lambda: change((without_formatting(part), ())),
+                refused_formatting=_refused_formatting(part),
+                where=f"chat {chat}",
+            )
+        except RetryAfter as error:
+            log.info("edit rate-limited in chat %s for %.0f s", chat, retry_after_s(error))
+        except BadRequest as error:
+            if "not modified" in error.message.casefold():
+                return True
+            log.debug("edit in chat %s failed: %s", chat, error)
+        except TelegramError as error:
+            log.debug("edit in chat %s failed: %s", chat, error)
+        return False
+
+    async def _deliver(self, chat: int | str, part: Part, post: Post) -> Message | None:
+        """post(part), with its formatting dropped if Telegram refuses it; None when the chat
+        cannot be written to."""
+        try:
+            return await formatted_or_plain(
+                lambda: self._retried(chat, part, post),
+                lambda: self._retried(chat, (without_formatting(part), ()), post),
+                refused_formatting=_refused_formatting(part),
+                where=f"chat {chat}",
+            )
+        except (BadRequest, Forbidden) as error:  # blocked, kicked, no rights
+            log.warning("cannot write to chat %s: %s", chat, error)
+        except TelegramError as error:
+            log.warning("sending to chat %s failed: %s", chat, error)
+        return None
+
+    async def _retried(self, chat: int | str, part: Part, post: Post) -> Message | None:
+        """post(part), tried again through flood control and network errors."""
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                return await post(part)
+            except RetryAfter as error:
+                wait = retry_after_s(error)
+                log.warning(
+                    "flood control in chat %s: retrying in %.0f s (attempt %d)", chat, wait, attempt
+                )
+                await self._sleep(wait)
+            except NetworkError as error:
+                if isinstance(error, BadRequest | Forbidden):
+                    raise
+                log.warning(
+                    "network error sending to chat %s: %s (attempt %d)", chat, error, attempt
+                )
+                await self._sleep(attempt)  # a short, growing pause before trying again
+        log.error("gave up sending a reply to chat %s", chat)
+        return None
+
+
+class StreamedReply:
+    """One reply that grows while the model streams: shown as plain text, sent once, then edited
+    at most once per STREAM_EDIT_INTERVAL_S; the final edit shows it formatted (split like any
+    long reply). Every step is a valid message."""
+
+    def __init__(self, sender: TelegramSender, message: Message) -> None:
+        self._sender = sender
+        self._message = message
+        self._sent: Message | None = None
+        self._shown: Part = ("", ())
+        self._last_edit = 0.0
+
+    async def update(self, text: str) -> None:
+        """Show the text so far, unless the last edit was too recent."""
+        parts = plain_parts(text)
+        if not parts or parts[0] == self._shown:
+            return
+        preview = parts[0]
+        now = self._sender.monotonic()
+        if self._sent is None:
+            self._sent = await self._sender.reply_part(self._message, preview)
+        else:
+            too_soon = now - self._last_edit < STREAM_EDIT_INTERVAL_S
+            if too_soon or not await self._sender.edit_part(self._sent, preview):
+                return
+        self._shown, self._last_edit = preview, now
+
+    async def finish(self, reply: Reply) -> None:
+        """Make the chat show exactly the reply: edit the streamed message, send further parts."""
+        if self._sent is None:
+            await self._sender.reply(self._message, reply)
+            return
+        parts = self._sender.parts(reply)
+        if not parts:
+            return
+        if parts[0] != self._shown and not await self._sender.edit_part(self._sent, parts[0]):
+            await self._sender.reply_part(self._message, parts[0])
+        for part in parts[1:]:
+            await self._sender.reply_part(self._message, part)
