@@ -93,6 +93,15 @@ def group_key_of(key: str) -> str | None:
     return None
 
 
+def topic_of(key: str) -> str | None:
+    """The topic id of a topic's session key (`<group>:topic:<id>`); None for any other key."""
+    group = group_key_of(key)
+    bare = strip_agent_prefix(key)
+    if group is None or not bare.startswith(f"{group}{TOPIC_MARK}"):
+        return None
+    return bare.removeprefix(f"{group}{TOPIC_MARK}")
+
+
 def split_member_entry(text: str) -> tuple[str, str] | None:
     """`<group session key>::u:<sender>` → (group session key, sender); None if not that form."""
     if MEMBER_MARK not in text:

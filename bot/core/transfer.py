@@ -16,6 +16,7 @@ from storage.blocks import BlockStore
 from storage.models import Block, Level, State, label_key
 
 FORMAT = "pinbot-blocks"
+SCOPE_EXAMPLES = "e.g. telegram:direct:42, telegram:group:-100123, telegram:group:-100123::u:42"
 VERSION = 1
 _FIELDS = {
     "label",
@@ -244,10 +245,7 @@ def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan
     for written, body in scopes.items():
         parsed_scope = parse_scope(written)  # drops a leading agent:<name>: as everywhere
         if parsed_scope is None or _bad_text(written):
-            plan.problems.append(
-                f"scope {written!r}: not a scope key (e.g. telegram:direct:42, "
-                "telegram:group:-100123, telegram:group:-100123::u:42)"
-            )
+            plan.problems.append(f"scope {written!r}: not a scope key ({SCOPE_EXAMPLES})")
             continue
         scope = parsed_scope.key
         if scope in written_as:

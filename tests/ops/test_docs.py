@@ -56,7 +56,7 @@ SHOWN_AS_WRONG = {"telegram.token"}  # the "did you mean telegram.token_env" exa
 
 def cli_parser() -> argparse.ArgumentParser:
     """pinbot's command-line parser: the one place this test reaches into the CLI."""
-    from bot.cli import _parser
+    from bot.cli import parser as _parser
 
     return _parser()
 

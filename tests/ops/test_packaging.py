@@ -17,7 +17,7 @@ CHECK = [sys.executable, str(ROOT / "tools" / "check_dist.py")]
 DOCS = ["docs/user-guide.md", "docs/operator-guide.md", "docs/design.md", "docs/performance.md"]
 GOOD_WHEEL = [
     "bot/__init__.py",
-    "bot/cli.py",
+    "bot/cli/__init__.py",
     "storage/__init__.py",
     "bot/web/templates/base.html",
     "pinbot-0.1.0.dist-info/METADATA",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+
+from bot.cli.command import Subcommand
 
 STARTER_CONFIG = """\
 # pinbot configuration. Every key and its default: config.example.yaml.
@@ -51,3 +54,21 @@ def write_starter_config(path: str, *, force: bool) -> int:
         return 2
     print(NEXT_STEPS.format(path=target))
     return 0
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
+def _run(args: argparse.Namespace) -> int:
+    return write_starter_config(args.config or "config.yaml", force=args.force)
+
+
+COMMAND = Subcommand(
+    "init",
+    "write a short, commented config file to start from",
+    "  none",
+    "pinbot init --config config.yaml",
+    _arguments,
+    _run,
+)

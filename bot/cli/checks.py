@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.config import Config
 from bot.core.access import ANYONE
-from bot.core.keys import TOPIC_MARK, ScopeKind, group_key_of, parse_scope, strip_agent_prefix
+from bot.core.keys import ScopeKind, group_key_of, parse_scope, strip_agent_prefix, topic_of
 from bot.core.permissions import AllowEntry
 
 
@@ -71,11 +71,10 @@ def _group_entry_ok(entry: str, *, topics: bool) -> bool:
         return _bare_id_ok(bare)
     if any(c.isspace() for c in bare):
         return False
-    group = group_key_of(bare)
-    if group == bare:
+    if group_key_of(bare) == bare:
         return True
-    topic = bare.removeprefix(f"{group}{TOPIC_MARK}") if group else ""
-    return topics and group is not None and _bare_id_ok(topic) and topic != bare
+    topic = topic_of(bare)
+    return topics and topic is not None and _bare_id_ok(topic)
 
 
 def _user_entry_ok(entry: str) -> bool:

@@ -1,0 +1,45 @@
+"""`pinbot export`: every block of every scope as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from bot.cli.command import URL_ENV, Subcommand, load
+from bot.cli.store import open_store, write_private
+from bot.config import Config
+from bot.core.clock import utc_now
+from bot.core.transfer import export_document
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", help="file to write (default: standard output)")
+
+
+async def _export(config: Config, output: str | None) -> int:
+    async with await open_store(config, create=False) as store:
+        document = await export_document(store, utc_now())
+    text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+    if output:
+        write_private(Path(output), text)
+        print(f"exported to {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    return asyncio.run(_export(load(args.config), args.output))
+
+
+COMMAND = Subcommand(
+    "export",
+    "write every block of every scope as JSON",
+    URL_ENV,
+    "pinbot export --config config.yaml -o blocks.json",
+    _arguments,
+    _run,
+)

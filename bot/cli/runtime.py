@@ -1,0 +1,56 @@
+"""The running bot for the subcommands that serve: the store, the model and the core, opened
+together and closed in order; and a frontend run until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+
+from bot.adapters.kit import Frontend
+from bot.cli.store import open_store
+from bot.config import Config
+from bot.core.bot import Pinbot
+from bot.llm import ChatModel, build_model
+
+
+@contextlib.asynccontextmanager
+async def running_core(config: Config) -> AsyncIterator[Pinbot]:
+    """The core over the configured store and model, closed (store, then model) on exit."""
+    model: ChatModel = build_model(config.llm)
+    try:
+        store = await open_store(config)
+        try:
+            yield Pinbot(config, store, model)
+        finally:
+            await store.close()
+    finally:
+        await model.close()
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM, for a graceful shutdown."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def serve(frontend: Frontend, stop: asyncio.Event) -> None:
+    """Start frontend and run it until stop is set, then stop it gracefully. A start that keeps
+    retrying (the platform cannot be reached yet) still ends when stop is set."""
+    starting = asyncio.ensure_future(frontend.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return
+    starting.result()  # a start that failed for good raises here
+    try:
+        await stopping
+    finally:
+        await frontend.stop()

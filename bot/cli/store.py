@@ -1,0 +1,83 @@
+"""The one way every subcommand gets its store: from the configuration, on the configured
+backend, with what can go wrong said in one line that names what to fix."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+from bot.config import Config, ConfigError
+from bot.logs import REDACTOR
+from storage import Store
+from storage.errors import SchemaTooNew, Unavailable
+
+PRIVATE_FILE_MODE = 0o600
+
+
+def database_url(config: Config) -> str | None:
+    """The PostgreSQL URL when storage.url_env is set (ConfigError when its variable is unset or
+    empty: never a silent fallback to SQLite); None for SQLite."""
+    variable = config.storage.url_env
+    if not variable:
+        return None
+    url = os.environ.get(variable, "")
+    if not url:
+        raise ConfigError(
+            f"storage.url_env names {variable}, which is not set or empty; set it to a "
+            "postgresql:// URL, or remove storage.url_env to use storage.path (SQLite)"
+        )
+    REDACTOR.add(url)
+    password = urllib.parse.urlsplit(url).password
+    if password:
+        REDACTOR.add(password)
+    return url
+
+
+async def open_store(config: Config, *, create: bool = True) -> Store:
+    """The configured store, migrated; ConfigError naming what to fix when it cannot be opened.
+    Without create, a SQLite file that does not exist yet is not made: an empty store in
+    memory stands for it."""
+    url = database_url(config)
+    path = config.storage.path
+    if not url and not create and not Path(path).exists():
+        path = ":memory:"
+    try:
+        return await Store.open(path, url=url)
+    except Unavailable as error:
+        if url:
+            raise ConfigError(
+                f"cannot connect to the PostgreSQL server in ${config.storage.url_env} "
+                f"({REDACTOR.redact(str(error))})"
+            ) from None
+        raise ConfigError(
+            f"storage.path: cannot open the database {config.storage.path} ({error}); "
+            "choose a path this user can write"
+        ) from None
+    except SchemaTooNew as error:
+        raise ConfigError(str(error)) from None
+
+
+def register_secrets(config: Config) -> None:
+    """Make every secret the configuration names unprintable: logs and errors redact them."""
+    feishu = config.feishu
+    if config.storage.url_env and os.environ.get(config.storage.url_env):
+        database_url(config)  # registers the URL and its password
+    for variable in (
+        config.llm.api_key_env,
+        config.telegram.token_env,
+        config.telegram.webhook_secret_env,
+        feishu.app_secret_env,
+        feishu.verification_token_env,
+        feishu.encrypt_key_env,
+        config.web.token_env,
+    ):
+        REDACTOR.add(os.environ.get(variable, ""))
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write text to path, readable by its owner only (exports hold DM blocks)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    os.fchmod(descriptor, PRIVATE_FILE_MODE)  # also when the file was there before
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
