@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import commands, data, headofline, memory, prefix, turn, web, workers
+from bench import baseline, commands, data, headofline, memory, prefix, turn, web, workers
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -30,6 +30,7 @@ def _settings(quick: bool) -> dict[str, Any]:
             "web": (1_000, 10),
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
+            "baseline_runs": 1,
         }
     return {
         "scopes": [1_000, 10_000, 100_000],
@@ -40,6 +41,7 @@ def _settings(quick: bool) -> dict[str, Any]:
         "web": (100_000, 40),
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
+        "baseline_runs": 5,
     }
 
 
@@ -204,12 +206,27 @@ def measure_memory(folder: Path, scopes: int, settings: dict[str, Any]) -> dict[
     }
 
 
+def _baseline_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    versus = report["commands_vs_baseline"]
+    if not versus["available"]:
+        return []
+    return [
+        (
+            f"committed commands/s on {name} within 10% of {versus['baseline']}'s",
+            versus[key]["ours_over_baseline"] >= 0.9,
+            f"{versus[key]['ours_over_baseline']}x",
+        )
+        for key, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
+    ]
+
+
 def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
-    """Each target of the benchmark issue: its name, whether it is met, and the figure."""
+    """Each target of the benchmark issues: its name, whether it is met, and the figure."""
     largest, smallest = report["turns"][-1], report["turns"][0]
     hundred_k = next((t for t in report["turns"] if t["scopes"] == 100_000), largest)
     ours = largest["ours"]
     return [
+        *_baseline_targets(report),
         (
             "turn p50 <= 2x single aiosqlite query (largest store)",
             ours["p50_us"] <= 2 * largest["b_single_aiosqlite"]["p50_us"],
@@ -295,6 +312,18 @@ def print_table(report: dict[str, Any]) -> None:
         f"{c['ours_postgres_per_s']:,}/s on PostgreSQL; plain sqlite3 "
         f"{c['plain_sqlite3_per_s']:,}/s ({c['plain_over_ours']}x ours)"
     )
+    versus = report["commands_vs_baseline"]
+    if versus["available"]:
+        print(
+            f"Against {versus['baseline']} (median of {versus['runs']} alternating runs): "
+            + "; ".join(
+                f"{name} {versus[key]['ours']:,.0f}/s against {versus[key]['baseline']:,.0f}/s "
+                f"({versus[key]['ours_over_baseline']}x)"
+                for key, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
+            )
+        )
+    else:
+        print(f"Against {versus['baseline']}: not in this checkout (a shallow clone)")
     w = report["workers"]
     print(
         f"Webhook workers ({w['chats']} chats x {w['adds_per_chat']} /pin add, posted, recorded, "
@@ -370,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
             ]
             report["commands"] = measure_commands(folder, settings, runs, cluster)
             report["workers"] = measure_workers(folder, settings, runs, cluster)
+            report["commands_vs_baseline"] = baseline.commands_against(
+                folder,
+                settings["commands"],
+                settings["baseline_runs"],
+                lambda name: _database(cluster, name),
+            )
         finally:
             cluster.stop()
         slow, lists, delay = settings["hol"]
