@@ -14,7 +14,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import baseline, commands, data, headofline, memory, prefix, turn, web, workers
+from bench import (
+    baseline,
+    commands,
+    data,
+    headofline,
+    layers,
+    memory,
+    prefix,
+    turn,
+    web,
+    workers,
+)
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -107,11 +118,13 @@ def measure_turns(
         )
         results["d_json_per_scope"].append(turn.json_per_scope(per_scope, scopes, n, seed))
     figures = {name: median_of(samples) for name, samples in results.items()}
+    if scopes == settings["scopes"][-1]:
+        figures["layers"] = layers.run(db, url, scopes, n)
     ours = figures["ours"]["p50_us"]
     ratios = {
         f"ours_p50_over_{name}": _ratio(ours, fig["p50_us"])
         for name, fig in figures.items()
-        if name != "ours"
+        if name not in ("ours", "layers")
     }
     return {"blocks": scopes * data.BLOCKS_PER_SCOPE, "scopes": scopes, **figures, "ratios": ratios}
 
@@ -311,6 +324,19 @@ def print_table(report: dict[str, Any]) -> None:
         f"\nCommands: {c['ours_per_s']:,}/s committed (/pin add, edit, remove) on SQLite, "
         f"{c['ours_postgres_per_s']:,}/s on PostgreSQL; plain sqlite3 "
         f"{c['plain_sqlite3_per_s']:,}/s ({c['plain_over_ours']}x ours)"
+    )
+    ways = report["turns"][-1]["layers"]
+    print(
+        f"The turn's query at {report['turns'][-1]['blocks']:,} blocks, p50 us (driver alone / "
+        "our dialect / SQLAlchemy text() / SQLAlchemy select()): "
+        + "; ".join(
+            f"{backend} "
+            + " / ".join(
+                f"{ways[backend][way]['p50_us']:,.0f}"
+                for way in ("driver", "ours", "sqlalchemy_text", "sqlalchemy_core")
+            )
+            for backend in ("sqlite", "postgres")
+        )
     )
     versus = report["commands_vs_baseline"]
     if versus["available"]:
