@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Self
 
-from storage.blocks import BlockStore
-from storage.browse import BrowseStore
+from storage.blocks import BlockStore, BrowseStore
 from storage.buckets import TokenBuckets
 from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
