@@ -1,18 +1,139 @@
 """pinbot's storage: one store over SQLite (one process) or PostgreSQL (several), written once.
-Everything outside this package uses `Store` (or the narrower contracts of storage.contract)
-and the exceptions of storage.errors; no driver's exception leaves it."""
+Everything outside this package uses `Store` (or the narrower contracts of its concerns) and the
+exceptions of storage.errors; no driver's exception leaves it."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
-from storage.store import Store
+from storage.blocks import BlockStore, BrowseStore
+from storage.buckets import TokenBuckets
+from storage.delivery import DeliveryStore
+from storage.dialect import Database, connect
+from storage.history import HistoryStore
+from storage.rows import TABLES, Dump, PendingCalls
+from storage.schema import migrate
+from storage.usage import UsageStore
+
+__all__ = ["Store", "open_store"]
+
+
+class Store(BlockStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore):
+    """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
+    model-call counts, history, the audit trail, usage, delivered updates and workers."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._pending_calls = PendingCalls()
+        self._buckets = TokenBuckets()
+        self._worker = 0
+
+    @classmethod
+    async def open(cls, path: str | Path = ":memory:", *, url: str | None = None) -> Self:
+        """The PostgreSQL database at url when one is given, else the SQLite file at path
+        (created if needed); migrated to the latest schema. Unavailable when it cannot be
+        opened or reached, SchemaTooNew when a newer pinbot made it."""
+        db = await connect(path=path, url=url)
+        try:
+            await migrate(db)
+        except BaseException:
+            await db.close()
+            raise
+        return cls(db)
+
+    @property
+    def kind(self) -> str:
+        """ "SQLite" or "PostgreSQL"."""
+        return self._db.kind
+
+    async def close(self) -> None:
+        """Write pending counts and close; committed data is in the database."""
+        try:
+            await self.flush_calls()
+        finally:
+            await self._db.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def schema_version(self) -> int:
+        """The number of the last schema step applied."""
+        return await self._db.schema_version()
+
+    async def integrity_ok(self) -> bool:
+        """Whether the database checks out."""
+        return await self._db.integrity_ok()
+
+    async def move_group(
+        self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
+    ) -> int:
+        """Move a group's blocks, counters, audit trail and history from the key old to new, in
+        one transaction; returns how many blocks moved. The group's scopes are old and those
+        starting with members_prefix, its history sessions old and those starting with
+        sessions_prefix (both prefixes start with old, which is replaced by new).
+
+        A block whose label already exists at the destination stays where it was, so nothing is
+        overwritten or duplicated; moving twice moves nothing the second time."""
+        in_group = "(scope = ? OR substr(scope, 1, length(?)) = ?)"
+        renamed = "CAST(? AS TEXT) || substr(scope, length(?) + 1)"
+        group = (old, members_prefix, members_prefix)
+        await self.flush_calls()
+        async with self._db.transaction(old, new) as tx:
+            moved = await tx.execute(
+                f"UPDATE blocks SET scope = {renamed} WHERE {in_group} AND NOT EXISTS "
+                "(SELECT 1 FROM blocks d WHERE d.scope = CAST(? AS TEXT) || "
+                "substr(blocks.scope, length(?) + 1) AND d.label_key = blocks.label_key)",
+                *(new, old, *group, new, old),
+            )
+            await tx.execute(
+                f"INSERT INTO scope_calls (scope, calls) SELECT {renamed}, calls FROM scope_calls "
+                f"WHERE {in_group} ON CONFLICT (scope) DO UPDATE SET "
+                "calls = scope_calls.calls + excluded.calls",
+                *(new, old, *group),
+            )
+            await tx.execute(f"DELETE FROM scope_calls WHERE {in_group}", *group)
+            await tx.execute(
+                "UPDATE shared_audit SET group_scope = ? WHERE group_scope = ?", new, old
+            )
+            await tx.execute(
+                "UPDATE history SET session = CAST(? AS TEXT) || substr(session, length(?) + 1) "
+                "WHERE session = ? OR substr(session, 1, length(?)) = ?",
+                *(new, old, old, sessions_prefix, sessions_prefix),
+            )
+        return moved
+
+    # --- the whole store, for pinbot transfer -------------------------------------------------
+
+    async def dump(self) -> Dump:
+        """Every row of every table a transfer copies."""
+        await self.flush_calls()
+        result: Dump = {}
+        for table, (columns, order) in TABLES.items():
+            rows = await self._db.fetch(f"SELECT {columns} FROM {table} ORDER BY {order}")
+            result[table] = [tuple(row) for row in rows]
+        return result
+
+    async def is_empty(self) -> bool:
+        """Whether no table a transfer copies holds a row."""
+        for table in TABLES:
+            if await self._db.fetchrow(f"SELECT 1 FROM {table} LIMIT 1") is not None:
+                return False
+        return True
+
+    async def load(self, dump: Dump) -> None:
+        """Add every row of a dump, in one transaction."""
+        async with self._db.transaction() as tx:
+            for table, (columns, _) in TABLES.items():
+                marks = ", ".join("?" * len(columns.split(",")))
+                rows = dump.get(table, [])
+                await tx.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
 
 
 async def open_store(*, path: str | Path, url: str | None = None) -> Store:
     """The PostgreSQL store at url when one is given, else the SQLite database at path; either
     migrated to the latest schema."""
     return await Store.open(path, url=url)
-
-
-__all__ = ["Store", "open_store"]

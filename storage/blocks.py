@@ -1,6 +1,7 @@
-"""Blocks of every scope, the model-call counts that age idle blocks, and the audit trail of
-shared blocks. Every write is guarded: a limit that no longer holds makes it change nothing,
-and the exception raised says which limit (or that the block changed since it was read)."""
+"""Blocks of every scope, the model-call counts that age idle blocks, the audit trail of shared
+blocks, and the read-only views the operator's web page browses them with. Every write is
+guarded: a limit that no longer holds makes it change nothing, and the exception raised says
+which limit (or that the block changed since it was read)."""
 
 from __future__ import annotations
 
@@ -8,32 +9,11 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from storage import models, rows
 from storage.dialect import Database, Step
 from storage.errors import Conflict, LabelTaken, LimitReached, NotFound, OverBudget
-from storage.models import (
-    AuditEntry,
-    Block,
-    Change,
-    ChangeKind,
-    Level,
-    Limits,
-    NewBlock,
-    State,
-    label_key,
-)
-from storage.rows import (
-    AUDIT_COLUMNS,
-    AUDIT_INSERT,
-    BLOCK_COLUMNS,
-    BLOCK_INSERT_COLUMNS,
-    PendingCalls,
-    audit_from_row,
-    audit_row,
-    block_from_row,
-    block_insert_rows,
-    import_audit_rows,
-    ts,
-)
+from storage.models import AuditEntry, Block, Change, ChangeKind, Level, Limits, NewBlock, State
+from storage.rows import BLOCK_COLUMNS, block_from_row, ts
 
 Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, blocks)
 _INSERT = (
@@ -55,53 +35,92 @@ _GOING_IDLE = (
     "WHERE scope = blocks.scope)"
 )
 _INSERT_ROW = (
-    f"INSERT INTO blocks ({', '.join(BLOCK_INSERT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(BLOCK_INSERT_COLUMNS))})"
+    f"INSERT INTO blocks ({', '.join(rows.BLOCK_INSERT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(rows.BLOCK_INSERT_COLUMNS))})"
 )
+_IN_ORDER = "ORDER BY scope, created_at, id"
+
+
+def _audit(scope: str, change: Change, at: datetime, *entries: tuple[Any, ...]) -> Step:
+    """The step writing entries (kind, label, old content, new content, detail) to the trail."""
+    return Step(rows.AUDIT_INSERT, rows.audit_rows(scope, change, at, entries), many=True)
+
+
+async def _audit_entries(
+    db: Database, where: str, args: Sequence[Any], limit: int, offset: int
+) -> list[AuditEntry]:
+    """A page of the audit entries where selects, newest first."""
+    found = await db.fetch(
+        f"SELECT {rows.AUDIT_COLUMNS} FROM shared_audit {where} "
+        "ORDER BY at DESC, id DESC LIMIT ? OFFSET ?",
+        *(*args, limit, offset),
+    )
+    return [rows.audit_from_row(row) for row in found]
+
+
+def _insert_rows(scope: str, blocks: Sequence[Block]) -> list[tuple[Any, ...]]:
+    """Rows of BLOCK_INSERT_COLUMNS for inserting blocks as they are, oldest first."""
+    return [
+        (
+            *(scope, b.label, models.label_key(b.label), b.content, b.level.value, b.state.value),
+            *(b.priority, ts(b.created_at), ts(b.updated_at)),
+            *(None if b.idle_since is None else ts(b.idle_since), b.idle_calls),
+        )
+        for b in sorted(blocks, key=lambda b: b.created_at)
+    ]
+
+
+def _import_entries(
+    before: dict[str, tuple[str, str]], blocks: Sequence[Block]
+) -> list[tuple[Any, ...]]:
+    """Audit entries for each label an import changes; before maps label keys to (label, content)
+    as stored."""
+    after = {models.label_key(b.label): (b.label, b.content) for b in blocks}
+    gone: tuple[str, str | None] = ("", None)
+    entries = []
+    for key in sorted({*before, *after}):
+        old, new = before.get(key, gone), after.get(key, gone)
+        if old != new:
+            entries.append((ChangeKind.IMPORT, new[0] or old[0], old[1], new[1], ""))
+    return entries
 
 
 class BlockStore(Protocol):
     """The store's blocks, their model-call counts and the audit trail of shared blocks."""
 
     _db: Database
-    _pending_calls: PendingCalls
+    _pending_calls: rows.PendingCalls
 
     async def blocks(self, scopes: Sequence[str]) -> list[Block]:
         """Every block of the given scopes, in any state, oldest creation first."""
         if not scopes:
             return []
-        rows = await self._db.fetch(
+        found = await self._db.fetch(
             f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope IN (?*) ORDER BY created_at, id",
             list(scopes),
         )
-        return [block_from_row(row) for row in rows]
+        return [block_from_row(row) for row in found]
 
     async def insert_block(
         self, new: NewBlock, *, now: datetime, limits: Limits, change: Change, audited: bool = False
     ) -> None:
         """Insert a block, committed on return. LabelTaken, LimitReached or OverBudget when the
         scope stands in the way; with audited, the change goes to the scope's audit trail."""
-        stamp = ts(now)
-        audit: tuple[Step, ...] = ()
-        if audited:
-            detail = new.level.value + (" pinned" if new.state is State.PINNED else "")
-            entry = audit_row(
-                new.scope, change, ChangeKind.ADD, new.label, None, new.content, now, detail
-            )
-            audit = (Step(AUDIT_INSERT, entry),)
+        stamp, key, budget = ts(now), models.label_key(new.label), limits.max_total_chars
         args = (
-            *(new.scope, new.label, label_key(new.label), new.content, new.level.value),
-            *(new.state.value, new.priority, stamp, stamp, new.scope, limits.max_blocks),
-            *(limits.max_total_chars, new.scope, new.content, limits.max_total_chars),
+            *(new.scope, new.label, key, new.content, new.level.value, new.state.value),
+            *(new.priority, stamp, stamp, new.scope, limits.max_blocks, budget, new.scope),
+            *(new.content, budget),
         )
+        detail = new.level.value + (" pinned" if new.state is State.PINNED else "")
+        entry = (ChangeKind.ADD, new.label, None, new.content, detail)
+        audit = (_audit(new.scope, change, now, entry),) if audited else ()
         if await self._db.write(Step(_INSERT, args), *audit, lock=(new.scope,), guard=True):
             return
         row = await self._db.fetchrow(
             "SELECT (SELECT label FROM blocks WHERE scope = ? AND label_key = ?), COUNT(*), "
             "COALESCE(SUM(length(content)), 0) FROM blocks WHERE scope = ?",
-            new.scope,
-            label_key(new.label),
-            new.scope,
+            *(new.scope, key, new.scope),
         )
         assert row is not None
         if row[0] is not None:
@@ -109,8 +128,8 @@ class BlockStore(Protocol):
         if row[1] >= limits.max_blocks:
             raise LimitReached(limits.max_blocks)
         total = int(row[2]) + len(new.content)
-        if limits.max_total_chars and total > limits.max_total_chars:
-            raise OverBudget(total, limits.max_total_chars)
+        if budget and total > budget:
+            raise OverBudget(total, budget)
         raise Conflict("the scope changed while adding")
 
     async def update_block(
@@ -148,8 +167,17 @@ class BlockStore(Protocol):
         )
         audit: tuple[Step, ...] = ()
         if audited:
-            rows = _update_audit(block, change, now, content, level, state, priority)
-            audit = (Step(AUDIT_INSERT, rows, many=True),)
+            entries = [
+                (kind, block.label, block.content, new_content, detail)
+                for kind, value, detail in (
+                    (ChangeKind.EDIT, content, ""),
+                    (ChangeKind.LEVEL, level, level.value if level else ""),
+                    (ChangeKind.STATE, state, state.value if state else ""),
+                    (ChangeKind.PRIORITY, priority, str(priority)),
+                )
+                if value is not None
+            ]
+            audit = (_audit(block.scope, change, now, *entries),)
         update = Step(_UPDATE.format(idle=idle), args)
         if await self._db.write(update, *audit, lock=(block.scope,), guard=True):
             return
@@ -169,12 +197,8 @@ class BlockStore(Protocol):
         self, block: Block, *, now: datetime, change: Change, audited: bool = False
     ) -> None:
         """Delete a block, committed on return; NotFound when it is already gone."""
-        audit: tuple[Step, ...] = ()
-        if audited:
-            entry = audit_row(
-                block.scope, change, ChangeKind.REMOVE, block.label, block.content, None, now
-            )
-            audit = (Step(AUDIT_INSERT, entry),)
+        entry = (ChangeKind.REMOVE, block.label, block.content, None, "")
+        audit = (_audit(block.scope, change, now, entry),) if audited else ()
         delete = Step("DELETE FROM blocks WHERE id = ?", (block.id,))
         if not await self._db.write(delete, *audit, lock=(block.scope,), guard=True):
             raise NotFound(f"block {block.label!r} is gone")
@@ -185,14 +209,10 @@ class BlockStore(Protocol):
         """Delete every block of a scope, pinned included; returns how many went."""
         async with self._db.transaction(scope) as tx:
             if audited:
-                rows = await tx.fetch("SELECT label, content FROM blocks WHERE scope = ?", scope)
-                await tx.executemany(
-                    AUDIT_INSERT,
-                    [
-                        audit_row(scope, change, ChangeKind.CLEAR, r[0], r[1], None, now)
-                        for r in rows
-                    ],
-                )
+                found = await tx.fetch("SELECT label, content FROM blocks WHERE scope = ?", scope)
+                entries = [(ChangeKind.CLEAR, label, old, None, "") for label, old in found]
+                audit = _audit(scope, change, now, *entries)
+                await tx.executemany(audit.sql, audit.args)
             return await tx.execute("DELETE FROM blocks WHERE scope = ?", scope)
 
     async def delete_blocks(self, ids: Collection[int]) -> int:
@@ -209,13 +229,13 @@ class BlockStore(Protocol):
         before this call."""
         if not scopes:
             return [], {}
-        rows = await self._db.fetch(
+        found = await self._db.fetch(
             f"SELECT {BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
             "blocks.scope) FROM blocks WHERE scope IN (?*)",
             list(scopes),
         )
-        stored = {row[1]: row[12] or 0 for row in rows}
-        return [block_from_row(row) for row in rows], self._pending_calls.count(scopes, stored)
+        stored = {row[1]: row[12] or 0 for row in found}
+        return [block_from_row(row) for row in found], self._pending_calls.count(scopes, stored)
 
     async def flush_calls(self) -> None:
         """Write the counted model calls that are not yet in the database."""
@@ -235,12 +255,9 @@ class BlockStore(Protocol):
         first)."""
         await self.flush_calls()
         scopes: Scopes = {}
-        for row in await self._db.fetch("SELECT scope, calls FROM scope_calls"):
-            scopes[row[0]] = (int(row[1]), [])
-        rows = await self._db.fetch(
-            f"SELECT {BLOCK_COLUMNS} FROM blocks ORDER BY scope, created_at, id"
-        )
-        for row in rows:
+        for scope, calls in await self._db.fetch("SELECT scope, calls FROM scope_calls"):
+            scopes[scope] = (int(calls), [])
+        for row in await self._db.fetch(f"SELECT {BLOCK_COLUMNS} FROM blocks {_IN_ORDER}"):
             block = block_from_row(row)
             scopes.setdefault(block.scope, (0, []))[1].append(block)
         return scopes
@@ -256,21 +273,19 @@ class BlockStore(Protocol):
         async with self._db.transaction(*scopes) as tx:
             for scope, (calls, blocks) in scopes.items():
                 if scope in audited:
-                    rows = await tx.fetch(
+                    found = await tx.fetch(
                         "SELECT label_key, label, content FROM blocks WHERE scope = ?", scope
                     )
-                    before = {row[0]: (row[1], row[2]) for row in rows}
-                    await tx.executemany(
-                        AUDIT_INSERT, import_audit_rows(scope, before, blocks, change, now)
-                    )
+                    before = {key: (label, content) for key, label, content in found}
+                    audit = _audit(scope, change, now, *_import_entries(before, blocks))
+                    await tx.executemany(audit.sql, audit.args)
                 await tx.execute("DELETE FROM blocks WHERE scope = ?", scope)
                 await tx.execute(
                     "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
                     "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls",
-                    scope,
-                    calls,
+                    *(scope, calls),
                 )
-                await tx.executemany(_INSERT_ROW, block_insert_rows(scope, blocks))
+                await tx.executemany(_INSERT_ROW, _insert_rows(scope, blocks))
                 written += len(blocks)
         return written
 
@@ -278,13 +293,7 @@ class BlockStore(Protocol):
 
     async def audit_log(self, group_scope: str, limit: int) -> list[AuditEntry]:
         """The latest changes to a group's shared blocks, newest first."""
-        rows = await self._db.fetch(
-            f"SELECT {AUDIT_COLUMNS} FROM shared_audit WHERE group_scope = ? "
-            "ORDER BY at DESC, id DESC LIMIT ?",
-            group_scope,
-            limit,
-        )
-        return [audit_from_row(row) for row in rows]
+        return await _audit_entries(self._db, "WHERE group_scope = ?", [group_scope], limit, 0)
 
     async def prune_audit(self, group_scope: str, before: datetime) -> int:
         """Forget a group's audit entries older than before; returns how many went."""
@@ -293,26 +302,81 @@ class BlockStore(Protocol):
         )
 
 
-def _update_audit(
-    block: Block,
-    change: Change,
-    now: datetime,
-    content: str | None,
-    level: Level | None,
-    state: State | None,
-    priority: int | None,
-) -> list[tuple[Any, ...]]:
-    """One audit row per kind of change an update makes."""
-    after = block.content if content is None else content
-    rows = []
-    for kind, value, detail in (
-        (ChangeKind.EDIT, content, ""),
-        (ChangeKind.LEVEL, level, level.value if level else ""),
-        (ChangeKind.STATE, state, state.value if state else ""),
-        (ChangeKind.PRIORITY, priority, str(priority)),
-    ):
-        if value is not None:
-            rows.append(
-                audit_row(block.scope, change, kind, block.label, block.content, after, now, detail)
-            )
-    return rows
+class BrowseStore(Protocol):
+    """Read-only views over blocks and the audit trail, for the operator's web page."""
+
+    _db: Database
+
+    async def first_scope_after(self, key: str) -> str | None:
+        """The first scope key holding blocks that sorts after key, if any."""
+        value = await self._db.fetchval("SELECT MIN(scope) FROM blocks WHERE scope > ?", key)
+        return None if value is None else str(value)
+
+    async def scopes_with_prefix(
+        self, prefix: str, *, after: str, limit: int
+    ) -> list[tuple[str, int]]:
+        """Scopes holding blocks whose keys start with prefix and sort after the key after, in
+        key order, each with its number of blocks; at most limit of them."""
+        found = await self._db.fetch(
+            "SELECT scope, COUNT(*) FROM blocks WHERE scope >= ? AND scope < ? AND scope > ? "
+            "GROUP BY scope ORDER BY scope LIMIT ?",
+            *(*_prefix_range(prefix), after, limit),
+        )
+        return [(scope, int(count)) for scope, count in found if scope.startswith(prefix)]
+
+    async def blocks_with_prefix(self, prefix: str) -> list[Block]:
+        """Every block of the scopes whose keys start with prefix, by scope, oldest first."""
+        found = await self._db.fetch(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope >= ? AND scope < ? {_IN_ORDER}",
+            *_prefix_range(prefix),
+        )
+        return [block_from_row(row) for row in found if row[1].startswith(prefix)]
+
+    async def search_blocks(
+        self, text: str, *, limit: int, skip_scopes_like: str | None = None
+    ) -> list[Block]:
+        """Blocks whose label or content contains text (ignoring the case of ASCII letters), at
+        most limit, by scope; scopes matching the LIKE pattern skip_scopes_like are left out."""
+        # LIKE's wildcards in text are taken literally, escaped with a backslash.
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern, like, skip = f"%{escaped}%", self._db.ilike, skip_scopes_like
+        found = await self._db.fetch(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE (label {like} ? ESCAPE '\\' "
+            f"OR content {like} ? ESCAPE '\\') AND (CAST(? AS TEXT) IS NULL OR scope NOT LIKE ?) "
+            f"{_IN_ORDER} LIMIT ?",
+            *(pattern, pattern, skip, skip, limit),
+        )
+        return [block_from_row(row) for row in found]
+
+    async def audit_entries(
+        self,
+        *,
+        group: str | None = None,
+        actor: str | None = None,
+        kind: ChangeKind | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> list[AuditEntry]:
+        """Changes to shared blocks, newest first, filtered by group, actor, kind of change and
+        time [since, until); a page of them."""
+        conditions, args = [], []
+        for sql, value in (
+            ("group_scope = ?", group),
+            ("actor = ?", actor),
+            ("kind = ?", kind.value if kind else None),
+            ("at >= ?", ts(since) if since else None),
+            ("at < ?", ts(until) if until else None),
+        ):
+            if value is not None and value != "":
+                conditions.append(sql)
+                args.append(value)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        return await _audit_entries(self._db, where, args, limit, offset)
+
+
+def _prefix_range(prefix: str) -> tuple[str, str]:
+    """[low, high) holding every key that starts with prefix, for an index range scan (callers
+    still check the prefix: a database collation other than bytewise may widen the range)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)

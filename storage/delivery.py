@@ -13,6 +13,8 @@ from storage.dialect import Database
 from storage.models import PendingUpdate
 from storage.rows import ts
 
+_DROP = "DELETE FROM chat_leases WHERE chat = ? AND owner = ?"
+
 
 class DeliveryStore(Protocol):
     """The inbox, chat leases, workers and rate buckets of one database."""
@@ -28,9 +30,7 @@ class DeliveryStore(Protocol):
         database is served by one process at a time)."""
         rows = await self._db.returning(
             "INSERT INTO workers (started_at, host, pid) VALUES (?, ?, ?) RETURNING id",
-            ts(now),
-            socket.gethostname(),
-            os.getpid(),
+            *(ts(now), socket.gethostname(), os.getpid()),
         )
         worker = int(rows[0][0])
         await self._db.join(worker, sole)
@@ -60,12 +60,7 @@ class DeliveryStore(Protocol):
         changed = await self._db.execute(
             "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            platform,
-            event_id,
-            chat,
-            position,
-            payload,
-            ts(now),
+            *(platform, event_id, chat, position, payload, ts(now)),
         )
         return changed == 1
 
@@ -77,9 +72,7 @@ class DeliveryStore(Protocol):
             "ON CONFLICT (chat) DO UPDATE SET owner = excluded.owner, since = excluded.since "
             "WHERE chat_leases.owner = excluded.owner "
             f"OR chat_leases.owner NOT IN ({self._db.live_workers(self._worker)}) RETURNING owner",
-            chat,
-            self._worker,
-            ts(now),
+            *(chat, self._worker, ts(now)),
         )
         return bool(rows)
 
@@ -111,16 +104,12 @@ class DeliveryStore(Protocol):
             )
             if waiting:
                 return bool(owner != self._worker)
-            await tx.execute(
-                "DELETE FROM chat_leases WHERE chat = ? AND owner = ?", chat, self._worker
-            )
+            await tx.execute(_DROP, chat, self._worker)
         return True
 
     async def drop_lease(self, chat: str) -> None:
         """Give up the chat's lease whatever waits (another worker will take the chat up)."""
-        await self._db.execute(
-            "DELETE FROM chat_leases WHERE chat = ? AND owner = ?", chat, self._worker
-        )
+        await self._db.execute(_DROP, chat, self._worker)
 
     async def abandoned_chats(self, limit: int) -> list[str]:
         """Chats with unprocessed updates that no other live worker holds, at most limit."""
@@ -128,8 +117,7 @@ class DeliveryStore(Protocol):
             "SELECT DISTINCT i.chat FROM inbox i LEFT JOIN chat_leases l ON l.chat = i.chat "
             "WHERE i.done_at IS NULL AND (l.owner IS NULL OR l.owner = ? "
             f"OR l.owner NOT IN ({self._db.live_workers(self._worker)})) LIMIT ?",
-            self._worker,
-            limit,
+            *(self._worker, limit),
         )
         return [row[0] for row in rows]
 
@@ -155,11 +143,7 @@ class DeliveryStore(Protocol):
             "CAST(? AS DOUBLE PRECISION) + 1 / CAST(? AS DOUBLE PRECISION), true) "
             f"ON CONFLICT (key) DO UPDATE SET granted = {refilled} >= 1, tokens = {left}, "
             f"full_at = ? + (? - {left}) / ?, at = ? RETURNING granted, tokens",
-            *(key, capacity, at, at, per_s),
-            *grant,
-            *grant,
-            *grant,
-            *(at, capacity, *grant, *grant, per_s, at),
+            *(key, capacity, at, at, per_s, *grant * 3, at, capacity, *grant * 2, per_s, at),
         )
         granted, tokens = rows[0]
         return None if granted else (1 - tokens) / per_s

@@ -1,11 +1,10 @@
 """The one place SQLite and PostgreSQL differ: connections, placeholders, transactions and their
-locks, column types, how the schema version is kept, and how a worker proves it is alive.
+locks, column types, the schema version's bookkeeping and how a worker proves it is alive.
 
-Every statement of the store is written once, with `?` placeholders and `IN (?*)` for a list
-parameter; each dialect turns that into its own form. A `Database` offers reads, single writes,
-atomic batches of writes (`write`: one round trip to SQLite's thread) and transactions that hold
-per-scope locks (`transaction`: PostgreSQL's READ COMMITTED would let two writers both see a
-scope below its limit, so writes that a limit guards lock their scope first).
+Statements are written once, with `?` placeholders and `IN (?*)` for a list parameter. Besides
+reads and single writes, a `Database` runs atomic batches (`write`: one round trip to SQLite's
+thread) and transactions holding per-scope locks: PostgreSQL's READ COMMITTED would let two
+writers both see a scope below its limit, so writes that a limit guards lock their scope first.
 """
 
 from __future__ import annotations
@@ -22,15 +21,12 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import aiosqlite
 import asyncpg
 
 from storage.errors import Unavailable, WorkerConflict
-
-if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
 
 log = logging.getLogger(__name__)
 Row = Sequence[Any]
@@ -45,6 +41,14 @@ MIGRATION_LOCK = 7_000_001
 WORKER_LOCKS = 7_000_002  # a worker holds (WORKER_LOCKS, its id) while it lives
 SOLE_LOCKS = 7_000_003  # and (SOLE_LOCKS, hashtext(role)) for a role only one may hold
 _LIST = re.compile(r"IN \(\?\*\)")
+# Column types by the names schema steps use ({time}, {serial}, …): (SQLite, PostgreSQL).
+_TYPES = {
+    "serial": ("INTEGER PRIMARY KEY", "BIGSERIAL PRIMARY KEY"),
+    "sequence": ("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY"),
+    "time": ("REAL", "DOUBLE PRECISION"),
+    "count": ("INTEGER", "BIGINT"),
+    "without_rowid": (" WITHOUT ROWID", ""),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,9 @@ class Step:
 
 class Executor(abc.ABC):
     """Runs statements on one connection (or a pool): what a transaction's body uses."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
 
     @abc.abstractmethod
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
@@ -83,15 +90,15 @@ class Executor(abc.ABC):
 
 
 class Database(Executor):
-    """A connection to one pinbot database, in its dialect. Reads and single writes autocommit."""
+    """A connection to one pinbot database, in its dialect. Reads and single writes autocommit.
+    What is not abstract here suits a database that one process serves."""
 
     kind: str  # "SQLite" or "PostgreSQL", as messages name it
     one_process: bool  # whether one process serves this database (SQLite)
     for_update: str  # the clause that locks the rows a transaction's SELECT reads
     ilike: str  # LIKE ignoring case (SQLite's LIKE ignores the case of ASCII letters)
-    types: ClassVar[
-        dict[str, str]
-    ]  # column types by the names schema steps use: {time}, {serial}, …
+    types: ClassVar[dict[str, str]]  # column types by the names schema steps use
+    integrity_check: str  # a query whose only row is ("ok",) when the database checks out
 
     @abc.abstractmethod
     async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
@@ -101,10 +108,6 @@ class Database(Executor):
     @abc.abstractmethod
     def transaction(self, *locks: str) -> contextlib.AbstractAsyncContextManager[Executor]:
         """A transaction holding the locks of the scopes named, committed when the block ends."""
-
-    @abc.abstractmethod
-    async def returning(self, sql: str, *args: Any) -> list[Row]:
-        """Run a write that returns rows (RETURNING)."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -119,10 +122,6 @@ class Database(Executor):
         """Record that step number is applied, inside its step's transaction."""
 
     @abc.abstractmethod
-    def migrating(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """Held while migrations run, so processes starting at once apply each step once."""
-
-    @abc.abstractmethod
     async def join(self, worker: int, sole: str | None) -> None:
         """Count as live worker `worker` until leave() or the process ends (and hold the role
         sole alone): WorkerConflict when another live process stands in the way."""
@@ -131,51 +130,46 @@ class Database(Executor):
     async def leave(self) -> None:
         """Stop counting as a live worker."""
 
-    @abc.abstractmethod
     async def hold(self, role: str) -> bool:
         """Hold role alone among the live workers for as long as this one lives, if no other
         live worker holds it; whether this worker holds it now."""
+        return True  # one process serves the database: its roles are all its own
+
+    async def returning(self, sql: str, *args: Any) -> list[Row]:
+        """Run a write that returns rows (RETURNING)."""
+        return await self.fetch(sql, *args)
+
+    @contextlib.asynccontextmanager
+    async def migrating(self) -> AsyncIterator[None]:
+        """Held while migrations run, so processes starting at once apply each step once."""
+        yield  # each step's transaction is the lock; a step re-reads the version
 
     @property
-    @abc.abstractmethod
     def worker_live(self) -> bool:
         """Whether this worker still counts as live for the others."""
+        return True
 
-    @abc.abstractmethod
     def live_workers(self, worker: int) -> str:
         """A subquery of the ids of the live workers, seen from worker."""
+        return f"SELECT {int(worker)}"  # only this process serves: other holders have ended
 
-    @abc.abstractmethod
     async def integrity_ok(self) -> bool:
-        """Whether the database checks out (PostgreSQL checks its own)."""
-
-
-# --- SQLite -------------------------------------------------------------------------------------
+        """Whether the database checks out."""
+        return [tuple(row) for row in await self.fetch(self.integrity_check)] == [("ok",)]
 
 
 @functools.lru_cache(maxsize=4096)
 def _sqlite_sql(sql: str, sizes: tuple[int, ...]) -> str:
-    """sql with each `IN (?*)` holding as many placeholders as its list has items."""
-    parts = _LIST.split(sql)
-    out = [parts[0]]
-    for size, part in zip(sizes, parts[1:], strict=True):
-        out.append(f"IN ({','.join('?' * size)})")
-        out.append(part)
-    return "".join(out)
+    lists = iter(sizes)  # each `IN (?*)` gets as many placeholders as its list has items
+    return _LIST.sub(lambda _: f"IN ({','.join('?' * next(lists))})", sql)
 
 
 def _sqlite_args(sql: str, args: Sequence[Any]) -> tuple[str, Sequence[Any]]:
     if "?*" not in sql:
         return sql, args
-    flat: list[Any] = []
-    sizes = []
-    for arg in args:
-        if isinstance(arg, list):
-            sizes.append(len(arg))
-            flat.extend(arg)
-        else:
-            flat.append(arg)
-    return _sqlite_sql(sql, tuple(sizes)), flat
+    sizes = tuple(len(arg) for arg in args if isinstance(arg, list))
+    flat = [item for arg in args for item in (arg if isinstance(arg, list) else [arg])]
+    return _sqlite_sql(sql, sizes), flat
 
 
 _UNAVAILABLE_SQLITE = ("unable to open", "disk i/o", "readonly", "locked", "no such file")
@@ -192,8 +186,7 @@ def _sqlite_faults() -> Iterator[None]:
 
 
 class _SqliteExecutor(Executor):
-    def __init__(self, connection: aiosqlite.Connection) -> None:
-        self._connection = connection
+    _connection: aiosqlite.Connection
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         sql, flat = _sqlite_args(sql, args)
@@ -219,13 +212,8 @@ class SqliteDatabase(_SqliteExecutor, Database):
     one_process = True
     for_update = ""
     ilike = "LIKE"
-    types: ClassVar[dict[str, str]] = {
-        "serial": "INTEGER PRIMARY KEY",
-        "sequence": "INTEGER PRIMARY KEY AUTOINCREMENT",
-        "time": "REAL",
-        "count": "INTEGER",
-        "without_rowid": " WITHOUT ROWID",
-    }
+    types: ClassVar[dict[str, str]] = {name: both[0] for name, both in _TYPES.items()}
+    integrity_check = "PRAGMA integrity_check"
 
     def __init__(self, connection: aiosqlite.Connection, path: Path | None) -> None:
         super().__init__(connection)
@@ -259,8 +247,8 @@ class SqliteDatabase(_SqliteExecutor, Database):
 
     @staticmethod
     async def _use_wal(connection: aiosqlite.Connection) -> None:
-        """Switch to WAL. The switch needs the database to itself and SQLite does not wait for
-        it (busy_timeout does not apply), so processes opening a new file at once take turns."""
+        # The switch needs the database to itself and SQLite does not wait for it (busy_timeout
+        # does not apply), so processes opening a new file at once take turns.
         for attempt in range(1, WAL_ATTEMPTS + 1):
             try:
                 await connection.execute("PRAGMA journal_mode = WAL")
@@ -292,23 +280,21 @@ class SqliteDatabase(_SqliteExecutor, Database):
                 )
         return changed
 
-    def _run(self, steps: Sequence[Step], guard: bool) -> int:
-        """The batch, in aiosqlite's thread."""
+    def _run(self, steps: Sequence[Step], guard: bool) -> int:  # in aiosqlite's thread
         raw = self._connection._conn
+
+        def run(step: Step) -> int:
+            if step.many:
+                return int(raw.executemany(step.sql, step.args).rowcount)
+            return int(raw.execute(*_sqlite_args(step.sql, step.args)).rowcount)
+
         if len(steps) == 1 and not steps[0].many:
-            return int(raw.execute(*_sqlite_args(steps[0].sql, steps[0].args)).rowcount)
+            return run(steps[0])
         raw.execute("BEGIN IMMEDIATE")
         try:
-            first = -1
-            for step in steps:
-                if step.many:
-                    cursor = raw.executemany(step.sql, step.args)
-                else:
-                    cursor = raw.execute(*_sqlite_args(step.sql, step.args))
-                if first < 0:
-                    first = cursor.rowcount
-                    if guard and first == 0:
-                        break
+            first = run(steps[0])
+            for step in steps[1:] if first or not guard else ():
+                run(step)
         except BaseException:
             raw.execute("ROLLBACK")
             raise
@@ -318,13 +304,14 @@ class SqliteDatabase(_SqliteExecutor, Database):
     @contextlib.asynccontextmanager
     async def transaction(self, *locks: str) -> AsyncIterator[Executor]:
         async with self._write_lock:
-            await super().execute("BEGIN IMMEDIATE")
+            tx = _SqliteExecutor(self._connection)
+            await tx.execute("BEGIN IMMEDIATE")
             try:
-                yield _SqliteExecutor(self._connection)
+                yield tx
             except BaseException:
-                await super().execute("ROLLBACK")
+                await tx.execute("ROLLBACK")
                 raise
-            await super().execute("COMMIT")
+            await tx.execute("COMMIT")
 
     async def close(self) -> None:
         try:
@@ -338,13 +325,8 @@ class SqliteDatabase(_SqliteExecutor, Database):
     async def set_schema_version(self, on: Executor, number: int) -> None:
         await on.execute(f"PRAGMA user_version = {int(number)}")
 
-    @contextlib.asynccontextmanager
-    async def migrating(self) -> AsyncIterator[None]:
-        yield  # each step's BEGIN IMMEDIATE is the lock; a step re-reads the version
-
     async def join(self, worker: int, sole: str | None) -> None:
-        """A SQLite database is served by one process at a time (sole roles are then held by
-        definition)."""
+        # One process at a time serves a SQLite database, so it holds every sole role.
         if self.path is None or self._serving is not None:
             return
         descriptor = os.open(self.path, os.O_RDONLY)
@@ -357,53 +339,28 @@ class SqliteDatabase(_SqliteExecutor, Database):
             ) from None
         self._serving = descriptor
 
-    async def hold(self, role: str) -> bool:
-        return True  # one process serves a SQLite database: its roles are all its own
-
     async def leave(self) -> None:
         if self._serving is not None:
             os.close(self._serving)  # releases the one-server lock
             self._serving = None
 
-    @property
-    def worker_live(self) -> bool:
-        return True
-
-    def live_workers(self, worker: int) -> str:
-        return f"SELECT {int(worker)}"  # only this process serves: other holders have ended
-
-    async def integrity_ok(self) -> bool:
-        rows = await self.fetch("PRAGMA integrity_check")
-        return [tuple(row) for row in rows] == [("ok",)]
-
-
-# --- PostgreSQL ---------------------------------------------------------------------------------
-
 
 @functools.lru_cache(maxsize=4096)
-def _pg_sql(sql: str) -> str:
-    """sql with `IN (?*)` as `= ANY(?)` and each `?` numbered ($1, $2, …)."""
-    sql = _LIST.sub("= ANY(?)", sql)
-    parts = sql.split("?")
+def _pg_sql(sql: str) -> str:  # `IN (?*)` as `= ANY(?)`, and each `?` numbered: $1, $2, …
+    parts = _LIST.sub("= ANY(?)", sql).split("?")
     return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], start=1)) + parts[-1]
 
 
-def _changed(status: str) -> int:
-    """Rows a statement changed, from asyncpg's status text ("UPDATE 1", "INSERT 0 1")."""
+def _changed(status: str) -> int:  # from asyncpg's status text: "UPDATE 1", "INSERT 0 1"
     tail = status.rsplit(" ", 1)[-1]
     return int(tail) if tail.isdigit() else 0
 
 
 _PG_UNAVAILABLE = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
+    *(OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError),  # the connection
+    *(asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError),  # the server, or its limits
     asyncpg.TooManyConnectionsError,
-    asyncpg.AdminShutdownError,
-    asyncpg.InvalidAuthorizationSpecificationError,
-    asyncpg.InvalidPasswordError,
-    asyncpg.InvalidCatalogNameError,
+    *(asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError),  # the URL
 )
 
 
@@ -415,14 +372,7 @@ def _pg_faults() -> Iterator[None]:
         raise Unavailable(str(error) or type(error).__name__) from error
 
 
-if TYPE_CHECKING:
-    _Connection = asyncpg.Pool | asyncpg.Connection[Any] | PoolConnectionProxy[Any]
-
-
 class _PgExecutor(Executor):
-    def __init__(self, connection: _Connection) -> None:
-        self._connection = connection
-
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         with _pg_faults():
             return list(await self._connection.fetch(_pg_sql(sql), *args))
@@ -443,17 +393,12 @@ class PostgresDatabase(_PgExecutor, Database):
     one_process = False
     for_update = " FOR UPDATE"
     ilike = "ILIKE"
-    types: ClassVar[dict[str, str]] = {
-        "serial": "BIGSERIAL PRIMARY KEY",
-        "sequence": "BIGSERIAL PRIMARY KEY",
-        "time": "DOUBLE PRECISION",
-        "count": "BIGINT",
-        "without_rowid": "",
-    }
+    types: ClassVar[dict[str, str]] = {name: both[1] for name, both in _TYPES.items()}
+    integrity_check = "SELECT 'ok'"  # PostgreSQL checks its own
+    _connection: asyncpg.Pool
 
     def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         super().__init__(pool)
-        self._pool = pool
         self._url = url
         # Holds this worker's liveness lock for as long as the process lives: PostgreSQL drops
         # it the moment the process dies, however it dies.
@@ -467,30 +412,26 @@ class PostgresDatabase(_PgExecutor, Database):
             pool = await asyncpg.create_pool(url, min_size=1, max_size=POOL_SIZE)
         return cls(pool, url)
 
-    async def returning(self, sql: str, *args: Any) -> list[Row]:
-        return await self.fetch(sql, *args)
-
     async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
         if len(steps) == 1 and not lock and not steps[0].many:
             return await self.execute(steps[0].sql, *steps[0].args)
         async with self.transaction(*lock) as tx:
-            first = -1
-            for step in steps:
+
+            async def run(step: Step) -> int:
                 if step.many:
                     await tx.executemany(step.sql, step.args)
-                    count = len(step.args)
-                else:
-                    count = await tx.execute(step.sql, *step.args)
-                if first < 0:
-                    first = count
-                    if guard and first == 0:
-                        break
+                    return len(step.args)
+                return await tx.execute(step.sql, *step.args)
+
+            first = await run(steps[0])
+            for step in steps[1:] if first or not guard else ():
+                await run(step)
         return first
 
     @contextlib.asynccontextmanager
     async def transaction(self, *locks: str) -> AsyncIterator[Executor]:
         with _pg_faults():
-            async with self._pool.acquire() as connection, connection.transaction():
+            async with self._connection.acquire() as connection, connection.transaction():
                 tx = _PgExecutor(connection)
                 for scope in sorted(set(locks)):  # a fixed order: no deadlock between two
                     await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", scope)
@@ -499,7 +440,7 @@ class PostgresDatabase(_PgExecutor, Database):
     async def close(self) -> None:
         try:
             # A connection still out (a task cancelled mid-query) must not hold up the exit.
-            await asyncio.wait_for(self._pool.close(), CLOSE_TIMEOUT_S)
+            await asyncio.wait_for(self._connection.close(), CLOSE_TIMEOUT_S)
         except TimeoutError:
             log.warning("closing the PostgreSQL pool timed out; connections were dropped")
         finally:
@@ -514,7 +455,7 @@ class PostgresDatabase(_PgExecutor, Database):
             # 1, 2 and 3 are steps 6, 7 and 8 of today's.
             legacy = int(await on.fetchval("SELECT COALESCE(MAX(version), 0) FROM pinbot_schema"))
             version = legacy + 5 if legacy else 0
-            await on.execute("INSERT INTO pinbot_migrations (version) VALUES (?)", version)
+            await self.set_schema_version(on, version)
             await on.execute("DROP TABLE pinbot_schema")
         return version
 
@@ -524,7 +465,7 @@ class PostgresDatabase(_PgExecutor, Database):
     @contextlib.asynccontextmanager
     async def migrating(self) -> AsyncIterator[None]:
         with _pg_faults():
-            async with self._pool.acquire() as connection:
+            async with self._connection.acquire() as connection:
                 await connection.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
                 try:
                     yield
@@ -584,9 +525,6 @@ class PostgresDatabase(_PgExecutor, Database):
             f"AND classid = {WORKER_LOCKS} AND objsubid = 2 "
             "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
-
-    async def integrity_ok(self) -> bool:
-        return bool(await self.fetchval("SELECT true"))
 
 
 async def connect(*, path: str | Path, url: str | None = None) -> Database:

@@ -11,6 +11,8 @@ from storage.dialect import Database, Step
 from storage.models import HistoryEntry
 from storage.rows import PendingCalls, ts
 
+_DROP = "DELETE FROM history WHERE session = ? AND id IN (?*)"
+
 
 class HistoryStore(Protocol):
     """The history of every conversation (a turn's write also writes the counted model calls)."""
@@ -25,7 +27,7 @@ class HistoryStore(Protocol):
             "ORDER BY role != 'summary', id",
             session,
         )
-        return [HistoryEntry(id=row[0], role=row[1], content=row[2]) for row in rows]
+        return [HistoryEntry(*row) for row in rows]
 
     async def append_turn(
         self,
@@ -38,26 +40,21 @@ class HistoryStore(Protocol):
     ) -> None:
         """Record one completed turn (both messages or neither), with the model calls counted
         so far, and forget drop_ids; all in one transaction."""
-        stamp = ts(now)
         turn = Step(
             "INSERT INTO history (session, role, content, created_at) VALUES "
             "(?, 'user', ?, ?), (?, 'assistant', ?, ?)",
-            (session, user_text, stamp, session, reply, stamp),
+            (session, user_text, ts(now), session, reply, ts(now)),
         )
-        drop = Step(
-            "DELETE FROM history WHERE session = ? AND id IN (?*)", (session, list(drop_ids))
-        )
+        drop = (Step(_DROP, (session, list(drop_ids))),) if drop_ids else ()
         async with self._pending_calls.writing() as calls:
-            await self._db.write(turn, *calls, *((drop,) if drop_ids else ()))
+            await self._db.write(turn, *calls, *drop)
 
     async def compact_history(
         self, session: str, drop_ids: Sequence[int], summary: str | None, *, now: datetime
     ) -> None:
         """Replace the entries in drop_ids with summary (or just forget them), in one
         transaction."""
-        steps = [
-            Step("DELETE FROM history WHERE session = ? AND id IN (?*)", (session, list(drop_ids)))
-        ]
+        steps = [Step(_DROP, (session, list(drop_ids)))]
         if summary is not None:
             steps += [
                 Step("DELETE FROM history WHERE session = ? AND role = 'summary'", (session,)),

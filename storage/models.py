@@ -1,10 +1,6 @@
-"""The records the store keeps and the words they are written in: blocks, the changes made to
-them (who, through what, of which kind), history entries, usage and delivered updates.
-
-They are plain frozen dataclasses: they are built from rows of our own typed schema on every
-turn, where validating them again would cost more than the query that read them. Input from
-users is validated before it reaches them (bot/core/validation.py, bot/config.py).
-"""
+"""The records the store keeps: blocks, the changes made to them (who, through what, of which
+kind), history entries, usage and delivered updates. Plain dataclasses, built from rows of our
+own typed schema on every turn: input from users is validated before it reaches them."""
 
 from __future__ import annotations
 

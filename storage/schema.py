@@ -63,17 +63,11 @@ async def _normalised_label_keys(tx: Executor, db: Database) -> None:
             new_label = f"{label}~{suffix}"
         taken.add((scope, label_key(new_label)))
         if new_label != label:
-            log.warning(
-                "labels match ignoring width and case: renamed %r to %r in %s",
-                label,
-                new_label,
-                scope,
-            )
+            renamed = (label, new_label, scope)
+            log.warning("labels match ignoring width and case: renamed %r to %r in %s", *renamed)
         await tx.execute(
             "UPDATE blocks SET label = ?, label_key = ? WHERE id = ?",
-            new_label,
-            label_key(new_label),
-            block_id,
+            *(new_label, label_key(new_label), block_id),
         )
 
 
@@ -88,13 +82,13 @@ async def _usage_by_day_covering(tx: Executor, db: Database) -> None:
         await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
 
 
-def _kind_of(action: str) -> tuple[ChangeKind, str]:
+def _kind_of(action: str) -> tuple[str, str]:
     """An audit action as earlier releases wrote it ("add strong pinned", "edit, level strong")
     as its kind and the rest of its words."""
     word, _, rest = action.partition(" ")
     if word.rstrip(",") not in set(ChangeKind):
-        return ChangeKind.EDIT, action
-    return ChangeKind(word.rstrip(",")), rest.lstrip(", ")
+        return ChangeKind.EDIT.value, action
+    return word.rstrip(","), rest.lstrip(", ")
 
 
 async def _audit_kinds(tx: Executor, db: Database) -> None:
@@ -125,9 +119,7 @@ async def _audit_kinds(tx: Executor, db: Database) -> None:
         channel = Channel.COMMAND
         if actor in ("import", "web") or actor.startswith("web:"):
             channel = Channel(actor.partition(":")[0])
-        converted.append(
-            (id_, group, at, actor, channel.value, kind.value, detail, label, old, new)
-        )
+        converted.append((id_, group, at, actor, channel.value, kind, detail, label, old, new))
     await tx.executemany(
         "INSERT INTO audit_new (id, group_scope, at, actor, channel, kind, detail, label, "
         "old_content, new_content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
