@@ -315,6 +315,21 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
     return parse_config(data, str(file))
 
 
+TELEGRAM_TOKEN_FORM = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
+
+
+def telegram_token_problem(variable: str, token: str) -> str | None:
+    """Why token (from variable) cannot be a Telegram bot token, without echoing it; None if it
+    looks like one (digits, a colon, then letters, digits, - and _)."""
+    if TELEGRAM_TOKEN_FORM.fullmatch(token):
+        return None
+    what = "a line break" if "\n" in token or "\r" in token else "characters a token never has"
+    return (
+        f"${variable} holds {what}; a Telegram bot token is digits, a colon, then letters, "
+        "digits, - and _: copy it again from @BotFather"
+    )
+
+
 def secret_from_env(variable: str, what: str) -> str:
     """Read a secret from the environment, or raise ConfigError naming the variable."""
     value = os.environ.get(variable, "")

@@ -6,11 +6,12 @@ import asyncio
 import sys
 from typing import BinaryIO, TextIO
 
+from bot.adapters import CONSOLE
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import Reply
 
-PLATFORM = "console"
+PLATFORM = CONSOLE
 PROMPT = "> "
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from bot.adapters import FEISHU
 from bot.adapters.feishu_api import (
     FeishuApi,
     FeishuApiError,
@@ -36,7 +37,7 @@ from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "feishu"
+PLATFORM = FEISHU
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
 

@@ -34,10 +34,11 @@ from telegram.ext import (
     filters,
 )
 
+from bot.adapters import TELEGRAM
 from bot.adapters.kit import RefusalLog, Sent, with_backoff
 from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
-from bot.config import ConfigError, TelegramConfig, secret_from_env
+from bot.config import ConfigError, TelegramConfig, secret_from_env, telegram_token_problem
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.keys import delivery_chat
@@ -46,7 +47,7 @@ from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "telegram"
+PLATFORM = TELEGRAM
 # Telegram sends these as `from` when the real sender is hidden behind a chat.
 ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
@@ -185,6 +186,8 @@ class TelegramFrontend:
     def from_config(cls, pinbot: Pinbot, config: TelegramConfig) -> TelegramFrontend:
         """Build the frontend with its secrets read from the environment variables config names."""
         token = secret_from_env(config.token_env, "The Telegram bot token")
+        if problem := telegram_token_problem(config.token_env, token):
+            raise ConfigError(problem)
         secret = None
         if config.mode == "webhook":
             if not config.webhook_url:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bot.config import Config
+from bot.cli.store import url_problem
+from bot.config import Config, telegram_token_problem
 from bot.core.access import ANYONE
 from bot.core.keys import ScopeKind, group_key_of, parse_scope, strip_agent_prefix, topic_of
 from bot.core.permissions import AllowEntry
@@ -17,6 +18,19 @@ def _secret(variable: str, key: str, needed_for: str) -> list[str]:
     if not os.environ.get(variable):
         return [f"{key}: the environment variable {variable} is not set ({needed_for})"]
     return []
+
+
+def _store(config: Config) -> list[str]:
+    """The configured store: PostgreSQL's variable set and its URL readable, or a SQLite file
+    this user can create or write."""
+    variable = config.storage.url_env
+    if not variable:
+        return _database(config.storage.path)
+    url = os.environ.get(variable, "")
+    if not url:
+        return [f"storage.url_env: the environment variable {variable} is not set"]
+    problem = url_problem(url)
+    return [f"storage.url_env: ${variable}: {problem}"] if problem else []
 
 
 def _database(path: str) -> list[str]:
@@ -129,12 +143,15 @@ def check_config(config: Config, platforms: tuple[str, ...] = ()) -> list[str]:
     """Every problem found, each naming its config key; empty when all is well.
 
     Secrets of a platform are required when it is named in platforms or configured."""
-    problems = _database(config.storage.path) + _allowlists(config)
+    problems = _store(config) + _allowlists(config)
     if config.llm.backend == "openai":
         problems += _secret(config.llm.api_key_env, "llm.api_key_env", "llm.backend is openai")
     telegram = config.telegram
     if "telegram" in platforms:
         problems += _secret(telegram.token_env, "telegram.token_env", "needed by pinbot telegram")
+        token = os.environ.get(telegram.token_env, "")
+        if token and (problem := telegram_token_problem(telegram.token_env, token)):
+            problems.append(f"telegram.token_env: {problem}")
         if telegram.mode == "webhook":
             if not telegram.webhook_url:
                 problems.append("telegram.webhook_url: required when telegram.mode is webhook")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from bot.config import Config
 from bot.core.blocks import BlockOps
 from bot.core.clock import utc_now
 from bot.core.policy import BlockPolicy
-from bot.core.transfer import apply_import, describe_changes, plan_import
+from bot.core.transfer import apply_import, describe_changes, plan_import, read_document
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +23,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _import(config: Config, file: str, dry_run: bool) -> int:
     try:
-        document = json.loads(Path(file).read_text(encoding="utf-8"))
+        document, repeated = read_document(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         print(f"pinbot: cannot read {file}: {error}", file=sys.stderr)
         return 1
@@ -33,10 +32,11 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
         return 1
     policy = BlockPolicy(config.pins)
     plan = plan_import(document, policy, utc_now())
-    if plan.problems:
-        for problem in plan.problems:
+    problems = repeated or plan.problems
+    if problems:
+        for problem in problems:
             print(f"problem: {problem}")
-        print(f"{len(plan.problems)} problem(s); nothing was imported")
+        print(f"{len(problems)} problem(s); nothing was imported")
         return 1
     # A dry run against a SQLite file that does not exist yet compares with an empty store.
     async with await open_store(config, create=not dry_run) as store:

@@ -16,8 +16,9 @@ PRIVATE_FILE_MODE = 0o600
 
 
 def database_url(config: Config) -> str | None:
-    """The PostgreSQL URL when storage.url_env is set (ConfigError when its variable is unset or
-    empty: never a silent fallback to SQLite); None for SQLite."""
+    """The PostgreSQL URL when storage.url_env is set, None for SQLite. ConfigError naming the
+    variable when it is unset or empty (never a silent fallback to SQLite) or holds no URL
+    pinbot can read; no message shows the URL's user name or password."""
     variable = config.storage.url_env
     if not variable:
         return None
@@ -27,11 +28,44 @@ def database_url(config: Config) -> str | None:
             f"storage.url_env names {variable}, which is not set or empty; set it to a "
             "postgresql:// URL, or remove storage.url_env to use storage.path (SQLite)"
         )
-    REDACTOR.add(url)
-    password = urllib.parse.urlsplit(url).password
-    if password:
-        REDACTOR.add(password)
+    hide_credentials(url)
+    if problem := url_problem(url):
+        raise ConfigError(f"${variable}: {problem}")
     return url
+
+
+def hide_credentials(url: str) -> None:
+    """Make the whole URL and everything between its :// and its last @ (user and password,
+    however written) unprintable."""
+    REDACTOR.add(url)
+    rest = url.partition("://")[2]
+    if "@" in rest:
+        credentials = rest.rpartition("@")[0]
+        REDACTOR.add(credentials)
+        REDACTOR.add(credentials.partition(":")[2])
+        REDACTOR.add(urllib.parse.unquote(credentials.partition(":")[2]))
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps url from being a PostgreSQL URL pinbot can connect with, without quoting any
+    of it; None when it reads well."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in ("postgresql", "postgres"):
+        return "not a postgresql:// URL; write postgresql://user:password@host:5432/database"
+    credentials = rest.rpartition("@")[0]
+    if any(char in credentials for char in "/?#[]"):
+        return (
+            "percent-encode reserved characters in the password (or user name): "
+            "/ ? # [ ] as %2F %3F %23 %5B %5D"
+        )
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "the port after the host is not a number from 1 to 65535"
+    if port == 0:
+        return "the port after the host is not a number from 1 to 65535"
+    return None
 
 
 async def open_store(config: Config, *, create: bool = True) -> Store:
@@ -62,7 +96,7 @@ def register_secrets(config: Config) -> None:
     """Make every secret the configuration names unprintable: logs and errors redact them."""
     feishu = config.feishu
     if config.storage.url_env and os.environ.get(config.storage.url_env):
-        database_url(config)  # registers the URL and its password
+        hide_credentials(os.environ[config.storage.url_env])
     for variable in (
         config.llm.api_key_env,
         config.telegram.token_env,

@@ -220,7 +220,7 @@ def _parse_edit(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
 def _parse_level(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
     target, extra = _split_first(after)
-    if not label or target.casefold() not in ("strong", "context") or extra.strip():
+    if not label or target.casefold() not in set(Level) or extra.strip():
         return _usage_error(name, shared, "level needs a label and 'strong' or 'context'.")
     return PinCommand(Verb.LEVEL, shared=shared, label=label, level=Level(target.casefold()))
 

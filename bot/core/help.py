@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN
+from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN, default_level
 
 _PERSONAL = """\
 Pinned blocks are short rules (strong) or reference notes (context) sent to the model with every \
@@ -61,7 +61,7 @@ def pin_help(*, shared: bool, group: bool, label_limit: int = 20) -> str:
     if shared:
         return _SHARED
     return _PERSONAL.format(
-        default="context" if group else "strong",
+        default=default_level(group).value,
         strong_note="; needs permission in groups" if group else "",
         shared_line="/pin shared help                     Shared blocks of this group\n"
         if group

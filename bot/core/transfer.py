@@ -4,6 +4,7 @@ everything with /pin's rules and writes all of it in one transaction, or nothing
 from __future__ import annotations
 
 import difflib
+import json
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +30,42 @@ _FIELDS = {
     "idle_since",
     "idle_calls",
 }
+
+
+class _Object(dict[str, Any]):
+    """A JSON object as read, with the keys that stood in it more than once."""
+
+    repeated: list[str]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    found = _Object()
+    found.repeated = []
+    for key, value in pairs:
+        if key in found:
+            found.repeated.append(key)
+        found[key] = value
+    return found
+
+
+def read_document(text: str) -> tuple[Any, list[str]]:
+    """An import document from its JSON text, and a problem for every key repeated in one of
+    its objects (JSON readers keep the last, silently; an import must not). ValueError when it
+    is not JSON, RecursionError when it is nested too deeply."""
+    document = json.loads(text, object_pairs_hook=_object)
+    problems: list[str] = []
+    pending: list[tuple[Any, str]] = [(document, "the document")]
+    while pending:  # no recursion: depth is whatever the file holds
+        value, where = pending.pop()
+        if isinstance(value, _Object):
+            problems += [
+                f"{where}: the key {key!r} appears more than once; keep one of them"
+                for key in value.repeated
+            ]
+            pending += [(item, f"{where} → {key!r}") for key, item in value.items()]
+        elif isinstance(value, list):
+            pending += [(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    return document, sorted(problems)
 
 
 def _time(value: datetime | None) -> str | None:

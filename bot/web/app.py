@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import jinja2
 from aiohttp import web
 
+from bot.adapters import PLATFORMS
 from bot.config import Config
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
@@ -225,9 +226,17 @@ class WebPage:
     # --- changing shared blocks ---------------------------------------------------------------
 
     def _shared_target(self, request: web.Request) -> Target:
+        """The group whose shared blocks a form changes: only a shared scope's key exactly as
+        the bot itself reads it (no agent: prefix, a platform the bot serves); anything else
+        is 404 and changes nothing."""
         key = request.match_info["key"]
         parsed = parse_scope(key)
-        if parsed is None or parsed.kind is not ScopeKind.SHARED:
+        if (
+            parsed is None
+            or parsed.kind is not ScopeKind.SHARED
+            or parsed.key != key
+            or parsed.platform not in PLATFORMS
+        ):
             raise web.HTTPNotFound(text="Only a group's shared blocks can be changed here.")
         return Target.operator(key, self.actor)
 
@@ -289,21 +298,14 @@ class WebPage:
     async def audit(self, request: web.Request) -> web.Response:
         """The audit log of shared blocks, filtered and paged."""
         query = request.query
-        page = query.get("page", "0")
-        wanted = views.AuditFilter(
-            group=query.get("group", "").strip(),
-            who=query.get("who", "").strip(),
-            kind=query.get("kind", "") if query.get("kind", "") in AUDIT_KINDS else "",
-            since=query.get("since", "").strip(),
-            until=query.get("until", "").strip(),
-            page=int(page) if page.isdigit() else 0,
-        )
+        wanted = views.AuditFilter.of(query)
         entries = await views.audit_page(self.store, wanted)
         filters = {k: v for k, v in query.items() if k != "page"}
         next_page = "/audit?" + urlencode({**filters, "page": wanted.page + 1})
         return self.render(
             request,
             "audit.html",
+            status=400 if wanted.problems else 200,
             section="audit",
             wanted=wanted,
             entries=entries,
@@ -317,15 +319,20 @@ class WebPage:
         query = request.query
         problems = []
         text = query.get("days", "30").strip()
-        days = int(text) if text.isdigit() and 1 <= int(text) <= MAX_USAGE_DAYS else 30
+        in_range = text.isdigit() and len(text) <= len(str(MAX_USAGE_DAYS))
+        days = int(text) if in_range and 1 <= int(text) <= MAX_USAGE_DAYS else 30
         if str(days) != text:
             problems.append(f"Days should be a whole number from 1 to {MAX_USAGE_DAYS}.")
         user, group = query.get("user", "").strip(), query.get("group", "").strip()
+        if user and ":" not in user.strip(":"):
+            problems.append("User should be written platform:id, e.g. telegram:42.")
+            user = ""
         view = await views.usage_view(self.store, self.clock(), days, user=user, group=group)
         chart = bar_chart(_every_day(view.days, self.clock(), days))
         return self.render(
             request,
             "usage.html",
+            status=400 if problems else 200,
             section="usage",
             view=view,
             chart=chart,

@@ -5,9 +5,11 @@ scopes are left out unless the operator opted in (`web.show_direct`)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
+from bot.adapters import PLATFORMS
 from bot.core.keys import (
     ScopeKind,
     after_platform,
@@ -28,6 +30,8 @@ SEARCH_RESULTS = 100
 MAX_MEMBERS = 1_000_000  # members counted per group: all of them
 TOP_ROWS = 50  # users and groups listed on the usage page
 MIN_SEARCH_CHARS = 2
+MAX_PAGE = 100_000
+FIRST_YEAR, LAST_YEAR = 1970, 9998  # a day after LAST_YEAR still fits a date
 
 
 @dataclass
@@ -133,7 +137,9 @@ class ScopeView:
 async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView | None:
     """The page of a group or (when shown) DM scope key; None when there is no such page."""
     parsed = parse_scope(key)
-    if parsed is None or parsed.kind is ScopeKind.MEMBER:
+    if parsed is None or parsed.key != key or parsed.kind is ScopeKind.MEMBER:
+        return None  # only keys exactly as the bot reads them
+    if parsed.platform not in PLATFORMS:
         return None
     if parsed.kind is ScopeKind.DIRECT and not show_direct:
         return None
@@ -171,11 +177,39 @@ class AuditFilter:
         except ValueError:
             self.problems.append(f"{name} should be a date like 2026-11-30, not {text!r}")
             return None
+        if not FIRST_YEAR <= typed.year <= LAST_YEAR:
+            self.problems.append(f"{name} should be a year from {FIRST_YEAR} to {LAST_YEAR}")
+            return None
         return datetime(typed.year, typed.month, typed.day, tzinfo=UTC)
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> AuditFilter:
+        """The filters as typed in a query, each malformed or out-of-range one noted."""
+        wanted = cls(
+            group=query.get("group", "").strip(),
+            who=query.get("who", "").strip(),
+            kind=query.get("kind", "").strip(),
+            since=query.get("since", "").strip(),
+            until=query.get("until", "").strip(),
+        )
+        if wanted.kind and wanted.kind not in set(ChangeKind):
+            kinds = ", ".join(kind.value for kind in ChangeKind)
+            wanted.problems.append(f"Change should be one of {kinds}, not {wanted.kind!r}")
+        page = query.get("page", "0").strip()
+        if page.isdigit() and len(page) <= len(str(MAX_PAGE)) and int(page) <= MAX_PAGE:
+            wanted.page = int(page)
+        else:
+            wanted.problems.append(f"Page should be a whole number from 0 to {MAX_PAGE:,}")
+        wanted.day(wanted.since, "From")
+        wanted.day(wanted.until, "To")
+        return wanted
 
 
 async def audit_page(store: Store, wanted: AuditFilter) -> list[AuditEntry]:
-    """One page of shared-block changes matching the filters, newest first."""
+    """One page of shared-block changes matching the filters, newest first (none while a
+    filter has a problem)."""
+    if wanted.problems:
+        return []
     since = wanted.day(wanted.since, "From")
     until = wanted.day(wanted.until, "To")
     return await store.audit_entries(

@@ -176,6 +176,28 @@ async def test_audit_filters_usage_chart_and_search(open_page: OpenPage) -> None
     await shot(page, "search")
 
 
+async def test_malformed_or_out_of_range_parameters_are_a_400_with_a_message(
+    open_page: OpenPage,
+) -> None:
+    page, base = await open_page()
+    for query, message in (
+        ("/audit?page=99999999999999999999", "Page should be a whole number"),
+        ("/audit?page=-1", "Page should be a whole number"),
+        ("/audit?until=9999-12-31", "To should be a year from 1970 to 9998"),
+        ("/audit?since=0001-01-01", "From should be a year"),
+        ("/audit?since=yesterday", "From should be a date like"),
+        ("/audit?kind=delete", "Change should be one of add, edit"),
+        ("/usage?days=99999999999999999999", "Days should be a whole number from 1 to 366"),
+        ("/usage?days=0", "Days should be a whole number"),
+        ("/usage?user=42", "User should be written platform:id"),
+    ):
+        response = await page.goto(base + query)
+        assert response is not None and response.status == 400, query
+        assert message in await page.inner_text("main"), query
+    response = await page.goto(base + "/audit?page=2&kind=edit&until=2026-12-01")
+    assert response is not None and response.status == 200
+
+
 async def test_the_session_cookie_is_httponly_strict_and_secure_when_asked(
     open_page: OpenPage,
 ) -> None:

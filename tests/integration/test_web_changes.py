@@ -191,6 +191,15 @@ async def test_forms_without_their_token_or_from_elsewhere_get_403(start: Start)
         data = {**add, "csrf": first_token}
         async with first.post(member, data=data, allow_redirects=False) as sent:
             assert sent.status == 404  # personal blocks are their owners'
+        # Only keys the bot itself reads: an agent: alias of a real group, or a platform the
+        # bot does not serve, would be blocks no request carries, past the group's limit.
+        for key in (f"agent:x:{GROUP}", "agent%3Ax%3Aconsole%3Agroup%3A-77", "irc:group:-1"):
+            for verb in ("add", "change", "remove"):
+                url = f"{base}/scope/{key}/{verb}"
+                async with first.post(url, data=data, allow_redirects=False) as sent:
+                    assert sent.status == 404, (key, verb)
+            async with first.get(f"{base}/scope/{key}") as shown:
+                assert shown.status == 404
     finally:
         await first.close()
         await second.close()
