@@ -78,6 +78,7 @@ Days = Annotated[int, Field(ge=0, le=3650)]
 Tokens = Annotated[int, Field(ge=0, le=10**12)]
 PerMinute = Annotated[int, Field(ge=0, le=10_000)]
 Seconds = Annotated[float, Field(gt=0, le=3600)]
+Money = Annotated[float, Field(ge=0, le=10**9, allow_inf_nan=False)]
 
 
 class _Section(BaseModel):
@@ -109,6 +110,7 @@ class LlmConfig(_Section):
     stream: bool = False
     agent_tools: bool = False
     max_tool_rounds: Annotated[int, Field(ge=1, le=100)] = 4
+    max_completion_tokens: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
 
 class PinsConfig(_Section):
@@ -192,25 +194,51 @@ class LimitsConfig(_Section):
 
 
 class BudgetsConfig(_Section):
-    """Token budgets (prompt + completion tokens as reported); 0 means no budget. Days and
-    months are UTC."""
+    """Budgets in tokens (prompt + completion tokens as reported) and in money (in
+    pricing.currency, the cache discount applied); 0 means no budget. Days and months are
+    UTC."""
 
     user_daily_tokens: Tokens = 0
     user_monthly_tokens: Tokens = 0
     group_daily_tokens: Tokens = 0
     group_monthly_tokens: Tokens = 0
+    user_daily_cost: Money = 0.0
+    user_monthly_cost: Money = 0.0
+    group_daily_cost: Money = 0.0
+    group_monthly_cost: Money = 0.0
 
     @property
     def any(self) -> bool:
         """Whether any budget is set."""
+        return any(value for value in self.model_dump().values())
+
+    @property
+    def in_money(self) -> bool:
+        """Whether a budget is set in money."""
         return any(
             (
-                self.user_daily_tokens,
-                self.user_monthly_tokens,
-                self.group_daily_tokens,
-                self.group_monthly_tokens,
+                self.user_daily_cost,
+                self.user_monthly_cost,
+                self.group_daily_cost,
+                self.group_monthly_cost,
             )
         )
+
+
+class ModelPrice(_Section):
+    """What a model costs per 1,000,000 tokens: prompt tokens, prompt tokens the server served
+    from its cache, and completion tokens."""
+
+    prompt: Money
+    cached_prompt: Money | None = None  # as prompt when not given
+    completion: Money
+
+
+class PricingConfig(_Section):
+    """Prices of the models named in llm.model, to show and budget usage in money."""
+
+    currency: Annotated[str, Field(min_length=1, max_length=8)] = "USD"
+    models: dict[str, ModelPrice] = {}
 
 
 class WebConfig(_Section):
@@ -247,6 +275,7 @@ class Config(_Section):
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    pricing: PricingConfig = PricingConfig()
     web: WebConfig = WebConfig()
     logging: LoggingConfig = LoggingConfig()
 

@@ -3,6 +3,8 @@ exceptions, so callers decide by type, never by wording, and never see a driver'
 
 from __future__ import annotations
 
+from storage.models import Budget
+
 
 class StoreError(Exception):
     """Anything the store refuses or cannot do."""
@@ -51,3 +53,13 @@ class OverBudget(StoreError):
         super().__init__(f"{total} characters is over the budget of {budget}")
         self.total = total
         self.budget = budget
+
+
+class BudgetSpent(StoreError):
+    """A budget is used up: the tokens and cost used and held by calls in flight when asked."""
+
+    def __init__(self, budget: Budget, tokens: int, cost: float) -> None:
+        super().__init__(f"budget {budget.name} is used up")
+        self.budget = budget
+        self.tokens = tokens
+        self.cost = cost

@@ -176,11 +176,44 @@ class UsageTotals:
     cached_tokens: int = 0
     completion_tokens: int = 0
     estimated_calls: int = 0
+    cost: float = 0.0  # of the priced calls, in pricing.currency
+    priced_calls: int = 0  # calls of a model with a price when they were made
 
     @property
     def billed_tokens(self) -> int:
         """Prompt plus completion tokens: what budgets count."""
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def known_cost(self) -> float | None:
+        """The cost, or None when no call had a price."""
+        return self.cost if self.priced_calls else None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One budget a model call is held against: a sender's (platform, sender) or a group's,
+    over the UTC days first_day..last_day, in tokens or money (0: not that way)."""
+
+    name: str  # the configuration key, e.g. "user_daily_tokens"
+    first_day: str
+    last_day: str
+    sender: tuple[str, str] | None = None
+    group_key: str | None = None
+    tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What a model call in flight reserves: its tokens and cost at most, for its sender (None
+    for a message without one) and its group ('' in a DM)."""
+
+    platform: str
+    sender: str | None
+    group_key: str
+    tokens: int
+    cost: float
 
 
 @dataclass(frozen=True, slots=True)

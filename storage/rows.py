@@ -28,9 +28,9 @@ TABLES = {
         "id",
     ),
     "usage": (
-        "platform, sender, day, group_key, calls, prompt_tokens, cached_tokens, "
-        "completion_tokens, estimated_calls",
-        "platform, sender, day, group_key",
+        "platform, sender, day, group_key, model, calls, prompt_tokens, cached_tokens, "
+        "completion_tokens, estimated_calls, cost, priced_calls",
+        "platform, sender, day, group_key, model",
     ),
 }
 Dump = dict[str, list[tuple[Any, ...]]]

@@ -135,6 +135,60 @@ async def _audit_kinds(tx: Executor, db: Database) -> None:
         )
 
 
+_USAGE_COUNTS = (
+    "calls, prompt_tokens, cached_tokens, completion_tokens, estimated_calls, cost, priced_calls"
+)
+
+
+async def _usage_by_model_with_cost(tx: Executor, db: Database) -> None:
+    """Usage rows record the model of the calls and what they cost when they were made (rows of
+    earlier releases: model '' and no cost); calls in flight hold their tokens and cost against
+    the budgets."""
+    await tx.execute(
+        """CREATE TABLE usage_new (
+            platform TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            day TEXT NOT NULL,
+            group_key TEXT NOT NULL,
+            model TEXT NOT NULL,
+            calls {count} NOT NULL,
+            prompt_tokens {count} NOT NULL,
+            cached_tokens {count} NOT NULL,
+            completion_tokens {count} NOT NULL,
+            estimated_calls {count} NOT NULL,
+            cost {time} NOT NULL,
+            priced_calls {count} NOT NULL,
+            PRIMARY KEY (platform, sender, day, group_key, model)
+        ){without_rowid}""".format(**db.types)
+    )
+    await tx.execute(
+        f"INSERT INTO usage_new (platform, sender, day, group_key, model, {_USAGE_COUNTS}) "
+        "SELECT platform, sender, day, group_key, '', calls, prompt_tokens, cached_tokens, "
+        "completion_tokens, estimated_calls, 0, 0 FROM usage"
+    )
+    await tx.execute("DROP TABLE usage")
+    await tx.execute("ALTER TABLE usage_new RENAME TO usage")
+    await tx.execute("CREATE INDEX usage_by_group ON usage (group_key, day)")
+    if db.one_process:  # SQLite has no INCLUDE; a WITHOUT ROWID index carries the key anyway
+        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day, {_USAGE_COUNTS})")
+    else:
+        include = f"platform, sender, group_key, model, {_USAGE_COUNTS}"
+        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
+    await tx.execute(
+        """CREATE TABLE budget_holds (
+            id {sequence},
+            platform TEXT NOT NULL,
+            sender TEXT,
+            group_key TEXT NOT NULL,
+            tokens {count} NOT NULL,
+            cost {time} NOT NULL,
+            created_at {time} NOT NULL
+        )""".format(**db.types)
+    )
+    await tx.execute("CREATE INDEX budget_holds_by_sender ON budget_holds (platform, sender)")
+    await tx.execute("CREATE INDEX budget_holds_by_group ON budget_holds (group_key)")
+
+
 STEPS: dict[int, Step] = {
     1: [
         """CREATE TABLE blocks (
@@ -220,6 +274,7 @@ STEPS: dict[int, Step] = {
         "CREATE INDEX IF NOT EXISTS rate_buckets_full ON rate_buckets (full_at)",
     ],
     10: _audit_kinds,
+    11: _usage_by_model_with_cost,
 }
 LATEST = max(STEPS)
 

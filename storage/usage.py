@@ -1,27 +1,58 @@
-"""Usage of the model: calls and tokens per sender, UTC day and chat, summed for budgets,
-reports and the web page's charts."""
+"""Usage of the model: calls, tokens and cost per sender, UTC day, chat and model, summed for
+reports and the web page's charts; and the budgets, each call held against them while it is in
+flight."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import astuple
+from datetime import datetime
 from typing import Any, Protocol
 
-from storage.dialect import Database
-from storage.models import UsageRow, UsageTotals
+from storage.dialect import Database, Step
+from storage.errors import BudgetSpent
+from storage.models import Budget, Hold, UsageRow, UsageTotals
+from storage.rows import ts
 
 NO_LIMIT = 2**62  # LIMIT NULL means none to PostgreSQL but is an error to SQLite
-_COUNTS = ("calls", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated_calls")
+_COUNTS = (
+    "calls",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "estimated_calls",
+    "cost",
+    "priced_calls",
+)
 _SUMS = ", ".join(f"COALESCE(SUM({count}), 0)" for count in _COUNTS)
-_ADD = (
-    f"INSERT INTO usage (platform, sender, day, group_key, {', '.join(_COUNTS)}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, sender, day, group_key) DO UPDATE "
+_ADD = Step(
+    f"INSERT INTO usage (platform, sender, day, group_key, model, {', '.join(_COUNTS)}) "
+    f"VALUES ({', '.join('?' * (5 + len(_COUNTS)))}) "
+    "ON CONFLICT (platform, sender, day, group_key, model) DO UPDATE "
     f"SET {', '.join(f'{count} = usage.{count} + excluded.{count}' for count in _COUNTS)}"
+)
+# What a budget's owner has used in its days, and holds now in calls still in flight.
+_USED = (
+    "SELECT (SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage "
+    "WHERE {owner} AND day BETWEEN ? AND ?), "
+    "(SELECT COALESCE(SUM(cost), 0) FROM usage WHERE {owner} AND day BETWEEN ? AND ?), "
+    "(SELECT COALESCE(SUM(tokens), 0) FROM budget_holds WHERE {owner} AND created_at >= ?), "
+    "(SELECT COALESCE(SUM(cost), 0) FROM budget_holds WHERE {owner} AND created_at >= ?)"
 )
 
 
 def _totals(row: Sequence[Any]) -> UsageTotals:
-    return UsageTotals(*(int(value) for value in row))
+    calls, prompt, cached, completion, estimated, cost, priced = row
+    return UsageTotals(
+        int(calls), int(prompt), int(cached), int(completion), int(estimated), cost, int(priced)
+    )
+
+
+def _owner(budget: Budget) -> tuple[str, tuple[str, ...], str]:
+    """The WHERE condition selecting a budget's owner, its arguments, and its lock key."""
+    if budget.sender is not None:
+        return "platform = ? AND sender = ?", budget.sender, "budget:" + ":".join(budget.sender)
+    return "group_key = ?", (budget.group_key or "",), f"budget:{budget.group_key}"
 
 
 class UsageStore(Protocol):
@@ -30,10 +61,59 @@ class UsageStore(Protocol):
     _db: Database
 
     async def add_usage(
-        self, *, platform: str, sender: str, day: str, group_key: str, usage: UsageTotals
+        self,
+        *,
+        platform: str,
+        sender: str,
+        day: str,
+        group_key: str,
+        usage: UsageTotals,
+        model: str = "",
+        hold: int | None = None,
     ) -> None:
-        """Add one call's usage to its sender's row for that UTC day and chat ('' for DMs)."""
-        await self._db.execute(_ADD, *(platform, sender, day, group_key), *astuple(usage))
+        """Add one call's usage to its sender's row for that UTC day, chat ('' for DMs) and
+        model; with hold, the call's budget hold goes in the same transaction."""
+        add = Step(_ADD.sql, (platform, sender, day, group_key, model, *astuple(usage)))
+        release = Step("DELETE FROM budget_holds WHERE id = ?", (hold,))
+        await self._db.write(add, *((release,) if hold is not None else ()))
+
+    async def hold_budgets(
+        self, hold: Hold | None, budgets: Sequence[Budget], *, now: datetime, since: datetime
+    ) -> int | None:
+        """Hold a call's tokens and cost against its budgets, atomically across every writer;
+        returns the hold's id (None for no hold: only check). BudgetSpent (nothing held) when a
+        budget's tokens (or cost) used plus those held by calls in flight since `since` have
+        reached it."""
+        owners = [_owner(budget) for budget in budgets]
+        async with self._db.transaction(*sorted({lock for _, _, lock in owners})) as tx:
+            for budget, (where, args, _) in zip(budgets, owners, strict=True):
+                days = (budget.first_day, budget.last_day)
+                row = await tx.fetchrow(
+                    _USED.format(owner=where),
+                    *(*args, *days, *args, *days, *args, ts(since), *args, ts(since)),
+                )
+                assert row is not None
+                tokens, cost = int(row[0]) + int(row[2]), float(row[1]) + float(row[3])
+                if (budget.tokens and tokens >= budget.tokens) or (
+                    budget.cost and cost >= budget.cost
+                ):
+                    raise BudgetSpent(budget, tokens, cost)
+            if hold is None:
+                return None
+            rows = await tx.fetch(
+                "INSERT INTO budget_holds (platform, sender, group_key, tokens, cost, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                *(hold.platform, hold.sender, hold.group_key, hold.tokens, hold.cost, ts(now)),
+            )
+        return int(rows[0][0])
+
+    async def release_hold(self, hold: int) -> None:
+        """Drop a hold whose call was not made or failed (it used nothing that was reported)."""
+        await self._db.execute("DELETE FROM budget_holds WHERE id = ?", hold)
+
+    async def forget_holds_before(self, moment: datetime) -> int:
+        """Drop holds made before moment (of calls whose process ended mid-call)."""
+        return await self._db.execute("DELETE FROM budget_holds WHERE created_at < ?", ts(moment))
 
     async def sender_usage(
         self, platform: str, sender: str, first_day: str, last_day: str
@@ -61,7 +141,7 @@ class UsageStore(Protocol):
         at most limit of each (None: all)."""
         report = []
         for key, where, order in (
-            ("sender", "", "platform, sender"),
+            ("sender", "AND sender != '' ", "platform, sender"),  # '': no sender, group only
             ("group_key", "AND group_key != '' ", "group_key"),
         ):
             rows = await self._db.fetch(

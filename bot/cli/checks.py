@@ -136,6 +136,11 @@ def warnings_of(config: Config) -> list[str]:
             f"web.host is {web.host}, reachable from other machines, and web.secure_cookie is "
             "false: serve the page behind TLS and set web.secure_cookie: true"
         )
+    if config.budgets.in_money and config.llm.model not in config.pricing.models:
+        found.append(
+            f"a budget is set in money but llm.model ({config.llm.model}) has no price in "
+            "pricing.models: its calls cost nothing against it; add the model's prices"
+        )
     return found
 
 

@@ -22,7 +22,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _usage(config: Config, days: int, *, as_json: bool) -> int:
     async with await open_store(config, create=False) as store:
-        document = await usage_document(store, days, utc_now())
+        document = await usage_document(store, days, utc_now(), config.pricing.currency)
     print(json.dumps(document, ensure_ascii=False, indent=2) if as_json else usage_table(document))
     return 0
 

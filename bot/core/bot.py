@@ -73,7 +73,9 @@ class Pinbot:
         self.store = store
         self.clock = clock
         self.pins = PinService(store, BlockPolicy(config.pins), clock)
-        self.usage = UsageLedger(store, config.budgets, clock)
+        self.usage = UsageLedger(
+            store, config.budgets, clock, llm=config.llm, pricing=config.pricing
+        )
         self.chat = ChatService(store, self.pins.ops, config, model, self.usage, clock)
         self.bot_username = bot_username
         limits = config.limits
@@ -82,6 +84,7 @@ class Pinbot:
         self._unreadable = RateLimiter(store, "unreadable", UNREADABLE_REPLIES_PER_MINUTE, clock)
         self.jobs = Jobs(store, clock)
         self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
+        self.jobs.add("stale budget holds", HOUSEKEEPING_INTERVAL, self.usage.forget_stale_holds)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,

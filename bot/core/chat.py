@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import weakref
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from bot.core.lifecycle import Lifecycle
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
 from bot.core.tools import TOOL_SPECS, PinTools, tool_message
-from bot.core.usage import UsageLedger
+from bot.core.usage import BudgetUsedUp, UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
 from storage import Store
@@ -97,13 +98,17 @@ class ChatService:
                 user_text=text,
             )
             try:
-                answer = await self._answer(context, request, on_text)
+                answer, stopped = await self._answer(context, request, on_text)
+            except BudgetUsedUp as used_up:
+                return Reply.refused(used_up.message)  # and the model was not asked
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
                 return Reply.failed(error.user_message)
             if not answer:
-                return Reply.failed(NO_ANSWER)
+                return Reply.refused(stopped) if stopped else Reply.failed(NO_ANSWER)
             await self._store.append_turn(session, text, answer, now=self._clock())
+            if stopped:  # what the model already answered stands; the budget stopped the rest
+                return Reply(f"{answer}\n\n{stopped}", formatted=True)
             return Reply(answer, formatted=True)
 
     async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
@@ -134,12 +139,13 @@ class ChatService:
             return plan.kept
         summary = None
         if chat.compaction == "summarize":
+            request = summary_request([(e.role, e.content) for e in plan.older])
             try:
-                request = summary_request([(e.role, e.content) for e in plan.older])
-                reply = await self._model.complete(request)
-                await self._usage.record(context, request, reply)
+                reply = await self._usage.call(
+                    context, request, functools.partial(self._model.complete, request)
+                )
                 summary = reply.text.strip() or None
-            except ModelError as error:
+            except (ModelError, BudgetUsedUp) as error:
                 log.warning(
                     "summarising history of %s failed (%s); dropping old turns", session, error
                 )
@@ -155,9 +161,10 @@ class ChatService:
 
     async def _answer(
         self, context: MessageContext, request: ModelRequest, on_text: TextSink | None
-    ) -> str:
+    ) -> tuple[str, str | None]:
         """Ask the model, running the agent tools it calls for a bounded number of rounds;
-        returns its text ('' for none)."""
+        returns its text ('' for none) and, when a budget stopped a later round, why (the text
+        is then what the model said before). BudgetUsedUp when it stops the first call."""
         llm = self._config.llm
         # Tools only where the speaker can pin; then the same definitions in every round (a
         # stable, cacheable request), the last round forbidding calls with tool_choice "none".
@@ -165,6 +172,7 @@ class ChatService:
         rounds = llm.max_tool_rounds if offered else 0
         tools = TOOL_SPECS if offered else None
         messages = request.messages
+        said: list[str] = []  # what the model wrote beside its tool calls
         for round_number in range(rounds + 1):
             last = round_number == rounds
             this_round = dataclasses.replace(
@@ -173,10 +181,16 @@ class ChatService:
                 tools=tools,
                 tool_choice="none" if tools and last else None,
             )
-            reply = await self._model.complete(this_round, on_text=on_text)
-            await self._usage.record(context, this_round, reply)  # billed, whatever happens next
+            complete = functools.partial(self._model.complete, this_round, on_text=on_text)
+            try:
+                reply = await self._usage.call(context, this_round, complete)
+            except BudgetUsedUp as used_up:
+                if round_number == 0:
+                    raise
+                return "\n\n".join(said), used_up.message
             if not reply.tool_calls or last:
-                return reply.text
+                return reply.text, None
+            said += [reply.text] if reply.text.strip() else []
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
                 outcome = await self._tools.call(context, call.name, call.arguments)
@@ -184,7 +198,7 @@ class ChatService:
                 log.info("tool %s session=%s %s", call.name, context.conversation.session_key, done)
                 result = tool_message(outcome)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return ""
+        return "", None
 
     def build_messages(
         self, rendered: Rendered, history: Sequence[HistoryEntry], text: str

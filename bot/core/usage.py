@@ -1,33 +1,57 @@
-"""Token usage of the model: recorded per sender, chat and UTC day for every call, shown by
-/usage, and held against the budgets before each turn."""
+"""Usage of the model: every call held against the budgets that apply before it is made
+(atomically, across chats and workers), then recorded per sender, chat, UTC day and model with
+its cost; shown by /usage and `pinbot usage`.
+
+A call starts only while the tokens (and cost) used plus those held by calls in flight are below
+each budget; its hold is its prompt counted in characters (never fewer than its tokens, CJK
+included) plus llm.max_completion_tokens. So a budget is overshot by at most one call. A message
+without a sender id (an anonymous admin, a channel) counts to its group only.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from bot.config import BudgetsConfig
+from bot.config import BudgetsConfig, LlmConfig, PricingConfig
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.keys import parse_scope
 from bot.core.permissions import Role
 from bot.core.render import tokens_of
 from bot.llm.base import ModelReply, ModelRequest, Usage
-from storage.models import UsageRow, UsageTotals
+from storage.errors import BudgetSpent
+from storage.models import Budget, Hold, UsageRow, UsageTotals
 from storage.usage import UsageStore
 
 LAST_DAY_OF_ANY_MONTH = "31"  # day strings compare as text, so -31 closes every month
+PER_PRICE = 1_000_000  # prices are per 1,000,000 tokens
+HOLD_MARGIN = timedelta(minutes=1)  # a hold outlives its call's longest wait by this much
+
+
+class BudgetUsedUp(Exception):
+    """A budget stops a model call; the message says which, and when it resets."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def estimated_usage(request: ModelRequest, reply: ModelReply) -> Usage:
     """Usage for a server that reported none, at about 4 characters a token, flagged."""
+    answer = reply.text + "".join(call.name + call.arguments for call in reply.tool_calls)
+    return Usage(tokens_of(len(_sent(request))), tokens_of(len(answer)), 0, estimated=True)
+
+
+def _sent(request: ModelRequest) -> str:
     sent = json.dumps(request.messages, ensure_ascii=False)
     if request.tools:
         sent += json.dumps(request.tools, ensure_ascii=False)
-    answer = reply.text + "".join(call.name + call.arguments for call in reply.tool_calls)
-    return Usage(tokens_of(len(sent)), tokens_of(len(answer)), 0, estimated=True)
+    return sent
 
 
 @dataclass(frozen=True)
@@ -57,28 +81,108 @@ def _midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
-def _describe(totals: UsageTotals) -> str:
-    text = (
-        f"{totals.calls:,} call(s), {totals.prompt_tokens:,} prompt tokens "
-        f"({totals.cached_tokens:,} cached), {totals.completion_tokens:,} completion tokens"
-    )
-    if totals.estimated_calls:
-        text += f"; {totals.estimated_calls:,} call(s) estimated (the server reported no usage)"
-    return text
-
-
 class UsageLedger:
-    """Records every model call's usage and answers for budgets."""
+    """Holds every model call against its budgets, records its usage and cost, and reports."""
 
-    def __init__(self, store: UsageStore, budgets: BudgetsConfig, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        store: UsageStore,
+        budgets: BudgetsConfig,
+        clock: Clock = utc_now,
+        *,
+        llm: LlmConfig | None = None,
+        pricing: PricingConfig | None = None,
+    ) -> None:
         self._store = store
         self._budgets = budgets
         self._clock = clock
+        self._llm = llm or LlmConfig()
+        self._pricing = pricing or PricingConfig()
+        # A hold outlives any wait of its call: then its process has ended mid-call.
+        waits = self._llm.timeout_s * (self._llm.max_retries + 1)
+        self.hold_lifetime = timedelta(seconds=waits) + HOLD_MARGIN
 
-    async def record(
-        self, context: MessageContext, request: ModelRequest, reply: ModelReply
-    ) -> None:
-        """Count one model call (a turn's, a tool round's or a summary's) to the turn's sender."""
+    # --- budgets ------------------------------------------------------------------------------
+
+    def _budgets_of(self, context: MessageContext, now: datetime) -> list[Budget]:
+        """The budgets a call of this message counts against: the sender's (when there is
+        one) and the group's (in a group)."""
+        if not self._budgets.any:
+            return []
+        b, conversation = self._budgets, context.conversation
+        sender, group = conversation.sender_id, conversation.group_session_key
+        found = []
+        for period, user, group_limits in zip(
+            _periods(now),
+            (
+                (b.user_daily_tokens, b.user_daily_cost),
+                (b.user_monthly_tokens, b.user_monthly_cost),
+            ),
+            (
+                (b.group_daily_tokens, b.group_daily_cost),
+                (b.group_monthly_tokens, b.group_monthly_cost),
+            ),
+            strict=True,
+        ):
+            span = "daily" if period.name == "today" else "monthly"
+            if sender and any(user):
+                owner = (conversation.platform, sender)
+                found.append(Budget(f"user_{span}", period.first, period.last, owner, None, *user))
+            if group and any(group_limits):
+                found.append(
+                    Budget(f"group_{span}", period.first, period.last, None, group, *group_limits)
+                )
+        return found
+
+    async def budget_refusal(self, context: MessageContext) -> str | None:
+        """Why this message may not call the model (a budget is used up), or None."""
+        now = self._clock()
+        budgets = self._budgets_of(context, now)
+        if not budgets:
+            return None
+        try:
+            await self._store.hold_budgets(None, budgets, now=now, since=now - self.hold_lifetime)
+        except BudgetSpent as spent:
+            return self._spent(spent, now)
+        return None
+
+    def _spent(self, spent: BudgetSpent, now: datetime) -> str:
+        budget = spent.budget
+        period = _periods(now)[0 if budget.name.endswith("daily") else 1]
+        whose = "this group's" if budget.group_key else "your"
+        if budget.tokens and spent.tokens >= budget.tokens:
+            kind = "token budget"
+            used = f"{spent.tokens:,} of {budget.tokens:,} tokens, budgets.{budget.name}_tokens"
+        else:
+            currency = self._pricing.currency
+            kind = f"budget in {currency}"
+            used = f"{spent.cost:,.4f} of {budget.cost:,.4f} {currency}, budgets.{budget.name}_cost"
+        return (
+            f"Sorry, {whose} {kind} for {period.name} is used up ({used}). It resets at "
+            f"{period.resets:%Y-%m-%d %H:%M} UTC. /pin, /usage and /whoami still work."
+        )
+
+    # --- one call -------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        context: MessageContext,
+        request: ModelRequest,
+        complete: Callable[[], Awaitable[ModelReply]],
+    ) -> ModelReply:
+        """Make one model call (a turn's, a tool round's or a summary's) for the message's
+        sender: held against the budgets first (BudgetUsedUp, and no call, when one is used up),
+        then recorded with the usage the server reported and its cost. An admitted call always
+        completes."""
+        now = self._clock()
+        hold = await self._hold(context, request, now)
+        try:
+            reply = await complete()
+        except BaseException:
+            if hold is not None:
+                with contextlib.suppress(Exception):  # it expires anyway
+                    await self._store.release_hold(hold)
+            raise
         usage = reply.usage or estimated_usage(request, reply)
         conversation = context.conversation
         await self._store.add_usage(
@@ -86,92 +190,141 @@ class UsageLedger:
             sender=conversation.sender_id or "",
             day=self._clock().astimezone(UTC).date().isoformat(),
             group_key=conversation.group_session_key or "",
-            usage=UsageTotals(
-                1,
-                usage.prompt_tokens,
-                usage.cached_tokens,
-                usage.completion_tokens,
-                int(usage.estimated),
-            ),
+            model=self._llm.model,
+            usage=self._totals(usage),
+            hold=hold,
         )
+        return reply
 
-    async def _sender(self, context: MessageContext, period: _Period) -> UsageTotals:
-        conversation = context.conversation
-        sender = conversation.sender_id or ""
-        return await self._store.sender_usage(
-            conversation.platform, sender, period.first, period.last
-        )
-
-    async def budget_refusal(self, context: MessageContext) -> str | None:
-        """Why this turn may not call the model (a budget is used up), or None."""
-        if not self._budgets.any:
+    async def _hold(
+        self, context: MessageContext, request: ModelRequest, now: datetime
+    ) -> int | None:
+        budgets = self._budgets_of(context, now)
+        if not budgets:
             return None
-        budgets, group = self._budgets, context.conversation.group_session_key
-        day, month = _periods(self._clock())
-        checks = [
-            ("user_daily_tokens", budgets.user_daily_tokens, day, None),
-            ("user_monthly_tokens", budgets.user_monthly_tokens, month, None),
-            ("group_daily_tokens", budgets.group_daily_tokens, day, group),
-            ("group_monthly_tokens", budgets.group_monthly_tokens, month, group),
-        ]
-        for key, budget, period, group_key in checks:
-            if not budget or (key.startswith("group") and not group_key):
-                continue
-            if group_key:
-                used = await self._store.group_usage(group_key, period.first, period.last)
-            else:
-                used = await self._sender(context, period)
-            if used.billed_tokens >= budget:
-                whose = "this group's" if group_key else "your"
-                return (
-                    f"Sorry, {whose} token budget for {period.name} is used up "
-                    f"({used.billed_tokens:,} of {budget:,} tokens, budgets.{key}). It resets "
-                    f"at {period.resets:%Y-%m-%d %H:%M} UTC. /pin, /usage and /whoami still work."
-                )
-        return None
+        # Characters, not characters / 4: CJK text is about one token per character.
+        prompt, cap = len(_sent(request)), self._llm.max_completion_tokens
+        conversation = context.conversation
+        hold = Hold(
+            conversation.platform,
+            conversation.sender_id,
+            conversation.group_session_key or "",
+            prompt + cap,
+            self._cost(Usage(prompt, cap, 0)) or 0.0,
+        )
+        try:
+            return await self._store.hold_budgets(
+                hold, budgets, now=now, since=now - self.hold_lifetime
+            )
+        except BudgetSpent as spent:
+            raise BudgetUsedUp(self._spent(spent, now)) from None
+
+    def _cost(self, usage: Usage) -> float | None:
+        """What usage costs with llm.model's price, the cache discount applied; None without a
+        price."""
+        price = self._pricing.models.get(self._llm.model)
+        if price is None:
+            return None
+        cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
+        fresh = usage.prompt_tokens - usage.cached_tokens
+        return (
+            fresh * price.prompt
+            + usage.cached_tokens * cached_price
+            + usage.completion_tokens * price.completion
+        ) / PER_PRICE
+
+    def _totals(self, usage: Usage) -> UsageTotals:
+        cost = self._cost(usage)
+        return UsageTotals(
+            1,
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+            int(usage.estimated),
+            cost or 0.0,
+            int(cost is not None),
+        )
+
+    async def forget_stale_holds(self, now: datetime) -> None:
+        """Drop the holds of calls whose process ended mid-call (a periodic job)."""
+        await self._store.forget_holds_before(now - self.hold_lifetime)
+
+    # --- /usage ---------------------------------------------------------------------------------
+
+    def _describe(self, totals: UsageTotals) -> str:
+        text = (
+            f"{totals.calls:,} call(s), {totals.prompt_tokens:,} prompt tokens "
+            f"({totals.cached_tokens:,} cached, {_ratio(totals):.0%} cache hits), "
+            f"{totals.completion_tokens:,} completion tokens"
+        )
+        if totals.known_cost is not None:
+            text += f"; {totals.known_cost:,.4f} {self._pricing.currency}"
+            if totals.priced_calls < totals.calls:
+                text += f" for {totals.priced_calls:,} priced call(s)"
+        if totals.estimated_calls:
+            text += f"; {totals.estimated_calls:,} call(s) estimated (the server reported no usage)"
+        return text
 
     async def report(self, context: MessageContext) -> str:
         """The /usage reply: the speaker's own usage and budgets; in a group, the group's totals
-        for shared admins."""
+        for shared admins (and for messages without a sender id, which count to it alone)."""
         conversation = context.conversation
         day, month = _periods(self._clock())
-        lines = [f"Your model usage ({conversation.platform}, tokens as the server reported):"]
-        mine = {period.name: await self._sender(context, period) for period in (day, month)}
-        lines += [f"  {name}: {_describe(used)}" for name, used in mine.items()]
-        budgets = self._budgets
-        lines += self._budget_lines(
-            "your", mine, budgets.user_daily_tokens, budgets.user_monthly_tokens
-        )
         group = conversation.group_session_key
-        if group and await context.speaker.role() is Role.SHARED_ADMIN:
+        lines = []
+        if conversation.sender_id:
+            lines.append(
+                f"Your model usage ({conversation.platform}, tokens as the server reported):"
+            )
+            mine = {
+                period.name: await self._store.sender_usage(
+                    conversation.platform, conversation.sender_id, period.first, period.last
+                )
+                for period in (day, month)
+            }
+            lines += [f"  {name}: {self._describe(used)}" for name, used in mine.items()]
+            lines += self._budget_lines("your", mine, "user")
+        elif group:
+            lines.append(
+                "Messages without a sender id (anonymous admins, channels) count to this "
+                "group's usage and budget only."
+            )
+        if group and (
+            not conversation.sender_id or await context.speaker.role() is Role.SHARED_ADMIN
+        ):
             group_totals = {
                 period.name: await self._store.group_usage(group, period.first, period.last)
                 for period in (day, month)
             }
             lines.append("This group, all members (shown to shared admins):")
-            lines += [f"  {name}: {_describe(used)}" for name, used in group_totals.items()]
-            lines += self._budget_lines(
-                "the group's",
-                group_totals,
-                budgets.group_daily_tokens,
-                budgets.group_monthly_tokens,
-            )
+            lines += [f"  {name}: {self._describe(used)}" for name, used in group_totals.items()]
+            lines += self._budget_lines("the group's", group_totals, "group")
         return "\n".join(lines)
 
-    @staticmethod
-    def _budget_lines(
-        whose: str, used: dict[str, UsageTotals], daily: int, monthly: int
-    ) -> list[str]:
+    def _budget_lines(self, whose: str, used: dict[str, UsageTotals], owner: str) -> list[str]:
         lines = []
-        for name, budget in (("today", daily), ("this month", monthly)):
-            if budget:
-                left = max(0, budget - used[name].billed_tokens)
-                lines.append(f"  {whose} budget {name}: {left:,} of {budget:,} tokens left")
+        currency = self._pricing.currency
+        for name, span in (("today", "daily"), ("this month", "monthly")):
+            tokens = getattr(self._budgets, f"{owner}_{span}_tokens")
+            cost = getattr(self._budgets, f"{owner}_{span}_cost")
+            if tokens:
+                left = max(0, tokens - used[name].billed_tokens)
+                lines.append(f"  {whose} budget {name}: {left:,} of {tokens:,} tokens left")
+            if cost:
+                left_cost = max(0.0, cost - used[name].cost)
+                lines.append(
+                    f"  {whose} budget {name}: {left_cost:,.4f} of {cost:,.4f} {currency} left"
+                )
         return lines or [f"  {whose} budget: none"]
+
+
+def _ratio(totals: UsageTotals) -> float:
+    return totals.cached_tokens / totals.prompt_tokens if totals.prompt_tokens else 0.0
 
 
 def _row(row: UsageRow, ident: str) -> dict[str, Any]:
     totals = row.totals
+    cost = totals.known_cost
     return {
         "platform": row.platform,
         "id": ident,
@@ -180,27 +333,44 @@ def _row(row: UsageRow, ident: str) -> dict[str, Any]:
         "cached_tokens": totals.cached_tokens,
         "completion_tokens": totals.completion_tokens,
         "estimated_calls": totals.estimated_calls,
-        "cache_hit_ratio": round(totals.cached_tokens / totals.prompt_tokens, 4)
-        if totals.prompt_tokens
-        else 0.0,
+        "cache_hit_ratio": round(_ratio(totals), 4),
+        "cost": None if cost is None else round(cost, 6),
     }
 
 
-async def usage_document(store: UsageStore, days: int, now: datetime) -> dict[str, Any]:
+async def usage_document(
+    store: UsageStore, days: int, now: datetime, currency: str = "USD"
+) -> dict[str, Any]:
     """The operator's report over the last `days` UTC days (today included): one row per user
-    (platform and sender, across chats) and per group, most tokens first."""
+    (platform and sender, across chats) and per group, most tokens first; cost in currency,
+    null where no call had a price."""
     first = (now.astimezone(UTC).date() - timedelta(days=days - 1)).isoformat()
     users, groups = await store.usage_report(first)
     group_rows = []
     for row in groups:
         scope = parse_scope(row.key)
         group_rows.append(_row(row, scope.owner if scope else row.key))
-    return {"days": days, "users": [_row(row, row.key) for row in users], "groups": group_rows}
+    return {
+        "days": days,
+        "currency": currency,
+        "users": [_row(row, row.key) for row in users],
+        "groups": group_rows,
+    }
 
 
 def usage_table(document: dict[str, Any]) -> str:
     """The report as aligned text columns."""
-    header = ("platform", "id", "calls", "prompt", "cached", "completion", "cache hit", "estimated")
+    header = (
+        "platform",
+        "id",
+        "calls",
+        "prompt",
+        "cached",
+        "completion",
+        "cache hit",
+        "estimated",
+        f"cost ({document.get('currency', 'USD')})",
+    )
     lines = [f"Model usage over the last {document['days']} day(s) (UTC), tokens as reported."]
     for title in ("users", "groups"):
         rows = [
@@ -213,6 +383,7 @@ def usage_table(document: dict[str, Any]) -> str:
                 f"{r['completion_tokens']:,}",
                 f"{r['cache_hit_ratio']:.0%}",
                 f"{r['estimated_calls']:,}",
+                "unknown" if r["cost"] is None else f"{r['cost']:,.4f}",
             )
             for r in document[title]
         ]

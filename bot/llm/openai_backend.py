@@ -42,7 +42,9 @@ class OpenAIChatModel:
         is on and on_text is given); every failure becomes a ModelError with a short English
         line."""
         messages = request.messages
-        extra: dict[str, Any] = {"tools": request.tools} if request.tools else {}
+        extra: dict[str, Any] = {"max_completion_tokens": self._config.max_completion_tokens}
+        if request.tools:
+            extra["tools"] = request.tools
         if request.tools and request.tool_choice:
             extra["tool_choice"] = request.tool_choice
         try:

@@ -66,6 +66,7 @@ class WebPage:
     def __init__(self, store: Store, config: Config, token: str, *, clock: Clock = utc_now) -> None:
         self.store = store
         self.config = config.web
+        self.pricing = config.pricing
         self.clock = clock
         self.sign_in = SignIn(token, clock)
         self.ops = BlockOps(store, BlockPolicy(config.pins), clock)
@@ -341,6 +342,7 @@ class WebPage:
             group=group,
             problems=problems,
             top=views.TOP_ROWS,
+            currency=self.pricing.currency,
         )
 
     async def search(self, request: web.Request) -> web.Response:

@@ -101,7 +101,10 @@ async def test_usage_is_recorded_for_every_call(
     await bot.handle(dm(), "use a tool")  # two calls: the tool round and the answer
     await bot.handle(dm(), "plain")
     report = text_of(await bot.handle(dm(), "/usage")) or ""
-    assert "today: 3 call(s), 300 prompt tokens (192 cached), 21 completion tokens" in report
+    assert (
+        "today: 3 call(s), 300 prompt tokens (192 cached, 64% cache hits), 21 completion tokens"
+        in report
+    )
     assert "this month: 3 call(s)" in report and "your budget: none" in report
 
 
@@ -116,7 +119,7 @@ async def test_streamed_usage_and_a_server_that_rejects_stream_options(
 
     await bot.handle(dm("1"), "streamed", on_text=sink)
     assert fake_openai.requests[-1]["stream_options"] == {"include_usage": True}
-    assert "1 call(s), 100 prompt tokens (64 cached), 7 completion" in (
+    assert "1 call(s), 100 prompt tokens (64 cached, 64% cache hits), 7 completion" in (
         text_of(await bot.handle(dm("1"), "/usage"))
     )
     fake_openai.reject_stream_options = True
@@ -139,7 +142,9 @@ async def test_deepseek_cache_hits_count_as_cached(
     }
     bot = await openai_bots()
     await bot.handle(dm(), "hi")
-    assert "50 prompt tokens (40 cached)" in text_of(await bot.handle(dm(), "/usage"))
+    assert "50 prompt tokens (40 cached, 80% cache hits)" in text_of(
+        await bot.handle(dm(), "/usage")
+    )
 
 
 async def test_a_turn_that_fails_after_the_model_answered_is_still_billed(
@@ -228,6 +233,7 @@ async def test_pinbot_usage_json(
     assert document["days"] == 400
     users = {row["id"]: row for row in document["users"]}
     assert users["1"]["calls"] == 2 and users["1"]["prompt_tokens"] == 200
+    assert users["1"]["cost"] is None and document["currency"] == "USD"  # no price: unknown
     assert users["1"]["cached_tokens"] == 128 and users["1"]["completion_tokens"] == 14
     assert users["1"]["estimated_calls"] == 0 and users["1"]["platform"] == "console"
     (group_row,) = document["groups"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, Fa
 from tests.fakes.feishu_server import receive_event as feishu_event
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
+from tests.fakes.telegram_server import (
+    TOKEN,
+    FakeTelegram,
+    group_chat,
+    message,
+    private_chat,
+    user,
+)
 from tests.process import run_pinbot
 from tests.workers import WAIT_S, Cluster, Worker
 
@@ -279,3 +287,46 @@ async def test_a_second_poller_of_one_bot_is_refused_at_start(
     assert "only one process may poll a bot" in err and "webhook" in err
     assert await first.stop() == 0  # the first poller kept going
     assert TOKEN not in err + "\n".join(first.log)
+
+
+async def test_a_users_budget_holds_across_three_workers(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
+) -> None:
+    fake_openai.usage = {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
+    fake_openai.release = asyncio.Event()  # the model answers when the test says so
+    cluster = await start_cluster(
+        "telegram",
+        3,
+        telegram=telegram_settings(fake_telegram, group_trigger="all"),
+        budgets={"user_daily_tokens": 100},
+    )
+    chats = [-1001, -1002, -1003, -1004, -1005, -1006]
+
+    def said() -> int:
+        return sum(len(fake_telegram.sent(chat)) for chat in chats)
+
+    posts = [
+        {"update_id": next(_update_ids), **message(group_chat(chat), "hello", user(7))}
+        for chat in chats
+    ]
+    assert set(await asyncio.gather(*(cluster.post(p, HEADERS) for p in posts))) == {200}
+    await fake_openai.wait_for_requests(1)
+    await fake_telegram.wait_for(lambda: said() >= 5, WAIT_S)  # five refused meanwhile
+    assert len(fake_openai.requests) == 1, cluster.logs()
+    fake_openai.release.set()
+    await fake_telegram.wait_for(lambda: said() >= 6, WAIT_S)
+    texts = [sent["text"] for chat in chats for sent in fake_telegram.sent(chat)]
+    assert sum("budget for today is used up" in text for text in texts) == 5
+    for n, chat in enumerate(chats * 2):  # one by one now: admitted while under the budget
+        post = {"update_id": next(_update_ids), **message(group_chat(chat), f"m{n}", user(7))}
+        assert await cluster.post(post, HEADERS) == 200
+        expected = 7 + n
+        await fake_telegram.wait_for(lambda: said() >= expected, WAIT_S)  # noqa: B023
+    assert len(fake_openai.requests) == 2  # 0 and 60 were under 100; nothing after 120
+    store = await Store.open(url=pg_url)
+    try:
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        used = await store.sender_usage("telegram", "7", today, today)
+    finally:
+        await store.close()
+    assert used.billed_tokens == 120 <= 100 + 60  # the budget plus one call at most

@@ -122,3 +122,13 @@ async def test_a_web_page_open_to_other_machines_without_a_secure_cookie_is_a_wa
     secure = {"host": "0.0.0.0", "secure_cookie": True}
     code, out = await check(tmp_path, {"storage": storage, "web": secure})
     assert code == 0 and "warning" not in out
+
+
+async def test_a_budget_in_money_for_a_model_without_a_price_is_a_warning(tmp_path: Path) -> None:
+    storage = {"path": str(tmp_path / "db.sqlite3")}
+    budgets = {"user_daily_cost": 0.5}
+    code, out = await check(tmp_path, {"storage": storage, "budgets": budgets})
+    assert code == 0 and "warning: a budget is set in money but llm.model (gpt-4o-mini)" in out
+    priced = {"models": {"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}}
+    code, out = await check(tmp_path, {"storage": storage, "budgets": budgets, "pricing": priced})
+    assert code == 0 and "warning" not in out
