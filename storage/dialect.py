@@ -532,3 +532,30 @@ async def connect(*, path: str | Path, url: str | None = None) -> Database:
     if url:
         return await PostgresDatabase.open(url)
     return await SqliteDatabase.open(path)
+
+
+async def inspect(*, path: str | Path, url: str | None = None) -> tuple[str, int | None]:
+    """What the configured database is ("PostgreSQL 15.18", "SQLite <path>") and its schema
+    version (None: no such file yet), read without writing anything: nothing migrated, no file
+    created. Unavailable when it cannot be reached or opened."""
+    if url:
+        with _pg_faults():
+            connection = await asyncpg.connect(url)
+            try:
+                server = str(await connection.fetchval("SHOW server_version")).split()[0]
+                tables = await connection.fetchrow(
+                    "SELECT to_regclass('pinbot_migrations'), to_regclass('pinbot_schema')"
+                )
+                ours, legacy = tables if tables is not None else (None, None)
+                table = "pinbot_migrations" if ours else "pinbot_schema" if legacy else None
+                found = table and await connection.fetchval(f"SELECT MAX(version) FROM {table}")
+            finally:
+                await connection.close()
+        version = int(found or 0) + (5 if table == "pinbot_schema" and found else 0)
+        return f"PostgreSQL {'.'.join(server.split('.')[:2])}", version
+    if not Path(path).exists():
+        return f"SQLite {path}", None
+    with _sqlite_faults():
+        async with aiosqlite.connect(f"file:{path}?mode=ro", uri=True) as db:
+            rows = await db.execute_fetchall("PRAGMA user_version")
+    return f"SQLite {path}", int(next(iter(rows))[0])

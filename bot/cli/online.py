@@ -91,9 +91,30 @@ async def _feishu(client: httpx.AsyncClient, config: Config) -> str:
     return _failed(response)
 
 
+async def _storage(config: Config) -> str:
+    """The configured store reached and its schema read, without migrating or creating it."""
+    from bot.cli.store import database_url
+    from bot.config import ConfigError
+    from storage.dialect import inspect
+    from storage.errors import Unavailable
+    from storage.schema import LATEST
+
+    try:
+        kind, version = await inspect(path=config.storage.path, url=database_url(config))
+    except (ConfigError, Unavailable) as error:
+        return f"failed: {REDACTOR.redact(str(error))}"
+    if version is None:
+        return f"ok ({kind} does not exist yet; pinbot creates it on first use)"
+    if version < LATEST:
+        return f"schema {version}, this release expects {LATEST}: run pinbot migrate"
+    if version > LATEST:
+        return f"failed: schema {version} is newer than this release's ({LATEST}): upgrade pinbot"
+    return f"ok ({kind}, schema {version})"
+
+
 async def online_checks(config: Config) -> list[tuple[str, str]]:
-    """(service, result) for Telegram, the model server and Feishu."""
-    results = []
+    """(service, result) for the store, Telegram, the model server and Feishu."""
+    results = [("storage", await _storage(config))]
     async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
         for name, check in (("telegram", _telegram), ("llm", _llm), ("feishu", _feishu)):
             try:

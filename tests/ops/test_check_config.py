@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from storage.schema import LATEST
+from tests.pg import PgCluster, fresh_database
 
 PINBOT = str(Path(sys.executable).parent / "pinbot")
 
@@ -132,3 +137,51 @@ async def test_a_budget_in_money_for_a_model_without_a_price_is_a_warning(tmp_pa
     priced = {"models": {"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}}
     code, out = await check(tmp_path, {"storage": storage, "budgets": budgets, "pricing": priced})
     assert code == 0 and "warning" not in out
+
+
+async def test_the_store_is_checked_offline_and_read_online_without_a_write(
+    tmp_path: Path, pg_cluster: PgCluster
+) -> None:
+    variable = "PINBOT_TEST_DB"
+    pg = {"storage": {"url_env": variable, "path": str(tmp_path / "stray.sqlite3")}}
+    code, out = await check(tmp_path, pg)
+    assert code == 1 and f"storage.url_env: the environment variable {variable} is not set" in out
+    for url, reason in (
+        ("postgresql://u:Pw/Tail9@127.0.0.1:5432/db", "percent-encode"),
+        ("mysql://u:Pw@127.0.0.1/db", "not a postgresql:// URL"),
+        ("postgresql://u:Pw@127.0.0.1:port/db", "the port after the host is not a number"),
+    ):
+        code, out = await check(tmp_path, pg, env={variable: url})
+        assert code == 1 and reason in out and "Tail9" not in out, out
+    url = await fresh_database(pg_cluster)
+    code, out = await check(tmp_path, pg, "--online", env={variable: url})
+    assert code == 1
+    assert f"storage: schema 0, this release expects {LATEST}: run pinbot migrate" in out
+    code, out = await check(tmp_path, pg, "--online", env={variable: url})
+    assert f"storage: schema 0, this release expects {LATEST}" in out  # still: nothing migrated
+    config = tmp_path / "config.yaml"
+    migrated = await asyncio.create_subprocess_exec(
+        PINBOT, "migrate", "--config", str(config), env={**os.environ, variable: url}
+    )
+    assert await migrated.wait() == 0
+    code, out = await check(tmp_path, pg, "--online", env={variable: url})
+    assert code == 0 and f", schema {LATEST})" in out and "storage: ok (PostgreSQL 1" in out
+    away = "postgresql://postgres:Secret9@127.0.0.1:1/nowhere"
+    code, out = await check(tmp_path, pg, "--online", env={variable: away})
+    assert code == 1 and "storage: failed:" in out and "Secret9" not in out
+    assert not (tmp_path / "stray.sqlite3").exists()
+
+
+async def test_a_sqlite_store_is_read_online_without_being_created_or_migrated(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "db.sqlite3"
+    settings = {"storage": {"path": str(path)}}
+    code, out = await check(tmp_path, settings, "--online")
+    assert code == 0 and "does not exist yet; pinbot creates it on first use" in out
+    assert not path.exists()
+    shutil.copy(Path(__file__).parents[1] / "storage/fixtures/release-5d1093f.sqlite3", path)
+    code, out = await check(tmp_path, settings, "--online")
+    assert code == 1 and f"storage: schema 8, this release expects {LATEST}" in out
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 8  # untouched
