@@ -69,6 +69,11 @@ class PgCluster:
             "postgres",
             "--no-sync",
         )
+        self.start_server()
+        return self
+
+    def start_server(self) -> None:
+        """Start (or start again) the server on its data and port."""
         options = (
             f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
@@ -84,7 +89,10 @@ class PgCluster:
             str(self.folder / "server.log"),
             "start",
         )
-        return self
+
+    def stop_server(self) -> None:
+        """Stop the server, as an outage would (connections end), keeping its data."""
+        self._run(str(self._bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def url(self, database: str = "postgres", password: str | None = None) -> str:
         """A postgresql:// URL of a database in this cluster."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import json
 import logging
 import re
@@ -31,6 +32,7 @@ from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.inbox import Deliver
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
 from storage.models import PendingUpdate
@@ -409,19 +411,25 @@ class FeishuFrontend:
             payload=event.to_json(),
         )
 
-    async def _process_recorded(self, pending: PendingUpdate) -> None:
-        await self._handle(FeishuMessage.from_json(pending.payload))
-
-    async def _handle(self, event: FeishuMessage) -> None:
+    async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
+        """Work out an event's answer; it is sent once the event is marked processed (Unavailable,
+        and nothing sent, when its processing could not be recorded)."""
+        event = FeishuMessage.from_json(pending.payload)
         raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
         text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
         readable = text if raw is not None else None
-        reply = await self.pinbot.handle(event.conversation(), readable, mentioned=mentioned)
-        if reply and reply.text:
-            try:
-                await self.api.reply(event.message_id, self._shown(reply))
-            except (FeishuApiError, httpx.HTTPError) as error:
-                log.warning("reply to Feishu message %s failed: %s", event.message_id, error)
+        reply = await self.pinbot.handle(
+            event.conversation(), readable, mentioned=mentioned, redelivered=True
+        )
+        if not reply or not reply.text:
+            return None
+        return functools.partial(self._reply, event.message_id, reply)
+
+    async def _reply(self, message_id: str, reply: Reply) -> None:
+        try:
+            await self.api.reply(message_id, self._shown(reply))
+        except (FeishuApiError, httpx.HTTPError) as error:
+            log.warning("reply to Feishu message %s failed: %s", message_id, error)
 
     def _shown(self, reply: Reply) -> Reply:
         """The reply as Feishu shows it: the model's Markdown only with reply_format markdown."""

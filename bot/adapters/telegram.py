@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import hmac
 import json
 import logging
@@ -11,6 +13,7 @@ import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -41,8 +44,10 @@ from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env, telegram_token_problem
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.inbox import Deliver
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
+from storage.errors import Unavailable
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
@@ -301,8 +306,19 @@ class TelegramFrontend:
             return web.Response(status=500)
         return web.Response(status=200)
 
-    async def _process_recorded(self, pending: PendingUpdate) -> None:
-        await self.app.process_update(Update.de_json(json.loads(pending.payload), self.app.bot))
+    async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
+        """Process an update from the inbox; what it answers is sent once the update is marked
+        processed. Unavailable when its turn could not be recorded: nothing is sent, and the
+        update's next processing answers it."""
+        deferred = _Deferred()
+        token = _DEFERRED.set(deferred)
+        try:
+            await self.app.process_update(Update.de_json(json.loads(pending.payload), self.app.bot))
+        finally:
+            _DEFERRED.reset(token)
+        if deferred.lost:
+            raise Unavailable("the database could not record the update's processing")
+        return deferred.deliver if deferred.sends else None
 
     async def _connect(self) -> None:
         """getMe, retried with backoff while Telegram cannot be reached (network, timeouts,
@@ -361,17 +377,26 @@ class TelegramFrontend:
             return
         conversation = conversation_of(message)
         stream = StreamedReply(self.sender, message)
-        reply = await self.pinbot.handle(
-            conversation,
-            self._without_mention(message.text),
-            mentioned=self._mentions_me(message),
-            replied_to_bot=self._replies_to_me(message),
-            platform_admin=self._admin_lookup(message, conversation),
-            on_text=stream.update,
-            thinking=lambda: self._typing(message),
-        )
+        deferred = _DEFERRED.get()
+        try:
+            reply = await self.pinbot.handle(
+                conversation,
+                self._without_mention(message.text),
+                mentioned=self._mentions_me(message),
+                replied_to_bot=self._replies_to_me(message),
+                platform_admin=self._admin_lookup(message, conversation),
+                # From the inbox nothing shows before the turn is recorded: no previews.
+                on_text=None if deferred else stream.update,
+                thinking=lambda: self._typing(message),
+                redelivered=deferred is not None,
+            )
+        except Unavailable:
+            if deferred is None:
+                raise
+            deferred.lost = True
+            return
         if reply and reply.text:
-            await stream.finish(reply)
+            await _send(deferred, functools.partial(stream.finish, reply))
 
     async def on_unreadable(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Tell the sender, when the message is for the bot, that only text is read; a caption
@@ -379,14 +404,22 @@ class TelegramFrontend:
         message = update.effective_message
         if message is None:
             return
-        reply = await self.pinbot.handle(
-            conversation_of(message),
-            None,
-            mentioned=self._mentions_me(message),
-            replied_to_bot=self._replies_to_me(message),
-        )
+        deferred = _DEFERRED.get()
+        try:
+            reply = await self.pinbot.handle(
+                conversation_of(message),
+                None,
+                mentioned=self._mentions_me(message),
+                replied_to_bot=self._replies_to_me(message),
+                redelivered=deferred is not None,
+            )
+        except Unavailable:
+            if deferred is None:
+                raise
+            deferred.lost = True
+            return
         if reply and reply.text:
-            await self.sender.reply(message, reply)
+            await _send(deferred, functools.partial(self.sender.reply, message, reply))
 
     async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Move a group's blocks, counters and history when it becomes a supergroup."""
@@ -399,7 +432,14 @@ class TelegramFrontend:
             old, new = message.migrate_from_chat_id, message.chat.id
         else:
             return
-        moved = await self.pinbot.move_group(PLATFORM, str(old), str(new))
+        deferred = _DEFERRED.get()
+        try:
+            moved = await self.pinbot.move_group(PLATFORM, str(old), str(new))
+        except Unavailable:
+            if deferred is None:
+                raise
+            deferred.lost = True  # moved by the update's next processing
+            return
         log.info("group %s migrated to %s: %d block(s) moved", old, new, moved)
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -498,6 +538,33 @@ class TelegramFrontend:
         is_admin = member.status in (ChatMemberStatus.OWNER, ChatMemberStatus.ADMINISTRATOR)
         self._admin_cache[key] = (is_admin, now + self.config.admin_cache_ttl_s)
         return is_admin
+
+
+@dataclass
+class _Deferred:
+    """What an update processed from the inbox sends, held back until it is marked processed;
+    lost when its processing could not be recorded."""
+
+    sends: list[Deliver] = field(default_factory=list)
+    lost: bool = False
+
+    async def deliver(self) -> None:
+        for send in self.sends:
+            await send()
+
+
+# The update being processed from the inbox, if any (python-telegram-bot calls the handlers).
+_DEFERRED: contextvars.ContextVar[_Deferred | None] = contextvars.ContextVar(
+    "telegram_deferred", default=None
+)
+
+
+async def _send(deferred: _Deferred | None, send: Deliver) -> None:
+    """Send now, or once the update from the inbox is marked processed."""
+    if deferred is None:
+        await send()
+    else:
+        deferred.sends.append(send)
 
 
 def _chat_id(update: dict[str, Any]) -> int | None:

@@ -36,6 +36,7 @@ from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
 from storage import Store
+from storage.errors import Unavailable
 
 log = logging.getLogger(__name__)
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
@@ -143,6 +144,7 @@ class Pinbot:
         platform_admin: AdminLookup | None = None,
         on_text: TextSink | None = None,
         thinking: Thinking | None = None,
+        redelivered: bool = False,
     ) -> Reply | None:
         """Answer one message; None means the message is not for this bot.
 
@@ -152,7 +154,9 @@ class Pinbot:
         says the bot is addressed (`is_addressed`). platform_admin asks the platform whether the
         sender administers the group; it is called at most once, and only when that could change
         a decision. While a streaming model answers, on_text gets the text so far; thinking runs
-        while the model works.
+        while the model works. With redelivered (the update waits in the inbox until it is
+        processed), a database that cannot be reached raises Unavailable instead of answering:
+        the update's next processing answers it, once.
         """
         addressed = is_addressed(
             conversation,
@@ -173,6 +177,11 @@ class Pinbot:
         started = time.perf_counter()
         try:
             reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
+        except Unavailable:
+            if redelivered:
+                raise
+            log.exception("the database could not be reached for %s", conversation.session_key)
+            return Reply.failed(FAILED_REPLY)
         except Exception:  # a fault in one message must not stop the others: log, answer, go on
             log.exception("handling a message in %s failed", conversation.session_key)
             return Reply.failed(FAILED_REPLY)

@@ -21,14 +21,18 @@ from bot.config import ConfigError
 from bot.core.clock import Clock
 from bot.core.jobs import Jobs
 from storage.delivery import DeliveryStore
-from storage.errors import WorkerConflict
+from storage.errors import Unavailable, WorkerConflict
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
 KEEP_PROCESSED = timedelta(days=7)  # a repeated delivery within this is recognised
 ABANDONED_BATCH = 100  # chats taken up per check
-Handler = Callable[[PendingUpdate], Awaitable[None]]
+# A handler works out its update's answer and returns how to send it (None: nothing to send);
+# it is sent once the update is marked processed, so an update whose processing cannot be
+# recorded (the database went away) is answered by its next processing, never twice.
+Deliver = Callable[[], Awaitable[None]]
+Handler = Callable[[PendingUpdate], Awaitable[Deliver | None]]
 
 
 async def join_workers(
@@ -172,8 +176,20 @@ class Inbox:
                 if await self._store.release_chat(chat):
                     return
                 continue
+            deliver = None
             try:
-                await self._handler(pending)
+                deliver = await self._handler(pending)
+            except Unavailable as error:  # the turn could not be recorded: nothing was sent
+                log.warning(
+                    "update %d of chat %s could not be recorded (%s); it is processed again "
+                    "when the database is back",
+                    pending.seq,
+                    chat,
+                    error,
+                )
+                return  # the lease stays: the watcher takes the chat up again
             except Exception:  # one bad update must not hold up the chat
                 log.exception("processing update %d of chat %s failed", pending.seq, chat)
             await self._store.finish_update(pending.seq, now=self._clock())
+            if deliver is not None:
+                await deliver()

@@ -6,8 +6,11 @@ receives and the blocks in the database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -30,6 +33,7 @@ from tests.fakes.telegram_server import (
     private_chat,
     user,
 )
+from tests.pg import PgCluster, fresh_database
 from tests.process import run_pinbot
 from tests.workers import WAIT_S, Cluster, Worker
 
@@ -47,7 +51,9 @@ async def start_cluster(
     # The model echoes the newest user message, so each reply says which turn it answers.
     fake_openai.respond = lambda body: completion(f"echo {body['messages'][-1]['content']}")
 
-    async def start(platform: str, count: int, **sections: Any) -> Cluster:
+    async def start(
+        platform: str, count: int, *, url: str | None = None, **sections: Any
+    ) -> Cluster:
         workers = []
         for index in range(count):
             port = free_port()
@@ -61,7 +67,7 @@ async def start_cluster(
             config = tmp_path / f"{platform}{index}.yaml"
             config.write_text(yaml.safe_dump(settings), encoding="utf-8")
             env = {
-                DB_ENV: pg_url,
+                DB_ENV: url or pg_url,
                 "OPENAI_API_KEY": "sk-test-key",
                 "TELEGRAM_BOT_TOKEN": TOKEN,
                 "TELEGRAM_WEBHOOK_SECRET": SECRET,
@@ -330,3 +336,53 @@ async def test_a_users_budget_holds_across_three_workers(
     finally:
         await store.close()
     assert used.billed_tokens == 120 <= 100 + 60  # the budget plus one call at most
+
+
+async def test_one_update_gets_one_answer_across_a_database_outage(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
+) -> None:
+    own = PgCluster().start()  # stopped and started again here, so not the shared one
+    try:
+        url = await fresh_database(own)
+        fake_openai.release = asyncio.Event()  # every turn waits on the model
+        cluster = await start_cluster(
+            "telegram", 3, url=url, telegram=telegram_settings(fake_telegram)
+        )
+        chats = list(range(500, 507))
+        for uid in chats:  # one turn in flight per chat, and the next queued behind it
+            await send_in_order(cluster, uid, ["m1", "m2"])
+        await fake_openai.wait_for_requests(len(chats))
+        own.stop_server()  # the database goes away while the turns wait on the model
+        fake_openai.release.set()
+
+        await until(lambda: cluster.logs().count("could not be recorded") >= len(chats))
+        assert all(fake_telegram.sent(uid) == [] for uid in chats), cluster.logs()
+        own.start_server()
+        await fake_telegram.wait_for(
+            lambda: all(len(fake_telegram.sent(uid)) >= 2 for uid in chats), WAIT_S
+        )
+        store = await Store.open(url=url)
+        try:
+            for uid in chats:  # every update processed: nothing left to answer again
+                await until_async(functools.partial(store.next_update, f"telegram:{uid}"))
+        finally:
+            await store.close()
+        for uid in chats:  # one answer each, in order: none lost, none twice
+            assert replies(fake_telegram, uid) == ["echo m1", "echo m2"], cluster.logs()
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            own.stop()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until condition holds, checking every few milliseconds (WAIT_S is a safety net)."""
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def until_async(nothing_left: Callable[[], Awaitable[object]]) -> None:
+    """Wait until nothing_left() returns None (WAIT_S is a safety net)."""
+    async with asyncio.timeout(WAIT_S):
+        while await nothing_left() is not None:
+            await asyncio.sleep(0.02)
