@@ -15,11 +15,12 @@ from storage.history import HistoryStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.usage import UsageStore
+from storage.versions import VersionStore
 
 __all__ = ["Store", "open_store"]
 
 
-class Store(BlockStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore):
+class Store(BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers."""
 
@@ -71,8 +72,8 @@ class Store(BlockStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore):
     async def move_group(
         self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
     ) -> int:
-        """Move a group's blocks, counters, audit trail and history from the key old to new, in
-        one transaction; returns how many blocks moved. The group's scopes are old and those
+        """Move a group's blocks, counters, audit trail, versions and history from the key old
+        to new, in one transaction; returns how many blocks moved. The group's scopes are old and those
         starting with members_prefix, its history sessions old and those starting with
         sessions_prefix (both prefixes start with old, which is replaced by new).
 
@@ -98,6 +99,9 @@ class Store(BlockStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore):
             await tx.execute(f"DELETE FROM scope_calls WHERE {in_group}", *group)
             await tx.execute(
                 "UPDATE shared_audit SET group_scope = ? WHERE group_scope = ?", new, old
+            )
+            await tx.execute(
+                f"UPDATE block_versions SET scope = {renamed} WHERE {in_group}", *(new, old, *group)
             )
             await tx.execute(
                 "UPDATE history SET session = CAST(? AS TEXT) || substr(session, length(?) + 1) "

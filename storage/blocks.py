@@ -12,10 +12,26 @@ from typing import Any, Protocol
 from storage import models, rows
 from storage.dialect import Database, Step
 from storage.errors import Conflict, LabelTaken, LimitReached, NotFound, OverBudget
-from storage.models import AuditEntry, Block, Change, ChangeKind, Level, Limits, NewBlock, State
+from storage.models import (
+    AuditEntry,
+    Block,
+    BlockState,
+    Change,
+    ChangeKind,
+    Channel,
+    Level,
+    Limits,
+    NewBlock,
+    State,
+    Version,
+)
 from storage.rows import BLOCK_COLUMNS, block_from_row, ts
+from storage.versions import INSERT as VERSION_INSERT
+from storage.versions import new_op, recorded, version_row, write_steps
 
 Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, blocks)
+KEEP = Limits(0)  # for writes that only remove: the default number of versions kept
+CLEANUP = Change("cleanup", Channel.CLEANUP)
 _INSERT = (
     "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, created_at, "
     "updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
@@ -85,6 +101,37 @@ def _import_entries(
     return entries
 
 
+def _import_versions(
+    op: str,
+    scope: str,
+    before: dict[str, Block],
+    blocks: Sequence[Block],
+    change: Change,
+    now: datetime,
+) -> list[tuple[Any, ...]]:
+    """A version (the state before) of each label an import changes."""
+    after = {models.label_key(b.label): b for b in blocks}
+    rows_ = []
+    for key in sorted({*before, *after}):
+        old, new = before.get(key), after.get(key)
+        if old is None or new is None or BlockState.of(old) != BlockState.of(new):
+            label = new.label if new is not None else old.label if old is not None else key
+            rows_.append(version_row(op, scope, label, ChangeKind.IMPORT, change, now, old))
+    return rows_
+
+
+def _given(versions: Sequence[Version]) -> list[tuple[Any, ...]]:
+    """Rows for versions exactly as given (an import of an export made with history)."""
+    rows_ = []
+    for v in versions:
+        change = Change(v.actor, v.channel, v.origin)
+        row = version_row(
+            v.op, v.scope, v.label, v.kind, change, v.at, v.before, v.detail, v.created_at
+        )
+        rows_.append((*row[:-1], v.undone_by))
+    return rows_
+
+
 class BlockStore(Protocol):
     """The store's blocks, their model-call counts and the audit trail of shared blocks."""
 
@@ -115,7 +162,11 @@ class BlockStore(Protocol):
         detail = new.level.value + (" pinned" if new.state is State.PINNED else "")
         entry = (ChangeKind.ADD, new.label, None, new.content, detail)
         audit = (_audit(new.scope, change, now, entry),) if audited else ()
-        if await self._db.write(Step(_INSERT, args), *audit, lock=(new.scope,), guard=True):
+        version = version_row(
+            new_op(), new.scope, new.label, ChangeKind.ADD, change, now, None, detail
+        )
+        kept = recorded([version], limits.versions)
+        if await self._db.write(Step(_INSERT, args), *kept, *audit, lock=(new.scope,), guard=True):
             return
         row = await self._db.fetchrow(
             "SELECT (SELECT label FROM blocks WHERE scope = ? AND label_key = ?), COUNT(*), "
@@ -165,21 +216,22 @@ class BlockStore(Protocol):
             *(new_content, new_level.value, new_state.value, new_priority, ts(now), *idle_args),
             *(block.id, block.rev, budget, new_content, new_content, budget),
         )
-        audit: tuple[Step, ...] = ()
-        if audited:
-            entries = [
-                (kind, block.label, block.content, new_content, detail)
-                for kind, value, detail in (
-                    (ChangeKind.EDIT, content, ""),
-                    (ChangeKind.LEVEL, level, level.value if level else ""),
-                    (ChangeKind.STATE, state, state.value if state else ""),
-                    (ChangeKind.PRIORITY, priority, str(priority)),
-                )
-                if value is not None
-            ]
-            audit = (_audit(block.scope, change, now, *entries),)
+        entries = [
+            (kind, block.label, block.content, new_content, detail)
+            for kind, value, detail in (
+                (ChangeKind.EDIT, content, ""),
+                (ChangeKind.LEVEL, level, level.value if level else ""),
+                (ChangeKind.STATE, state, state.value if state else ""),
+                (ChangeKind.PRIORITY, priority, str(priority)),
+            )
+            if value is not None
+        ]
+        audit = (_audit(block.scope, change, now, *entries),) if audited and entries else ()
+        kind, detail = (entries[0][0], entries[0][4]) if entries else (ChangeKind.EDIT, "")
+        version = version_row(new_op(), block.scope, block.label, kind, change, now, block, detail)
+        kept = recorded([version], limits.versions)
         update = Step(_UPDATE.format(idle=idle), args)
-        if await self._db.write(update, *audit, lock=(block.scope,), guard=True):
+        if await self._db.write(update, *kept, *audit, lock=(block.scope,), guard=True):
             return
         row = await self._db.fetchrow(
             "SELECT rev, (SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b "
@@ -194,32 +246,70 @@ class BlockStore(Protocol):
         raise Conflict(f"block {block.label!r} changed while saving")
 
     async def delete_block(
-        self, block: Block, *, now: datetime, change: Change, audited: bool = False
+        self,
+        block: Block,
+        *,
+        now: datetime,
+        change: Change,
+        audited: bool = False,
+        limits: Limits = KEEP,
     ) -> None:
         """Delete a block, committed on return; NotFound when it is already gone."""
         entry = (ChangeKind.REMOVE, block.label, block.content, None, "")
         audit = (_audit(block.scope, change, now, entry),) if audited else ()
+        version = version_row(
+            new_op(), block.scope, block.label, ChangeKind.REMOVE, change, now, block
+        )
+        kept = recorded([version], limits.versions)
         delete = Step("DELETE FROM blocks WHERE id = ?", (block.id,))
-        if not await self._db.write(delete, *audit, lock=(block.scope,), guard=True):
+        if not await self._db.write(delete, *kept, *audit, lock=(block.scope,), guard=True):
             raise NotFound(f"block {block.label!r} is gone")
 
     async def clear_scope(
-        self, scope: str, *, now: datetime, change: Change, audited: bool = False
+        self,
+        scope: str,
+        *,
+        now: datetime,
+        change: Change,
+        audited: bool = False,
+        limits: Limits = KEEP,
     ) -> int:
-        """Delete every block of a scope, pinned included; returns how many went."""
+        """Delete every block of a scope, pinned included, as one operation; returns how many
+        went."""
+        op = new_op()
         async with self._db.transaction(scope) as tx:
-            if audited:
-                found = await tx.fetch("SELECT label, content FROM blocks WHERE scope = ?", scope)
-                entries = [(ChangeKind.CLEAR, label, old, None, "") for label, old in found]
-                audit = _audit(scope, change, now, *entries)
-                await tx.executemany(audit.sql, audit.args)
+            found = [
+                block_from_row(row)
+                for row in await tx.fetch(
+                    f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ?", scope
+                )
+            ]
+            versions = [
+                version_row(op, scope, b.label, ChangeKind.CLEAR, change, now, b) for b in found
+            ]
+            steps = list(recorded(versions, limits.versions))
+            if audited and found:
+                entries = [(ChangeKind.CLEAR, b.label, b.content, None, "") for b in found]
+                steps.append(_audit(scope, change, now, *entries))
+            for step in steps:
+                await (
+                    tx.executemany(step.sql, step.args)
+                    if step.many
+                    else tx.execute(step.sql, *step.args)
+                )
             return await tx.execute("DELETE FROM blocks WHERE scope = ?", scope)
 
-    async def delete_blocks(self, ids: Collection[int]) -> int:
-        """Delete the blocks with these ids (idle clean-up); returns how many went."""
-        if not ids:
+    async def delete_expired(self, blocks: Collection[Block], *, now: datetime) -> int:
+        """Delete idle blocks whose retention has passed (actor and channel: cleanup), each kept
+        as a version; returns how many went."""
+        if not blocks:
             return 0
-        return await self._db.execute("DELETE FROM blocks WHERE id IN (?*)", list(ids))
+        op = new_op()
+        versions = [
+            version_row(op, b.scope, b.label, ChangeKind.REMOVE, CLEANUP, now, b) for b in blocks
+        ]
+        delete = Step("DELETE FROM blocks WHERE id IN (?*)", ([b.id for b in blocks],))
+        return await self._db.write(delete, *recorded(versions, KEEP.versions))
 
     # --- model-call counts --------------------------------------------------------------------
 
@@ -263,22 +353,37 @@ class BlockStore(Protocol):
         return scopes
 
     async def replace_scopes(
-        self, scopes: Scopes, *, now: datetime, change: Change, audited: Collection[str] = ()
+        self,
+        scopes: Scopes,
+        *,
+        now: datetime,
+        change: Change,
+        audited: Collection[str] = (),
+        versions: dict[str, list[Version]] | None = None,
+        limits: Limits = KEEP,
     ) -> int:
         """Make each given scope hold exactly these blocks (times, states and all) and this call
-        count, in one transaction; other scopes are untouched. Changes to the scopes in audited
-        go to their audit trail. Returns blocks written."""
+        count, in one transaction (one operation); other scopes are untouched. Each label that
+        changes is kept as a version, and audited for the scopes in audited; with versions, the
+        scopes' versions are replaced by those given instead (an import of an export made with
+        history), and none is added. Returns blocks written."""
         await self.flush_calls()
-        written = 0
+        written, op = 0, new_op()
         async with self._db.transaction(*scopes) as tx:
             for scope, (calls, blocks) in scopes.items():
+                found = await tx.fetch(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ?", scope)
+                before = {models.label_key(row[2]): block_from_row(row) for row in found}
+                if versions is not None:
+                    await tx.execute("DELETE FROM block_versions WHERE scope = ?", scope)
+                    await tx.executemany(VERSION_INSERT, _given(versions.get(scope, [])))
+                else:
+                    changed = _import_versions(op, scope, before, blocks, change, now)
+                    await write_steps(tx, recorded(changed, limits.versions))
                 if scope in audited:
-                    found = await tx.fetch(
-                        "SELECT label_key, label, content FROM blocks WHERE scope = ?", scope
+                    entries = _import_entries(
+                        {key: (b.label, b.content) for key, b in before.items()}, blocks
                     )
-                    before = {key: (label, content) for key, label, content in found}
-                    audit = _audit(scope, change, now, *_import_entries(before, blocks))
-                    await tx.executemany(audit.sql, audit.args)
+                    await write_steps(tx, [_audit(scope, change, now, *entries)] if entries else [])
                 await tx.execute("DELETE FROM blocks WHERE scope = ?", scope)
                 await tx.execute(
                     "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "

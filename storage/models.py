@@ -64,12 +64,59 @@ class NewBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockState:
+    """What a block is, apart from where and when: its content, level, state and priority."""
+
+    content: str
+    level: Level
+    state: State
+    priority: int = 0
+
+    @classmethod
+    def of(cls, block: Block) -> BlockState:
+        """The state of a stored block."""
+        return cls(block.content, block.level, block.state, block.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One change to a block of a scope, kept for a while: the block's state before it (None:
+    the block did not exist), what changed (kind and detail), who made it, through what, when;
+    op groups the versions of one operation, undone_by names the undo that reverted it."""
+
+    id: int
+    op: str
+    scope: str
+    label: str
+    kind: ChangeKind
+    detail: str
+    actor: str
+    channel: Channel
+    at: datetime
+    before: BlockState | None
+    created_at: datetime | None = None  # the block's creation, when it existed before
+    origin: Origin | None = None
+    undone_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """A state a label of a scope should take (None: no block), as an undo or a restore asks;
+    created_at keeps a brought-back block's place in creation order."""
+
+    label: str
+    state: BlockState | None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     """What a scope may hold: at most max_blocks blocks and max_total_chars characters of
     content (0: no budget). The store enforces them atomically on every write that adds."""
 
     max_blocks: int
     max_total_chars: int = 0
+    versions: int = 50  # versions kept per block, the newest
 
 
 class ChangeKind(StrEnum):

@@ -21,6 +21,11 @@ TABLES = {
         "id",
     ),
     "scope_calls": ("scope, calls", "scope"),
+    "block_versions": (
+        "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, "
+        "content, level, state, priority, created_at, undone_by",
+        "id",
+    ),
     "history": ("session, role, content, created_at", "id"),
     "inbox": ("platform, event_id, chat, position, payload, received_at, done_at", "seq"),
     "shared_audit": (

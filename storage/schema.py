@@ -275,6 +275,34 @@ STEPS: dict[int, Step] = {
     ],
     10: _audit_kinds,
     11: _usage_by_model_with_cost,
+    # Every change to a block keeps the block's state before it (existed 0: it did not exist),
+    # with the change; op groups one operation's versions, undone_by the undo that reverted it.
+    12: [
+        """CREATE TABLE block_versions (
+            id {sequence},
+            op TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            label_key TEXT NOT NULL,
+            label TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            origin TEXT,
+            at {time} NOT NULL,
+            existed INTEGER NOT NULL,
+            content TEXT,
+            level TEXT,
+            state TEXT,
+            priority INTEGER,
+            created_at {time},
+            undone_by TEXT
+        )""",
+        "CREATE INDEX block_versions_by_label ON block_versions (scope, label_key, id)",
+        "CREATE INDEX block_versions_by_scope ON block_versions (scope, id)",
+        "CREATE INDEX block_versions_by_op ON block_versions (op)",
+        "CREATE INDEX block_versions_by_time ON block_versions (at)",
+    ],
 }
 LATEST = max(STEPS)
 

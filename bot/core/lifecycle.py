@@ -25,12 +25,13 @@ class Lifecycle:
         blocks, before = await self._store.start_model_call(scopes)
         now = self._clock()
         idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
-        gone = {
-            b.id
+        gone = [
+            b
             for b in blocks
             if b.state is idle and self._policy.expired(b, now, before.get(b.scope, 0))
-        }
-        if gone:
-            await self._store.delete_blocks(gone)
-            blocks = [b for b in blocks if b.id not in gone]
+        ]
+        if gone:  # kept as versions: the user can bring them back
+            await self._store.delete_expired(gone, now=now)
+            ids = {b.id for b in gone}
+            blocks = [b for b in blocks if b.id not in ids]
         return blocks

@@ -142,6 +142,7 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
         counts = {table: len(rows) for table, rows in dump.items()}
         assert counts == {
             "blocks": 10,
+            "block_versions": 0,
             "scope_calls": 2,
             "history": 5,
             "inbox": 2,
