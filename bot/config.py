@@ -132,6 +132,8 @@ class PinsConfig(_Section):
     inherit_platform_admins: bool = False
     refuse_secrets_in_groups: bool = True
     audit_retention_days: Annotated[int, Field(ge=1, le=3650)] = 180
+    history_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    history_per_block: Annotated[int, Field(ge=1, le=10_000)] = 50
 
 
 class TelegramConfig(_Section):

@@ -73,9 +73,9 @@ class Store(BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, B
         self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
     ) -> int:
         """Move a group's blocks, counters, audit trail, versions and history from the key old
-        to new, in one transaction; returns how many blocks moved. The group's scopes are old and those
-        starting with members_prefix, its history sessions old and those starting with
-        sessions_prefix (both prefixes start with old, which is replaced by new).
+        to new, in one transaction; returns how many blocks moved. The group's scopes are old
+        and those starting with members_prefix, its history sessions old and those starting
+        with sessions_prefix (both prefixes start with old, which is replaced by new).
 
         A block whose label already exists at the destination stays where it was, so nothing is
         overwritten or duplicated; moving twice moves nothing the second time."""

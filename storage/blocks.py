@@ -364,16 +364,16 @@ class BlockStore(Protocol):
     ) -> int:
         """Make each given scope hold exactly these blocks (times, states and all) and this call
         count, in one transaction (one operation); other scopes are untouched. Each label that
-        changes is kept as a version, and audited for the scopes in audited; with versions, the
-        scopes' versions are replaced by those given instead (an import of an export made with
-        history), and none is added. Returns blocks written."""
+        changes is kept as a version, and audited for the scopes in audited; a scope in versions
+        gets exactly the versions given instead (an import of an export made with history), and
+        none is added. Returns blocks written."""
         await self.flush_calls()
         written, op = 0, new_op()
         async with self._db.transaction(*scopes) as tx:
             for scope, (calls, blocks) in scopes.items():
                 found = await tx.fetch(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ?", scope)
                 before = {models.label_key(row[2]): block_from_row(row) for row in found}
-                if versions is not None:
+                if versions is not None and scope in versions:
                     await tx.execute("DELETE FROM block_versions WHERE scope = ?", scope)
                     await tx.executemany(VERSION_INSERT, _given(versions.get(scope, [])))
                 else:

@@ -17,11 +17,16 @@ from bot.core.transfer import export_document
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="file to write (default: standard output)")
+    parser.add_argument(
+        "--with-history",
+        action="store_true",
+        help="include every block's kept versions (an import restores them as they are)",
+    )
 
 
-async def _export(config: Config, output: str | None) -> int:
+async def _export(config: Config, output: str | None, *, with_history: bool) -> int:
     async with await open_store(config, create=False) as store:
-        document = await export_document(store, utc_now())
+        document = await export_document(store, utc_now(), with_history=with_history)
     text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     if output:
         write_private(Path(output), text)
@@ -32,7 +37,7 @@ async def _export(config: Config, output: str | None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return asyncio.run(_export(load(args.config), args.output))
+    return asyncio.run(_export(load(args.config), args.output, with_history=args.with_history))
 
 
 COMMAND = Subcommand(

@@ -17,7 +17,17 @@ from bot.core.permissions import Access, Action, Role, Speaker
 from bot.core.policy import BlockPolicy, default_level, priority_problem
 from storage.blocks import BlockStore
 from storage.errors import Conflict, LabelTaken, LimitReached, NotFound, OverBudget
-from storage.models import Block, Change, Channel, Level, NewBlock, Origin, State, label_key
+from storage.models import (
+    Block,
+    Change,
+    Channel,
+    Level,
+    NewBlock,
+    Origin,
+    State,
+    Version,
+    label_key,
+)
 
 IMPORT = Change("import", Channel.IMPORT)
 # Guarded writes fail only when another writer changed the scope in between; re-reading settles it.
@@ -130,8 +140,13 @@ class BlockOps:
 
     # --- checks ---------------------------------------------------------------------------------
 
-    async def _write_refusal(self, target: Target, strong: bool = False) -> Refused | None:
-        """Shared blocks need a shared admin; personal strong blocks a strong user or admin."""
+    def now(self) -> datetime:
+        """The time by the operations' clock."""
+        return self._clock()
+
+    async def write_refusal(self, target: Target, strong: bool = False) -> Refused | None:
+        """Why the speaker may not change these blocks (shared blocks need a shared admin;
+        personal strong blocks a strong user or admin), or None."""
         if target.shared:
             reason = await target.speaker.refusal_for(Action.SHARED_WRITE)
         elif strong:
@@ -187,7 +202,7 @@ class BlockOps:
         """Add a block (at the target's default level when level is None); origin says where
         its content came from."""
         level = level or default_level(target.group)
-        if refusal := await self._write_refusal(target, level is Level.STRONG):
+        if refusal := await self.write_refusal(target, level is Level.STRONG):
             return refusal
         if problem := self.policy.block_problem(label, content, priority, group=target.group):
             return Refused(problem)
@@ -226,7 +241,7 @@ class BlockOps:
     ) -> Outcome:
         """Change a block's content, level, state or priority; with protect_pinned a pinned
         block is refused (the agent tools may never change one)."""
-        if refusal := await self._write_refusal(target):
+        if refusal := await self.write_refusal(target):
             return refusal
         if content is not None and (
             problem := self.policy.content_problem(content)
@@ -244,7 +259,7 @@ class BlockOps:
             if protect_pinned and block.state is State.PINNED:
                 return self._protected(block)
             strong = Level.STRONG in (block.level, level)
-            if strong and (refusal := await self._write_refusal(target, strong=True)):
+            if strong and (refusal := await self.write_refusal(target, strong=True)):
                 return refusal
             change = _Change.against(block, **wanted)
             if not change.fields():
@@ -294,7 +309,7 @@ class BlockOps:
 
     async def remove(self, target: Target, label: str, *, protect_pinned: bool = False) -> Outcome:
         """Delete a block; everyone may delete their own, whatever its level."""
-        if refusal := await self._write_refusal(target):
+        if refusal := await self.write_refusal(target):
             return refusal
         for _ in range(_ATTEMPTS):
             block = find_block(await self.blocks(target), label)
@@ -305,7 +320,11 @@ class BlockOps:
             now = self._clock()
             try:
                 await self._store.delete_block(
-                    block, now=now, change=target.change, audited=target.shared
+                    block,
+                    now=now,
+                    change=target.change,
+                    audited=target.shared,
+                    limits=self.policy.limits,
                 )
             except NotFound:
                 continue
@@ -316,7 +335,7 @@ class BlockOps:
     async def clear(self, target: Target, *, confirm: bool) -> Outcome:
         """Without confirm, say what a clear would delete; with it, delete every block of the
         scope, pinned ones included."""
-        if refusal := await self._write_refusal(target):
+        if refusal := await self.write_refusal(target):
             return refusal
         blocks = await self.blocks(target)
         if not confirm:
@@ -325,22 +344,43 @@ class BlockOps:
             pinned = sum(1 for b in blocks if b.state is State.PINNED)
             return Done(
                 f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "
-                f"them pinned. Send {target.command('clear')} confirm to delete them all."
+                f"them pinned. Send {target.command('clear')} confirm to delete them all; "
+                f"{self._undo_note(target)}"
             )
         now = self._clock()
         count = await self._store.clear_scope(
-            target.scope, now=now, change=target.change, audited=target.shared
+            target.scope,
+            now=now,
+            change=target.change,
+            audited=target.shared,
+            limits=self.policy.limits,
         )
         await self._audited(target, now)
-        return Done(f"Deleted {count} block(s) from {target.noun()}.")
+        return Done(
+            f"Deleted {count} block(s) from {target.noun()}. {self._undo_note(target).capitalize()}"
+        )
 
-    async def replace_scopes(self, scopes: dict[str, tuple[int, list[Block]]]) -> int:
+    def _undo_note(self, target: Target) -> str:
+        days = self.policy.pins.history_days
+        return f"{target.command('undo')} brings them back, for {days} days."
+
+    async def replace_scopes(
+        self,
+        scopes: dict[str, tuple[int, list[Block]]],
+        history: dict[str, list[Version]] | None = None,
+    ) -> int:
         """Make each scope hold exactly these blocks (an import, checked by the block policy
-        beforehand), in one transaction; shared scopes' changes go to their audit trail.
+        beforehand), in one transaction; shared scopes' changes go to their audit trail. The
+        scopes in history get exactly those versions; the others a version of each change.
         Returns blocks written."""
         audited = {scope for scope in scopes if is_shared_scope(scope)}
         return await self._store.replace_scopes(
-            scopes, now=self._clock(), change=IMPORT, audited=audited
+            scopes,
+            now=self._clock(),
+            change=IMPORT,
+            audited=audited,
+            versions=history or None,
+            limits=self.policy.limits,
         )
 
 

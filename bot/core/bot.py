@@ -86,6 +86,7 @@ class Pinbot:
         self.jobs = Jobs(store, clock)
         self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
         self.jobs.add("stale budget holds", HOUSEKEEPING_INTERVAL, self.usage.forget_stale_holds)
+        self.jobs.add("block history retention", HOUSEKEEPING_INTERVAL, self._forget_old_versions)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,
@@ -120,6 +121,9 @@ class Pinbot:
         while True:
             await sleep(self.config.storage.takeover_check_s)
             await self.jobs.run_due()
+
+    async def _forget_old_versions(self, now: datetime) -> None:
+        await self.store.forget_versions_before(now - timedelta(days=self.config.pins.history_days))
 
     async def _housekeeping(self, now: datetime) -> None:
         await self.store.forget_updates_before(now - KEEP_PROCESSED)

@@ -29,6 +29,9 @@ class Verb(StrEnum):
     LOG = "log"
     PRIORITY = "priority"
     STATUS = "status"
+    HISTORY = "history"
+    UNDO = "undo"
+    RESTORE = "restore"
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class PinCommand:
     level: Level | None = None
     pinned: bool = False
     confirm: bool = False
-    count: int | None = None
+    count: int | None = None  # LOG: entries; RESTORE: the version (None: the one before)
     priority: int | None = None
 
 
@@ -75,6 +78,9 @@ USAGE: dict[str, str] = {
     "clear": "/pin clear  (then /pin clear confirm)",
     "help": "/pin help",
     "log": "/pin log [N]",
+    "history": "/pin history <label>",
+    "undo": "/pin undo",
+    "restore": "/pin restore <label> [version]",
 }
 LOG_DEFAULT = 10
 LOG_MAX = 50
@@ -225,6 +231,27 @@ def _parse_level(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     return PinCommand(Verb.LEVEL, shared=shared, label=label, level=Level(target.casefold()))
 
 
+def _parse_history(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    if not label or after.strip():
+        return _usage_error(name, shared, "history needs the label of one block.")
+    return PinCommand(Verb.HISTORY, shared=shared, label=label)
+
+
+def _parse_restore(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    version, extra = _split_first(after)
+    if not label or extra.strip():
+        return _usage_error(name, shared, "restore needs a label, and may take a version number.")
+    if version and not (version.isascii() and version.isdigit() and 1 <= int(version) <= 10**6):
+        return _usage_error(
+            name, shared, f"The version is a number /pin history {label} shows, not {version!r}."
+        )
+    return PinCommand(
+        Verb.RESTORE, shared=shared, label=label, count=int(version) if version else None
+    )
+
+
 def _parse_help(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     return PinCommand(Verb.HELP, shared=shared)
 
@@ -241,6 +268,9 @@ _PARSERS: dict[str, _Parser] = {
     "log": _parse_log_command,
     "list": _parse_list,
     "status": _parse_list,
+    "undo": _parse_list,
+    "history": _parse_history,
+    "restore": _parse_restore,
     "priority": _parse_priority,
     "clear": _parse_clear,
     "edit": _parse_edit,

@@ -23,10 +23,14 @@ message, in this chat only.
 /pin idle|activate|pin|unpin <label> Pause, resume, keep or release a block
 /pin clear                           Count the blocks a clear would delete
 /pin clear confirm                   Delete all your blocks here
+/pin history <label>                 A block's versions, newest first (also of a removed one)
+/pin undo                            Take back your last change here (again: the one before)
+/pin restore <label> [version]       Bring back a version (default: the one before now)
 {shared_line}/pin help                            This text
 
 Labels: up to {label_limit} characters, no spaces, matched ignoring case. Idle blocks are not sent \
-and are deleted after a while; pinned blocks stay until you remove them."""
+and are deleted after a while; pinned blocks stay until you remove them. Every change is kept for \
+a while: undo and restore bring blocks back, removed ones too."""
 
 _SHARED = """\
 Shared blocks apply whenever anyone speaks in this group. Everyone may view them; only shared \
@@ -44,6 +48,9 @@ admins may change them.
 /pin shared idle|activate|pin|unpin <label> Change a shared block's state
 /pin shared clear  /  /pin shared clear confirm
 /pin shared log [N]                         The latest changes to the shared blocks
+/pin shared history <label>                 A shared block's versions, newest first
+/pin shared undo                            Take back the last change to the shared blocks
+/pin shared restore <label> [version]       Bring back a version of a shared block
 /pin shared help                            This text"""
 
 GENERAL_HELP = """\

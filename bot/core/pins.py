@@ -12,6 +12,7 @@ from bot.core.policy import BlockPolicy
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
 from bot.core.status import ScopeStatus, status_text
+from bot.core.versions import BlockHistory
 from storage import Store
 from storage.models import Block, State
 
@@ -32,6 +33,7 @@ class PinService:
         self._pins = policy.pins
         self._clock = clock
         self.ops = BlockOps(store, policy, clock)
+        self.history = BlockHistory(store, self.ops)
 
     async def execute(self, context: MessageContext, command: PinCommand) -> Reply:
         """Run a parsed command for the message's sender.
@@ -60,7 +62,14 @@ class PinService:
             return Reply(await self._status(context, shared_only=command.shared))
         if command.verb is Verb.LOG:
             return Reply(await self._log(target, command.count or LOG_DEFAULT))
-        outcome = await self._write(target, command)
+        if command.verb is Verb.HISTORY:
+            outcome = await self.history.history(target, command.label or "")
+        elif command.verb is Verb.UNDO:
+            outcome = await self.history.undo(target)
+        elif command.verb is Verb.RESTORE:
+            outcome = await self.history.restore(target, command.label or "", command.count)
+        else:
+            outcome = await self._write(target, command)
         if isinstance(outcome, Done):
             return Reply(outcome.message)
         return Reply.refused(outcome.reason)

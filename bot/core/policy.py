@@ -52,7 +52,9 @@ class BlockPolicy:
 
     def __init__(self, pins: PinsConfig) -> None:
         self.pins = pins
-        self.limits = Limits(pins.max_blocks_per_session, pins.max_total_chars)
+        self.limits = Limits(
+            pins.max_blocks_per_session, pins.max_total_chars, pins.history_per_block
+        )
 
     def label_problem(self, label: str) -> str | None:
         """Why this label cannot be used, or None if it is fine."""

@@ -13,8 +13,19 @@ from typing import Any
 from bot.core.blocks import BlockOps
 from bot.core.keys import is_group_scope, parse_scope
 from bot.core.policy import BlockPolicy, default_level, priority_problem
+from storage import Store
 from storage.blocks import BlockStore
-from storage.models import Block, Level, State, label_key
+from storage.models import (
+    Block,
+    BlockState,
+    ChangeKind,
+    Channel,
+    Level,
+    Origin,
+    State,
+    Version,
+    label_key,
+)
 
 FORMAT = "pinbot-blocks"
 SCOPE_EXAMPLES = "e.g. telegram:direct:42, telegram:group:-100123, telegram:group:-100123::u:42"
@@ -87,18 +98,46 @@ def block_json(block: Block) -> dict[str, Any]:
     }
 
 
-async def export_document(store: BlockStore, now: datetime) -> dict[str, Any]:
-    """The whole store as one JSON-ready document."""
-    scopes = await store.export_scopes()
+def version_json(version: Version) -> dict[str, Any]:
+    """One kept version as it appears in an export made with history."""
+    before = version.before
     return {
-        "format": FORMAT,
-        "version": VERSION,
-        "exported_at": _time(now),
-        "scopes": {
-            scope: {"model_calls": calls, "blocks": [block_json(b) for b in blocks]}
-            for scope, (calls, blocks) in sorted(scopes.items())
+        "op": version.op,
+        "label": version.label,
+        "kind": version.kind.value,
+        "detail": version.detail,
+        "actor": version.actor,
+        "channel": version.channel.value,
+        "origin": version.origin.encode() if version.origin else None,
+        "at": _time(version.at),
+        "before": None
+        if before is None
+        else {
+            "content": before.content,
+            "level": before.level.value,
+            "state": before.state.value,
+            "priority": before.priority,
         },
+        "created_at": _time(version.created_at),
+        "undone_by": version.undone_by,
     }
+
+
+async def export_document(
+    store: Store, now: datetime, *, with_history: bool = False
+) -> dict[str, Any]:
+    """The whole store as one JSON-ready document; with_history, each scope's kept versions
+    too (an import of it restores them as they are)."""
+    scopes = await store.export_scopes()
+    versions = await store.export_versions() if with_history else {}
+    document: dict[str, Any] = {}
+    for scope in sorted({*scopes, *versions}):
+        calls, blocks = scopes.get(scope, (0, []))
+        body: dict[str, Any] = {"model_calls": calls, "blocks": [block_json(b) for b in blocks]}
+        if with_history:
+            body["history"] = [version_json(v) for v in versions.get(scope, [])]
+        document[scope] = body
+    return {"format": FORMAT, "version": VERSION, "exported_at": _time(now), "scopes": document}
 
 
 @dataclass
@@ -106,13 +145,27 @@ class ImportPlan:
     """What an import would write, the problems that stop it, and a summary of the change."""
 
     scopes: dict[str, tuple[int, list[Block]]] = field(default_factory=dict)
+    history: dict[str, list[Version]] = field(default_factory=dict)  # scopes exported with it
     problems: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
 
 
 MAX_COUNT = 2**63 - 1  # SQLite's largest integer
 _TOP_KEYS = {"format", "version", "exported_at", "scopes"}
-_SCOPE_KEYS = {"model_calls", "blocks"}
+_SCOPE_KEYS = {"model_calls", "blocks", "history"}
+_VERSION_KEYS = {
+    "op",
+    "label",
+    "kind",
+    "detail",
+    "actor",
+    "channel",
+    "origin",
+    "at",
+    "before",
+    "created_at",
+    "undone_by",
+}
 
 
 def _count_ok(value: Any) -> bool:
@@ -295,7 +348,62 @@ def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan
         parsed = _parse_scope_body(body, scope, policy, plan.problems, now)
         if parsed is not None:
             plan.scopes[scope] = parsed
+        if isinstance(body, dict) and "history" in body:
+            plan.history[scope] = _parse_history(body["history"], scope, plan.problems)
     return plan
+
+
+def _parse_history(items: Any, scope: str, problems: list[str]) -> list[Version]:
+    """The kept versions of an export made with history, checked field by field."""
+    if not isinstance(items, list):
+        problems.append(f"scope '{scope}': history must be a list")
+        return []
+    versions = []
+    for index, item in enumerate(items):
+        where = f"scope '{scope}', history #{index + 1}"
+        before = len(problems)
+        if not isinstance(item, dict):
+            problems.append(f"{where}: must be an object")
+            continue
+        _unknown_keys(item, _VERSION_KEYS, where, problems)
+        text = {name: item.get(name) for name in ("op", "label", "actor", "detail")}
+        if not all(isinstance(value, str) for value in text.values()):
+            problems.append(f"{where}: op, label, actor and detail must be strings")
+        kind, channel = item.get("kind"), item.get("channel")
+        if not isinstance(kind, str) or kind not in set(ChangeKind):
+            problems.append(f"{where}: kind must be one of {', '.join(ChangeKind)}")
+        if not isinstance(channel, str) or channel not in set(Channel):
+            problems.append(f"{where}: channel must be one of {', '.join(Channel)}")
+        for name in ("origin", "undone_by"):
+            if item.get(name) is not None and not isinstance(item.get(name), str):
+                problems.append(f"{where}: {name} must be a string or null")
+        at = _parse_time(item.get("at"), where, "at", problems)
+        created = _parse_time(item.get("created_at"), where, "created_at", problems, True)
+        state = _parse_state(item.get("before"), where, problems)
+        if len(problems) > before or at is None:
+            continue
+        versions.append(
+            Version(
+                *(0, str(text["op"]), scope, str(text["label"]), ChangeKind(str(kind))),
+                *(str(text["detail"]), str(text["actor"]), Channel(str(channel)), at, state),
+                *(created, Origin.decode(item.get("origin")), item.get("undone_by")),
+            )
+        )
+    return versions
+
+
+def _parse_state(item: Any, where: str, problems: list[str]) -> BlockState | None:
+    """A version's state before its change (None: the block did not exist)."""
+    if item is None:
+        return None
+    if not isinstance(item, dict) or not isinstance(item.get("content"), str):
+        problems.append(f"{where}: before must be null or an object with content")
+        return None
+    level, state, priority = item.get("level"), item.get("state"), item.get("priority", 0)
+    _check_kinds(level, state, priority, where, problems)
+    if not isinstance(level, str) or level not in set(Level) or state not in set(State):
+        return None
+    return BlockState(item["content"], Level(level), State(str(state)), int(priority))
 
 
 def _bad_text(text: str) -> bool:
@@ -329,8 +437,9 @@ def _parse_scope_body(
 
 async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
     """Write a checked plan in one transaction (changes to shared scopes go to their audit
-    trail); returns blocks written."""
-    return await ops.replace_scopes(plan.scopes)
+    trail; scopes exported with history get their versions back as they were, the others a
+    version of each block the import changes); returns blocks written."""
+    return await ops.replace_scopes(plan.scopes, plan.history)
 
 
 async def describe_changes(store: BlockStore, plan: ImportPlan) -> list[str]:

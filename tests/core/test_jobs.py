@@ -75,9 +75,9 @@ async def test_the_bots_housekeeping_forgets_old_deliveries_on_the_role_holder(
     pending = await store.next_update("c")
     assert pending is not None
     await store.finish_update(pending.seq, now=clock())
-    assert await bot.jobs.run_due() == ["delivery housekeeping", "stale budget holds"]
+    assert "delivery housekeeping" in await bot.jobs.run_due()
     assert not await store.record_update("p", "e1", chat="c", position=0, payload="", now=clock())
     clock.advance(days=8)
-    assert await bot.jobs.run_due() == ["delivery housekeeping", "stale budget holds"]
+    assert "delivery housekeeping" in await bot.jobs.run_due()
     # processed over a week ago and forgotten: the id may come again as new
     assert await store.record_update("p", "e1", chat="c", position=0, payload="", now=clock())

@@ -1,0 +1,192 @@
+"""A scope's blocks through time: `/pin history`, `/pin undo` and `/pin restore` (and their
+`shared` forms). Undo and restore are changes like any other: the rules of now apply (limits,
+the budget, the credential check, permissions) and they are kept as versions themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
+from bot.core.policy import BlockPolicy
+from storage.errors import LimitReached, OverBudget
+from storage.models import BlockState, Change, Channel, Level, Version, Wanted
+from storage.versions import VersionStore
+
+SHOWN_CHARS = 60  # of each version's content in /pin history
+_WHEN = "%Y-%m-%d %H:%M UTC"
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime(_WHEN)
+
+
+def _shown(state: BlockState | None) -> str:
+    if state is None:
+        return "(no block)"
+    text = " ".join(state.content.split())
+    short = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+    return f"[{state.level.value}, {state.state.value}] {short}"
+
+
+def _what(version: Version) -> str:
+    """A change in words: "edit", "level strong", "remove (undo)"."""
+    words = f"{version.kind.value} {version.detail}".strip()
+    if version.channel is not Channel.COMMAND:
+        words += f" ({version.channel.value})"
+    return words
+
+
+def _who(version: Version) -> str:
+    return version.actor or "someone without an id"
+
+
+class BlockHistory:
+    """History, undo and restore of one speaker's (or one group's shared) blocks."""
+
+    def __init__(self, store: VersionStore, ops: BlockOps) -> None:
+        self._store = store
+        self._ops = ops
+        self._policy: BlockPolicy = ops.policy
+
+    async def history(self, target: Target, label: str) -> Outcome:
+        """The label's versions, newest first, numbered: 1 is the block as it is now."""
+        versions = await self._store.versions(target.scope, label)
+        if not versions:
+            return Refused(
+                f"No changes to a block labelled '{label}' are kept in {target.noun()}. "
+                f"Send {target.command('list')} to see the blocks."
+            )
+        states = await self._states(target, label, versions)
+        pins = self._policy.pins
+        lines = [
+            f"History of '{versions[0].label}' in {target.noun()}, newest first (kept "
+            f"{pins.history_days} days, at most {pins.history_per_block} versions):"
+        ]
+        for number, (state, made_by) in enumerate(states, start=1):
+            made = (
+                f"{_when(made_by.at)} · {_who(made_by)} · {_what(made_by)}"
+                if made_by
+                else "before its kept history"
+            )
+            now = " (now)" if number == 1 else ""
+            lines.append(f"{number}.{now} {made} · {_shown(state)}")
+        lines.append(
+            f"Bring one back with {target.command('restore')} {versions[0].label} <number>."
+        )
+        return Done("\n".join(lines))
+
+    async def _states(
+        self, target: Target, label: str, versions: Sequence[Version]
+    ) -> list[tuple[BlockState | None, Version | None]]:
+        """Each version's state, newest first, with the change that made it (None: made before
+        the kept history began). The first is the block as it is now."""
+        current = find_block(await self._ops.blocks(target), label)
+        states: list[tuple[BlockState | None, Version | None]] = [
+            (BlockState.of(current) if current else None, versions[0])
+        ]
+        for index, version in enumerate(versions):
+            made_by = versions[index + 1] if index + 1 < len(versions) else None
+            states.append((version.before, made_by))
+        return states
+
+    async def undo(self, target: Target) -> Outcome:
+        """Revert the scope's last operation (an undo steps over earlier changes, never over
+        undos), as one operation, under the rules of now."""
+        if refusal := await self._ops.write_refusal(target):
+            return refusal
+        versions = await self._store.last_operation(target.scope)
+        if not versions:
+            return Refused(f"There is nothing to undo in {target.noun()}.")
+        wanted: dict[str, Wanted] = {}
+        for version in versions:  # the first version of a label holds its state before
+            wanted.setdefault(
+                version.label.casefold(), Wanted(version.label, version.before, version.created_at)
+            )
+        change = Change(target.change.actor, Channel.UNDO)
+        outcome = await self._apply(target, list(wanted.values()), change, undoes=versions[0].op)
+        if isinstance(outcome, Refused):
+            return outcome
+        first = versions[0]
+        labels = ", ".join(f"'{w.label}'" for w in wanted.values())
+        return Done(
+            f"Undid {_what(first)} of {labels} by {_who(first)} at {_when(first.at)}. "
+            f"{outcome.message} Send {target.command('undo')} again to go one change further "
+            "back."
+        )
+
+    async def restore(self, target: Target, label: str, number: int | None) -> Outcome:
+        """Bring back version number (default: the one before now) of a block, also of a
+        removed one; over a block that exists now it is an edit."""
+        if refusal := await self._ops.write_refusal(target):
+            return refusal
+        versions = await self._store.versions(target.scope, label)
+        states = await self._states(target, label, versions) if versions else []
+        number = number or 2
+        if not 1 <= number <= len(states):
+            kept = f"versions 1 to {len(states)}" if states else "no versions"
+            return Refused(
+                f"'{label}' has {kept} in {target.noun()}; send "
+                f"{target.command('history')} {label} to see them."
+            )
+        state, made_by = states[number - 1]
+        if state is None:
+            return Refused(
+                f"Version {number} of '{label}' is the block's absence; to remove the block, send "
+                f"{target.command('remove')} {label}."
+            )
+        if number == 1:
+            return Done(f"'{versions[0].label}' is already as version 1 (now).")
+        created = next((v.created_at for v in versions if v.created_at), None)
+        change = Change(target.change.actor, Channel.RESTORE)
+        outcome = await self._apply(target, [Wanted(versions[0].label, state, created)], change)
+        if isinstance(outcome, Refused):
+            return outcome
+        source = f" ({_when(made_by.at)}, by {_who(made_by)})" if made_by else ""
+        return Done(f"Restored '{versions[0].label}' to version {number}{source}.")
+
+    async def _apply(
+        self, target: Target, wanted: list[Wanted], change: Change, undoes: str | None = None
+    ) -> Outcome:
+        """Apply wanted states as one operation, if the rules of now allow them."""
+        for want in wanted:
+            if want.state is None:
+                continue
+            if problem := self._policy.content_problem(want.state.content) or (
+                self._policy.secret_problem(want.label, want.state.content, group=target.group)
+            ):
+                return Refused(f"'{want.label}' cannot come back as it was: {problem}")
+            if want.state.level is Level.STRONG and (
+                refusal := await self._ops.write_refusal(target, strong=True)
+            ):
+                return refusal
+        try:
+            changed = await self._store.apply_versions(
+                target.scope,
+                wanted,
+                now=self._ops.now(),
+                limits=self._policy.limits,
+                change=change,
+                undoes=undoes,
+                audited=target.shared,
+            )
+        except LimitReached as full:
+            return Refused(
+                f"That would bring back more blocks than {target.noun()} may hold ({full.limit}). "
+                f"Remove one with {target.command('remove')} <label> first."
+            )
+        except OverBudget as over:
+            return Refused(self._policy.over_budget(over.total))
+        if not changed:
+            return Done("Nothing needed to change.")
+        back = [label for label, before, _ in changed if before is None]
+        gone = [label for label, _, after in changed if after is None]
+        words = []
+        if back:
+            words.append(f"Back: {', '.join(repr(label) for label in back)}.")
+        if gone:
+            words.append(f"Removed again: {', '.join(repr(label) for label in gone)}.")
+        others = len(changed) - len(back) - len(gone)
+        if others:
+            words.append(f"{others} block(s) as they were before.")
+        return Done(" ".join(words))
