@@ -114,6 +114,16 @@ class VersionStore(Protocol):
         )
         return [_version(row) for row in found]
 
+    async def labels_with_versions(self, scope: str) -> list[str]:
+        """The labels of a scope that have kept versions (removed blocks' too), by label."""
+        found = await self._db.fetch(
+            "SELECT label FROM block_versions v WHERE scope = ? AND id = (SELECT MAX(id) FROM "
+            "block_versions w WHERE w.scope = v.scope AND w.label_key = v.label_key) "
+            "ORDER BY label_key",
+            scope,
+        )
+        return [row[0] for row in found]
+
     async def last_operation(self, scope: str) -> list[Version]:
         """The versions of the scope's newest operation that an undo may revert: not an undo
         itself, not undone already (none when there is none)."""

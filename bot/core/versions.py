@@ -76,6 +76,14 @@ class BlockHistory:
         )
         return Done("\n".join(lines))
 
+    async def numbered(
+        self, target: Target, label: str
+    ) -> list[tuple[BlockState | None, Version | None]]:
+        """The label's versions as /pin history numbers them (1 = now): each state with the
+        change that made it (None: made before the kept history); empty when none is kept."""
+        versions = await self._store.versions(target.scope, label)
+        return await self._states(target, label, versions) if versions else []
+
     async def _states(
         self, target: Target, label: str, versions: Sequence[Version]
     ) -> list[tuple[BlockState | None, Version | None]]:

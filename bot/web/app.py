@@ -21,6 +21,7 @@ from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import ScopeKind, group_key_of, parse_scope
 from bot.core.policy import BlockPolicy, default_level, priority_problem
+from bot.core.versions import BlockHistory
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart
@@ -70,6 +71,7 @@ class WebPage:
         self.clock = clock
         self.sign_in = SignIn(token, clock)
         self.ops = BlockOps(store, BlockPolicy(config.pins), clock)
+        self.history = BlockHistory(store, self.ops)
         name = config.web.operator_name.strip()
         self.actor = f"web:{name}" if name else "web"
         self._flash: dict[str, Flash] = {}  # per session: what the last change did, shown once
@@ -95,6 +97,8 @@ class WebPage:
         app.router.add_post("/scope/{key}/add", self.add_block)
         app.router.add_post("/scope/{key}/change", self.change_block)
         app.router.add_post("/scope/{key}/remove", self.remove_block)
+        app.router.add_post("/scope/{key}/restore", self.restore_block)
+        app.router.add_get("/scope/{key}/history/{label}", self.block_history)
         app.router.add_get("/audit", self.audit)
         app.router.add_get("/usage", self.usage)
         app.router.add_get("/search", self.search)
@@ -295,6 +299,39 @@ class WebPage:
         form = await request.post()
         outcome = await self.ops.remove(target, _text(form, "label"))
         return await self._after(request, target, outcome)
+
+    async def restore_block(self, request: web.Request) -> web.Response:
+        """Bring back a version of a shared block (a removed one too), as `/pin shared
+        restore` would."""
+        target = self._shared_target(request)
+        form = await request.post()
+        number = _whole_number(_text(form, "version"))
+        if number is None or number < 1:
+            outcome: Outcome = Refused("The version is a number the block's history shows.")
+        else:
+            outcome = await self.history.restore(target, _text(form, "label"), number)
+        return await self._after(request, target, outcome)
+
+    async def block_history(self, request: web.Request) -> web.Response:
+        """A shared block's versions, newest first, each with what changed from the one before
+        and a button that brings it back."""
+        target = self._shared_target(request)
+        label = request.match_info["label"]
+        numbered = await self.history.numbered(target, label)
+        if not numbered:
+            return self.render(request, "not_found.html", status=404)
+        versions = [
+            views.VersionView(number, state, made_by, views.diff(numbered, number))
+            for number, (state, made_by) in enumerate(numbered, start=1)
+        ]
+        return self.render(
+            request,
+            "history.html",
+            section="overview",
+            key=target.scope,
+            label=label,
+            versions=versions,
+        )
 
     async def audit(self, request: web.Request) -> web.Response:
         """The audit log of shared blocks, filtered and paged."""

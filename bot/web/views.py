@@ -4,8 +4,9 @@ scopes are left out unless the operator opted in (`web.show_direct`)."""
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
@@ -22,7 +23,16 @@ from bot.core.keys import (
 )
 from bot.core.render import estimate
 from storage import Store
-from storage.models import AuditEntry, Block, ChangeKind, UsageRow, UsageTotals
+from storage.models import (
+    AuditEntry,
+    Block,
+    BlockState,
+    ChangeKind,
+    UsageRow,
+    UsageTotals,
+    Version,
+    label_key,
+)
 
 PAGE_SIZE = 50
 SCAN_BATCH = 500  # scope keys read per query while filling a page
@@ -132,6 +142,7 @@ class ScopeView:
     blocks: list[Block]
     tokens: int
     members: list[tuple[str, list[Block], int]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # shared labels with versions, no block
 
 
 async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView | None:
@@ -153,7 +164,43 @@ async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView 
         (scope.removeprefix(members_prefix(key)), own, estimate(blocks, own).total)
         for scope, own in by_member.items()
     ]
-    return ScopeView(key, parsed.kind, blocks, estimate(blocks, []).total, members)
+    present = {label_key(block.label) for block in blocks}
+    removed = [
+        label for label in await store.labels_with_versions(key) if label_key(label) not in present
+    ]
+    return ScopeView(key, parsed.kind, blocks, estimate(blocks, []).total, members, removed)
+
+
+@dataclass(frozen=True)
+class VersionView:
+    """One version of a shared block on its history page: its number (1 = now), its state
+    (None: no block), the change that made it, and the lines it changed from the one before."""
+
+    number: int
+    state: BlockState | None
+    made_by: Version | None
+    changes: list[tuple[str, str]]  # (mark, line): '+' added, '-' taken out, ' ' kept
+
+
+def diff(
+    numbered: Sequence[tuple[BlockState | None, Version | None]], number: int
+) -> list[tuple[str, str]]:
+    """What version number changed from the one before it (the next older), line by line, with
+    a level, state or priority change as a line of its own."""
+    after = numbered[number - 1][0]
+    before = numbered[number][0] if number < len(numbered) else None
+    old = before.content.splitlines() if before else []
+    new = after.content.splitlines() if after else []
+    changes = [
+        (line[0], line[2:]) for line in difflib.ndiff(old, new) if line[:1] in ("+", "-", " ")
+    ]
+    if before and after:
+        for name in ("level", "state", "priority"):
+            was, now = getattr(before, name), getattr(after, name)
+            if was != now:
+                shown = [getattr(value, "value", value) for value in (was, now)]
+                changes.append(("~", f"{name}: {shown[0]} → {shown[1]}"))
+    return changes
 
 
 @dataclass

@@ -204,3 +204,36 @@ async def test_forms_without_their_token_or_from_elsewhere_get_403(start: Start)
         await first.close()
         await second.close()
     assert await shared(bot) == before
+
+
+async def test_a_shared_blocks_history_shows_each_change_and_restores_a_version(
+    start: Start, fake_openai: FakeOpenAI
+) -> None:
+    page, base, bot = await start()
+    await said(bot, "/pin shared edit rules Be kind.\nNo spam.")
+    await said(bot, "/pin shared edit rules Be kind.\nNo spam.\nStay on topic.")
+    await page.goto(f"{base}/scope/{GROUP}")
+    async with page.expect_navigation():
+        await page.click('form.edit[data-label="rules"] a.history')
+    assert "History of rules" in await page.inner_text("h1")
+    newest = await page.inner_text("#version-1 pre.diff")
+    assert "+ Stay on topic." in newest and "  No spam." in newest  # a line diff
+    assert "- " not in newest
+    second = await page.inner_text("#version-2 pre.diff")
+    assert "+ No spam." in second
+    await shot(page, "group-history")
+    # Version 3 is the first text: restoring it is an edit, as /pin shared restore would make.
+    await submit(page, 'form.restore[data-version="3"] button')
+    assert "Restored 'rules' to version 3" in await page.inner_text("#flash")
+    assert await shared(bot) == [("rules", "Be kind.", "context", "active", 0)]
+    await model_sees(bot, fake_openai)
+    assert "Be kind." in str(fake_openai.messages()[-1]["content"])  # the context section
+    # A removed shared block is listed with a button that brings it back.
+    await said(bot, "/pin shared remove rules")
+    await page.goto(f"{base}/scope/{GROUP}")
+    assert await shared(bot) == []
+    await submit(page, 'div.removed[data-label="rules"] form.restore button')
+    assert "Restored 'rules' to version 2" in await page.inner_text("#flash")
+    assert await shared(bot) == [("rules", "Be kind.", "context", "active", 0)]
+    log = await said(bot, "/pin shared log")
+    assert "web · add context 'rules'" in log  # the restore is logged as the page's change
