@@ -299,3 +299,40 @@ def test_a_terminal_gets_a_banner_and_a_prompt(tmp_path: Path) -> None:
     assert lines[0] == "pinbot console: console:direct:5. /pin help for pins; Ctrl-D ends."
     assert lines[1].startswith("> You have no blocks.")  # the prompt, then the reply
     assert err == b""
+
+
+async def test_history_undo_and_restore_at_the_console(tmp_path: Path) -> None:
+    config = write_config(tmp_path, pins={"max_blocks_per_session": 2})
+    code, out, err = await console(
+        config,
+        [
+            "/pin add tone Be brief.",
+            "/pin edit tone Be brief and kind.",
+            "/pin add notes Project notes",
+            "/pin clear confirm",
+            "/pin undo",
+            "/pin history tone",
+            "/pin undo",
+            "/pin remove notes",
+            "/pin add other filler",
+            "/pin add third filler",
+            "/pin restore notes",
+        ],
+        "--user",
+        "42",
+    )
+    assert code == 0, err
+    assert "Deleted 2 block(s) from your blocks. /pin undo brings them back, for 30 days." in out
+    undid_clear = next(line for line in out.splitlines() if line.startswith("Undid clear of"))
+    assert "'tone'" in undid_clear and "'notes'" in undid_clear and "by 42" in undid_clear
+    assert "1. (now)" in out and "[strong, active] Be brief and kind." in out
+    # Undo again steps over its own undo: the add of 'notes' before the clear goes.
+    assert (
+        "Undid add strong of 'notes' by 42" in out
+        and "Undid clear" not in out.split("Undid add strong")[1]
+    )
+    assert "more blocks than your blocks may hold (2)" in out  # the limit of now
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("tone", "Be brief and kind.", "strong", "active"),
+        ("other", "filler", "strong", "active"),
+    ]
