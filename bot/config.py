@@ -151,6 +151,9 @@ class TelegramConfig(_Section):
     group_trigger: Literal["mention", "all"] = "mention"
     reply_format: Literal["markdown", "plain"] = "markdown"
     admin_cache_ttl_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
+    sync_pinned_message: bool = False
+    pinned_label: Annotated[str, Field(min_length=1, max_length=200)] = "chat-pin"
+    pinned_check_s: Annotated[float, Field(ge=10, le=86_400)] = 600.0
 
 
 class FeishuConfig(_Section):

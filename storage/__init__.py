@@ -100,9 +100,10 @@ class Store(BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, B
             await tx.execute(
                 "UPDATE shared_audit SET group_scope = ? WHERE group_scope = ?", new, old
             )
-            await tx.execute(
-                f"UPDATE block_versions SET scope = {renamed} WHERE {in_group}", *(new, old, *group)
-            )
+            for table in ("block_versions", "scope_notes"):
+                await tx.execute(
+                    f"UPDATE {table} SET scope = {renamed} WHERE {in_group}", *(new, old, *group)
+                )
             await tx.execute(
                 "UPDATE history SET session = CAST(? AS TEXT) || substr(session, length(?) + 1) "
                 "WHERE session = ? OR substr(session, 1, length(?)) = ?",

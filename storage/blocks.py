@@ -394,6 +394,35 @@ class BlockStore(Protocol):
                 written += len(blocks)
         return written
 
+    # --- notes on a scope ----------------------------------------------------------------------
+
+    async def set_note(self, scope: str, name: str, text: str | None, *, now: datetime) -> None:
+        """Keep (or with None, drop) a note on a scope, which its status shows."""
+        if text is None:
+            await self._db.execute(
+                "DELETE FROM scope_notes WHERE scope = ? AND name = ?", scope, name
+            )
+            return
+        await self._db.execute(
+            "INSERT INTO scope_notes (scope, name, text, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (scope, name) DO UPDATE SET text = excluded.text, at = excluded.at",
+            *(scope, name, text, ts(now)),
+        )
+
+    async def notes(self, scope: str) -> dict[str, str]:
+        """The notes kept on a scope, by name."""
+        found = await self._db.fetch("SELECT name, text FROM scope_notes WHERE scope = ?", scope)
+        return {name: text for name, text in found}
+
+    async def scopes_with_label(self, prefix: str, label: str) -> list[str]:
+        """The scopes whose keys start with prefix that hold a block of this label."""
+        found = await self._db.fetch(
+            "SELECT scope FROM blocks WHERE scope >= ? AND scope < ? AND label_key = ? "
+            "ORDER BY scope",
+            *(*_prefix_range(prefix), models.label_key(label)),
+        )
+        return [row[0] for row in found if row[0].startswith(prefix)]
+
     # --- the audit trail of shared blocks -----------------------------------------------------
 
     async def audit_log(self, group_scope: str, limit: int) -> list[AuditEntry]:

@@ -21,6 +21,7 @@ TABLES = {
         "id",
     ),
     "scope_calls": ("scope, calls", "scope"),
+    "scope_notes": ("scope, name, text, at", "scope, name"),
     "block_versions": (
         "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, "
         "content, level, state, priority, created_at, undone_by",

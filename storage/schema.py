@@ -303,6 +303,17 @@ STEPS: dict[int, Step] = {
         "CREATE INDEX block_versions_by_op ON block_versions (op)",
         "CREATE INDEX block_versions_by_time ON block_versions (at)",
     ],
+    # What a scope's status says beside its blocks (e.g. why a group's pinned chat message
+    # could not become its shared block).
+    13: [
+        """CREATE TABLE scope_notes (
+            scope TEXT NOT NULL,
+            name TEXT NOT NULL,
+            text TEXT NOT NULL,
+            at {time} NOT NULL,
+            PRIMARY KEY (scope, name)
+        ){without_rowid}""",
+    ],
 }
 LATEST = max(STEPS)
 

@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -179,6 +180,15 @@ class TelegramFrontend:
             .build()
         )
         self.app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self.on_migrate))
+        if config.sync_pinned_message:
+            self.app.add_handler(
+                MessageHandler(filters.StatusUpdate.PINNED_MESSAGE, self.on_pinned)
+            )
+            pinbot.jobs.add(
+                "telegram pinned messages",
+                timedelta(seconds=config.pinned_check_s),
+                self.check_pinned_messages,
+            )
         text_updates = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
         self.app.add_handler(MessageHandler(text_updates & filters.TEXT, self.on_text))
         self.app.add_handler(
@@ -420,6 +430,47 @@ class TelegramFrontend:
             return
         if reply and reply.text:
             await _send(deferred, functools.partial(self.sender.reply, message, reply))
+
+    async def on_pinned(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A message was pinned in a group: it becomes the group's pinned-message block when
+        the one who pinned it may change shared blocks (telegram.sync_pinned_message)."""
+        message = update.effective_message
+        pinned = message.pinned_message if message is not None else None
+        if message is None or pinned is None:
+            return
+        conversation = conversation_of(message)
+        if conversation.kind is not ChatKind.GROUP:
+            return
+        readable = pinned if isinstance(pinned, Message) else None
+        text = (readable.text or readable.caption) if readable else None
+        author = readable.from_user if readable else None
+        deferred = _DEFERRED.get()
+        try:
+            outcome = await self.pinbot.chat_pinned(
+                conversation,
+                text,
+                message_id=str(pinned.message_id),
+                author=str(author.id) if author else None,
+                platform_admin=self._admin_lookup(message, conversation),
+            )
+        except Unavailable:
+            if deferred is None:
+                raise
+            deferred.lost = True
+            return
+        log.info("pinned message %s in chat %s %s", pinned.message_id, message.chat.id, outcome)
+
+    async def check_pinned_messages(self, now: datetime) -> None:
+        """Telegram sends nothing when a message is unpinned: ask getChat of each group whose
+        pinned message is a block, and idle the block where the chat has none pinned now."""
+        for scope, chat_id in await self.pinbot.chat_pin_groups(PLATFORM):
+            try:
+                chat = await self.app.bot.get_chat(chat_id)
+            except TelegramError as error:
+                log.warning("getChat for chat %s failed: %s", chat_id, error)
+                continue
+            if chat.pinned_message is None and await self.pinbot.chat_pin.unpinned(scope):
+                log.info("chat %s has no pinned message now: its block is idle", chat_id)
 
     async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Move a group's blocks, counters and history when it becomes a supergroup."""

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from bot.config import Config
 from bot.core.access import admission
 from bot.core.chat import ChatService
+from bot.core.chatpin import ChatPin
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin, parse_sticky
 from bot.core.context import GroupTrigger, MessageContext, is_addressed
@@ -26,7 +27,7 @@ from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
 from bot.core.jobs import Jobs
-from bot.core.keys import group_children, group_key
+from bot.core.keys import group_children, group_key, group_prefix, parse_scope
 from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
 from bot.core.pins import PinService
@@ -83,6 +84,7 @@ class Pinbot:
         self._pin_commands = RateLimiter(store, "pin", limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(store, "turn", limits.model_turns_per_minute, clock)
         self._unreadable = RateLimiter(store, "unreadable", UNREADABLE_REPLIES_PER_MINUTE, clock)
+        self.chat_pin = ChatPin(store, self.pins.ops, config.telegram.pinned_label)
         self.jobs = Jobs(store, clock)
         self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
         self.jobs.add("stale budget holds", HOUSEKEEPING_INTERVAL, self.usage.forget_stale_holds)
@@ -121,6 +123,31 @@ class Pinbot:
         while True:
             await sleep(self.config.storage.takeover_check_s)
             await self.jobs.run_due()
+
+    async def chat_pinned(
+        self,
+        conversation: Conversation,
+        text: str | None,
+        *,
+        message_id: str,
+        author: str | None,
+        platform_admin: AdminLookup | None = None,
+    ) -> str:
+        """A message was pinned in a group chat (conversation: who pinned it, where): make it
+        the group's shared pinned-message block if they may; returns what happened, for the
+        log."""
+        context = MessageContext.resolve(
+            conversation, self.config.pins, platform_admin, self.config.access
+        )
+        if refusal := context.admission.refusal:
+            return f"not taken: {refusal}"
+        return await self.chat_pin.pinned(context, text, message_id=message_id, author=author)
+
+    async def chat_pin_groups(self, platform: str) -> list[tuple[str, str]]:
+        """(group scope, chat id) of every group of platform that has a pinned-message block."""
+        scopes = await self.store.scopes_with_label(group_prefix(platform), self.chat_pin.label)
+        found = [(scope, parse_scope(scope)) for scope in scopes]
+        return [(scope, parsed.owner) for scope, parsed in found if parsed is not None]
 
     async def _forget_old_versions(self, now: datetime) -> None:
         await self.store.forget_versions_before(now - timedelta(days=self.config.pins.history_days))

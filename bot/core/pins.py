@@ -165,8 +165,11 @@ class PinService:
             )
             calls = await self._store.model_calls(conversation.personal_scope)
             scopes.append(ScopeStatus(title, personal, calls, tokens.personal))
+        notes: list[str] = []
         if conversation.shared_scope:
             calls = await self._store.model_calls(conversation.shared_scope)
             title = "This group's shared blocks"
             scopes.append(ScopeStatus(title, shared, calls, tokens.shared))
-        return status_text(scopes, tokens, self._policy, self._clock())
+            notes = list((await self._store.notes(conversation.shared_scope)).values())
+        text = status_text(scopes, tokens, self._policy, self._clock())
+        return "\n".join([text, *(f"Note: {note}" for note in notes)])

@@ -47,6 +47,7 @@ class FakeTelegram:
     """Serves /bot<token>/<method>. Queue updates with `push`; read calls from `calls`."""
 
     def __init__(self) -> None:
+        self.pinned: dict[int, dict[str, Any] | None] = {}  # getChat's pinned_message
         self.calls: list[tuple[str, dict[str, Any]]] = []  # answered successfully
         self.failed: list[tuple[str, dict[str, Any]]] = []
         self.updates: list[dict[str, Any]] = []
@@ -157,6 +158,25 @@ class FakeTelegram:
                 "chat": {"id": chat_id, "type": self.chat_types.get(chat_id, "private")},
                 "text": params.get("text", ""),
             }
+        if method == "getChat":
+            chat_id = int(params["chat_id"])
+            full: dict[str, Any] = {
+                "id": chat_id,
+                "type": self.chat_types.get(chat_id, "supergroup"),
+                "title": "Group",
+                "accent_color_id": 0,
+                "max_reaction_count": 11,
+                "accepted_gift_types": {
+                    "unlimited_gifts": False,
+                    "limited_gifts": False,
+                    "unique_gifts": False,
+                    "premium_subscription": False,
+                    "gifts_from_channels": False,
+                },
+            }
+            if self.pinned.get(chat_id) is not None:
+                full["pinned_message"] = self.pinned[chat_id]
+            return full
         if method == "getChatMember":
             chat_id, user_id = int(params["chat_id"]), int(params["user_id"])
             user = {"id": user_id, "is_bot": False, "first_name": "U"}

@@ -854,3 +854,75 @@ async def test_the_bot_posts_to_a_chat_and_edits_what_it_posted(
     assert edits[-1]["text"] == "Approved: Friday"
     assert edits[-1]["message_id"] == int(sent.message_id)
     assert [e["type"] for e in edits[-1]["entities"]] == ["bold"]
+
+
+def pinned_note(chat: dict[str, Any], text: str, author: dict[str, Any]) -> dict[str, Any]:
+    """A group message as it stands pinned (inside a pinned_message service message)."""
+    return next(iter(message(chat, text, author).values()))
+
+
+SYNC = {"sync_pinned_message": True}
+ADMIN_PINS = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
+
+
+async def test_a_message_pinned_by_a_shared_admin_becomes_the_groups_block(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    bot = await start_bot(telegram=SYNC, pins=ADMIN_PINS)
+    chat = group_chat(GROUP)
+    note = pinned_note(chat, "Release on Friday, 5 pm.", user(42))
+    fake_telegram.push(service(chat, user(7), pinned_message=note))
+    await bot.settle()
+    assert await blocks(store, GROUP_KEY) == [("chat-pin", "Release on Friday, 5 pm.", "context")]
+    versions = await store.versions(GROUP_KEY, "chat-pin")
+    assert versions[0].channel.value == "telegram-pin" and versions[0].actor == "7"
+    assert versions[0].origin is not None and versions[0].origin.author == "42"
+    # The same pin delivered again changes nothing; a new pin replaces the block's content.
+    fake_telegram.push(service(chat, user(7), pinned_message=note))
+    newer = pinned_note(chat, "Release moved to Monday.", user(42))
+    fake_telegram.push(service(chat, user(7), pinned_message=newer))
+    await bot.settle()
+    assert await blocks(store, GROUP_KEY) == [("chat-pin", "Release moved to Monday.", "context")]
+    assert len(await store.versions(GROUP_KEY, "chat-pin")) == 2
+    # A member's pin is not taken; a pin without a sender id neither.
+    fake_telegram.push(service(chat, user(42), pinned_message=pinned_note(chat, "Mine!", user(42))))
+    fake_telegram.push(service(chat, None, pinned_message=pinned_note(chat, "Anon", user(7))))
+    await bot.settle()
+    assert (await blocks(store, GROUP_KEY))[0][1] == "Release moved to Monday."
+    # Text over the content limit is not saved, and /pin shared status says why.
+    long = pinned_note(chat, "x" * 600, user(42))
+    fake_telegram.push(service(chat, user(7), pinned_message=long))
+    await bot.settle()
+    assert (await blocks(store, GROUP_KEY))[0][1] == "Release moved to Monday."
+    (status,) = await bot.reply_to(message(chat, "/pin shared status", user(42)))
+    assert "Note: the chat's pinned message is not the 'chat-pin' block" in status
+    assert "600 characters long; the limit is 500" in status
+
+
+async def test_a_chat_without_a_pinned_message_idles_the_block(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store, clock: FakeClock
+) -> None:
+    bot = await start_bot(telegram=SYNC, pins=ADMIN_PINS)
+    chat = group_chat(GROUP)
+    note = pinned_note(chat, "Standup at 10.", user(7))
+    fake_telegram.push(service(chat, user(7), pinned_message=note))
+    await bot.settle()
+    fake_telegram.pinned[GROUP] = note  # still pinned: getChat says so
+    await bot.frontend.pinbot.jobs.run_due()
+    assert (await store.blocks([GROUP_KEY]))[0].state.value == "active"
+    fake_telegram.pinned[GROUP] = None  # unpinned (Telegram sends no update for that)
+    clock.advance(seconds=600)
+    assert "telegram pinned messages" in await bot.frontend.pinbot.jobs.run_due()
+    assert (await store.blocks([GROUP_KEY]))[0].state.value == "idle"
+    assert fake_telegram.called("getChat")[-1]["chat_id"] == GROUP
+
+
+async def test_pinned_messages_are_left_alone_by_default(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    bot = await start_bot(pins=ADMIN_PINS)
+    chat = group_chat(GROUP)
+    note = pinned_note(chat, "Release on Friday.", user(7))
+    fake_telegram.push(service(chat, user(7), pinned_message=note))
+    await bot.settle()
+    assert await store.blocks([GROUP_KEY]) == []
