@@ -31,6 +31,7 @@ from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
 from bot.core.clock import Clock, utc_now
+from bot.core.context import Quoted, QuotedLookup
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.inbox import Deliver
 from bot.core.keys import delivery_chat
@@ -69,6 +70,7 @@ class FeishuMessage:
     open_id: str | None
     user_id: str | None
     union_id: str | None
+    parent_id: str | None = None  # the message this one replies to (absent from older records)
 
     def conversation(self) -> Conversation:
         """The core's view: p2p is a DM keyed by open_id, a group (and topic thread) a group."""
@@ -104,18 +106,24 @@ class FeishuMessage:
 
     def raw_text(self) -> str | None:
         """The message's text with its mention placeholders, or None if it has no text."""
-        try:
-            body = json.loads(self.content)
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(body, dict):
-            return None
-        if self.message_type == "text":
-            text = body.get("text")
-            return text if isinstance(text, str) else None
-        if self.message_type == "post":
-            return _post_text(body)
+        return content_text(self.message_type, self.content)
+
+
+def content_text(message_type: str | None, content: str) -> str | None:
+    """The text of a text or post message's content (mention placeholders left in), or None
+    for a message with no text (an image, a file, a sticker)."""
+    try:
+        body = json.loads(content)
+    except json.JSONDecodeError:
         return None
+    if not isinstance(body, dict):
+        return None
+    if message_type == "text":
+        text = body.get("text")
+        return text if isinstance(text, str) else None
+    if message_type == "post":
+        return _post_text(body)
+    return None
 
 
 def _post_text(body: dict[str, Any]) -> str | None:
@@ -163,6 +171,7 @@ def message_of(data: Any) -> FeishuMessage:
         open_id=getattr(sender_ids, "open_id", None) or None,
         user_id=getattr(sender_ids, "user_id", None) or None,
         union_id=getattr(sender_ids, "union_id", None) or None,
+        parent_id=getattr(message, "parent_id", None) or None,
     )
 
 
@@ -183,6 +192,33 @@ def resolve_mentions(
         if mention.key:
             text = text.replace(mention.key, f"@{mention.name}")
     return text.strip(), mentioned
+
+
+PERMISSION_HINT = (
+    "In groups the app needs the im:message.group_msg permission to read other members' "
+    "messages: ask the app's administrator to grant it, or write the content after the label."
+)
+
+
+def quoted_of(message_id: str, item: dict[str, Any]) -> Quoted:
+    """A message as the `GET im/v1/messages/:message_id` API returns it (one of `data.items`),
+    as the core reads a replied message: plain text with mentions as @names."""
+    body = item.get("body") if isinstance(item.get("body"), dict) else {}
+    raw = content_text(item.get("msg_type"), str((body or {}).get("content") or ""))
+    mentions = tuple(
+        Mention(str(m.get("key") or ""), None, str(m.get("name") or ""))
+        for m in item.get("mentions") or []
+        if isinstance(m, dict)
+    )
+    text = resolve_mentions(raw, mentions, None)[0] if raw is not None else None
+    sender = item.get("sender") if isinstance(item.get("sender"), dict) else {}
+    author = (sender or {}).get("id")
+    return Quoted(text, message_id, str(author) if author else None)
+
+
+def unreadable_parent(error: Exception) -> str:
+    """The refusal for a replied message Feishu would not give: why, and the permission."""
+    return f"I could not read the message you replied to ({error}). {PERMISSION_HINT}"
 
 
 def _adopt_lark_logger() -> None:
@@ -419,11 +455,30 @@ class FeishuFrontend:
         text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
         readable = text if raw is not None else None
         reply = await self.pinbot.handle(
-            event.conversation(), readable, mentioned=mentioned, redelivered=True
+            event.conversation(),
+            readable,
+            mentioned=mentioned,
+            redelivered=True,
+            replied=self._replied_lookup(event.parent_id),
         )
         if not reply or not reply.text:
             return None
         return functools.partial(self._reply, event.message_id, reply)
+
+    def _replied_lookup(self, parent_id: str | None) -> QuotedLookup | None:
+        """The message an event replies to, fetched by its id only when a command needs it."""
+        if not parent_id:
+            return None
+
+        async def lookup() -> Quoted:
+            try:
+                parent = await self.api.message(parent_id)
+            except (FeishuApiError, httpx.HTTPError) as error:
+                log.warning("reading Feishu message %s failed: %s", parent_id, error)
+                return Quoted(None, parent_id, None, problem=unreadable_parent(error))
+            return quoted_of(parent_id, parent)
+
+        return lookup
 
     async def _reply(self, message_id: str, reply: Reply) -> None:
         try:

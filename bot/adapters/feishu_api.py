@@ -147,6 +147,14 @@ class FeishuApi:
         bot = body.get("bot") or {}
         return bot.get("open_id") if isinstance(bot, dict) else None
 
+    async def message(self, message_id: str) -> dict[str, Any]:
+        """One message by its id, as `data.items[0]` of `GET im/v1/messages/:message_id`."""
+        body = await self.call("GET", f"/open-apis/im/v1/messages/{message_id}")
+        items = (body.get("data") or {}).get("items") or []
+        if not items or not isinstance(items[0], dict):
+            raise FeishuApiError(f"GET message {message_id}: no such message", None)
+        return dict(items[0])
+
     async def reply(self, message_id: str, reply: Reply) -> None:
         """Reply to a message, split into parts under the size limit, in order."""
         path = f"/open-apis/im/v1/messages/{message_id}/reply"

@@ -44,6 +44,7 @@ from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env, telegram_token_problem
 from bot.core.bot import Pinbot
+from bot.core.context import Quoted, QuotedLookup
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.inbox import Deliver
 from bot.core.keys import delivery_chat
@@ -399,6 +400,7 @@ class TelegramFrontend:
                 on_text=None if deferred else stream.update,
                 thinking=lambda: self._typing(message),
                 redelivered=deferred is not None,
+                replied=self._replied_lookup(message),
             )
         except Unavailable:
             if deferred is None:
@@ -517,6 +519,24 @@ class TelegramFrontend:
             and replied.from_user is not None
             and replied.from_user.id == self.app.bot.id
         )
+
+    @staticmethod
+    def _replied_lookup(message: Message) -> QuotedLookup | None:
+        """The message this one replies to, for reply-to-pin: the quoted part when the reply
+        quotes one, else its text or caption as plain text. A topic's opening service message is
+        not a reply target (Telegram sets it on every message of the topic)."""
+        replied = message.reply_to_message
+        if replied is None or replied.forum_topic_created is not None:
+            return None
+        quote = message.quote.text if message.quote is not None else None
+        text = quote or replied.text or replied.caption
+        author = str(replied.from_user.id) if replied.from_user else None
+        quoted = Quoted(text, str(replied.message_id), author)
+
+        async def lookup() -> Quoted:
+            return quoted
+
+        return lookup
 
     def _mentions_me(self, message: Message) -> bool:
         """Whether message (or its caption) @mentions the bot, by username or as a text

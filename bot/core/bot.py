@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -21,8 +20,8 @@ from bot.core.access import admission
 from bot.core.chat import ChatService
 from bot.core.chatpin import ChatPin
 from bot.core.clock import Clock, utc_now
-from bot.core.commands import ParseError, parse_pin, parse_sticky
-from bot.core.context import GroupTrigger, MessageContext, is_addressed
+from bot.core.commands import ParseError, parse_pin, parse_sticky, split_command
+from bot.core.context import GroupTrigger, MessageContext, QuotedLookup, is_addressed
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
@@ -40,7 +39,6 @@ from storage import Store
 from storage.errors import Unavailable
 
 log = logging.getLogger(__name__)
-_COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 SHOWN_COMMAND_CHARS = 32  # an unknown command is echoed back at most this long
 FAILED_REPLY = "Sorry, something went wrong with that message. Please try again."
 UNREADABLE_REPLY = "I can only read text messages. Please send your request as text."
@@ -48,15 +46,6 @@ UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 HOUSEKEEPING_INTERVAL = timedelta(hours=1)
 # A thinking indicator: a context manager that runs while the model works on a turn.
 Thinking = Callable[[], AbstractAsyncContextManager[None]]
-
-
-def split_command(text: str) -> tuple[str, str | None, str]:
-    """`/name@bot rest` → (name, bot or None, rest); name is case-folded."""
-    match = _COMMAND.match(text)
-    if match is None:
-        return "", None, text
-    name, _, bot = match.group(1).partition("@")
-    return name.casefold(), bot or None, match.group(2)
 
 
 class Pinbot:
@@ -176,6 +165,7 @@ class Pinbot:
         on_text: TextSink | None = None,
         thinking: Thinking | None = None,
         redelivered: bool = False,
+        replied: QuotedLookup | None = None,
     ) -> Reply | None:
         """Answer one message; None means the message is not for this bot.
 
@@ -185,9 +175,10 @@ class Pinbot:
         says the bot is addressed (`is_addressed`). platform_admin asks the platform whether the
         sender administers the group; it is called at most once, and only when that could change
         a decision. While a streaming model answers, on_text gets the text so far; thinking runs
-        while the model works. With redelivered (the update waits in the inbox until it is
-        processed), a database that cannot be reached raises Unavailable instead of answering:
-        the update's next processing answers it, once.
+        while the model works; replied gives the message a command replies to (asked only when
+        a command needs it: `/pin add <label>` with no content pins it). With redelivered (the
+        update waits in the inbox until it is processed), a database that cannot be reached
+        raises Unavailable instead of answering: the update's next processing answers it, once.
         """
         addressed = is_addressed(
             conversation,
@@ -207,7 +198,9 @@ class Pinbot:
             return None
         started = time.perf_counter()
         try:
-            reply = await self._answer(conversation, text, platform_admin, on_text, thinking)
+            reply = await self._answer(
+                conversation, text, platform_admin, on_text, thinking, replied
+            )
         except Unavailable:
             if redelivered:
                 raise
@@ -234,9 +227,10 @@ class Pinbot:
         platform_admin: AdminLookup | None,
         on_text: TextSink | None,
         thinking: Thinking | None,
+        replied: QuotedLookup | None = None,
     ) -> Reply:
         context = MessageContext.resolve(
-            conversation, self.config.pins, platform_admin, self.config.access
+            conversation, self.config.pins, platform_admin, self.config.access, replied
         )
         if refusal := context.admission.refusal:
             return Reply.refused(refusal)

@@ -38,7 +38,8 @@ class Verb(StrEnum):
 class PinCommand:
     """A parsed `/pin` command.
 
-    For ADD, `level` is the level asked for, or None for the chat's default. For LEVEL it is the
+    For ADD, `level` is the level asked for, or None for the chat's default, and no `content`
+    means the command replies to the message to pin. For LEVEL it is the
     target level; for PRIORITY and ADD `priority` the priority asked for (ADD: None means 0).
     `shared` says the command is about the group's shared blocks.
     """
@@ -98,11 +99,21 @@ _LABEL_ONLY = {
     "unpin": Verb.UNPIN,
 }
 _WHITESPACE = re.compile(r"\s+")
+_COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 PINNED_FLAG = "--pinned"
 PRIORITY_FLAG = "--priority"
 LITERAL_MARK = "--"
 # One trailing flag of an add command: --pinned, or --priority and its value.
 _TRAILING_FLAG = re.compile(rf"(?:^|\s+)({PINNED_FLAG}|{PRIORITY_FLAG}\s+(\S+))\s*$")
+
+
+def split_command(text: str) -> tuple[str, str | None, str]:
+    """`/name@bot rest` → (name, bot or None, rest); name is case-folded."""
+    match = _COMMAND.match(text)
+    if match is None:
+        return "", None, text
+    name, _, bot = match.group(1).partition("@")
+    return name.casefold(), bot or None, match.group(2)
 
 
 def _split_first(text: str) -> tuple[str, str]:
@@ -164,8 +175,6 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     if not label:
         return _usage_error(name, shared, "The block needs a label and content.")
     content = _parse_content(after, allow_flags=True)
-    if not content.text:
-        return _usage_error(name, shared, f"The block '{label}' needs content after its label.")
     priority = _priority(content.priority) if content.priority is not None else None
     if isinstance(priority, ParseError):
         return _usage_error(name, shared, priority.message)
@@ -173,7 +182,7 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
         Verb.ADD,
         shared=shared,
         label=label,
-        content=content.text,
+        content=content.text or None,  # none: the content is the message replied to
         level=_ADD_LEVELS[name],
         pinned=content.pinned,
         priority=priority,

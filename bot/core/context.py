@@ -3,6 +3,7 @@ whether it is addressed to the bot. `/pin`, chat turns, agent tools and `/whoami
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,12 +16,29 @@ GroupTrigger = Literal["mention", "all"]
 
 
 @dataclass(frozen=True)
+class Quoted:
+    """The message a command replies to, as the platform gave it: its text as plain text (the
+    quoted part, when the reply quotes one; None when it has none, e.g. a photo without a
+    caption), its id and its author; or why it could not be read (problem)."""
+
+    text: str | None
+    message_id: str
+    author: str | None
+    problem: str | None = None
+
+
+# How the core asks for the message a command replies to, only when it needs it.
+QuotedLookup = Callable[[], Awaitable[Quoted | None]]
+
+
+@dataclass(frozen=True)
 class MessageContext:
     """The resolved context of one message."""
 
     conversation: Conversation
     speaker: Speaker
     admission: Admission
+    replied: QuotedLookup | None = None
 
     @classmethod
     def resolve(
@@ -29,6 +47,7 @@ class MessageContext:
         pins: PinsConfig,
         platform_admin: AdminLookup | None,
         access: AccessConfig | None = None,
+        replied: QuotedLookup | None = None,
     ) -> MessageContext:
         """Resolve, once, whether the bot serves the sender here and with which pin rights;
         platform admin status is asked later, only if a decision needs it."""
@@ -36,7 +55,9 @@ class MessageContext:
         speaker = Speaker(
             pin_access, platform_admin=platform_admin, inherit=pins.inherit_platform_admins
         )
-        return cls(conversation, speaker, admission(conversation, access or AccessConfig()))
+        return cls(
+            conversation, speaker, admission(conversation, access or AccessConfig()), replied
+        )
 
     @property
     def actor(self) -> str:

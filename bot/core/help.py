@@ -14,6 +14,7 @@ message, in this chat only.
 /pin add <label> <content> --pinned  Add a block kept until you remove it
 /pin add <label> <content> --priority <n>  Add a block with a priority ({low} to {high})
 /pin add <label> -- <content>        Everything after -- is content, even a final --pinned
+/pin add <label>  (as a reply)       Pin the message you reply to, or the part you quote
 /pin level <label> strong|context    Change a block's level
 /pin priority <label> <n>            Change a block's priority (higher is sent first)
 /pin list                            Show your blocks
@@ -41,6 +42,7 @@ admins may change them.
 /pin shared add <label> <content>           Add a shared context block
 /pin shared add-strong <label> <content>    Add a shared strong block
 /pin shared add-context <label> <content>   Add a shared context block
+/pin shared add <label>  (as a reply)       Pin the message you reply to as a shared block
 /pin shared level <label> strong|context    Change a shared block's level
 /pin shared priority <label> <n>            Change a shared block's priority
 /pin shared edit <label> <new content>      Replace a shared block's content
@@ -51,7 +53,10 @@ admins may change them.
 /pin shared history <label>                 A shared block's versions, newest first
 /pin shared undo                            Take back the last change to the shared blocks
 /pin shared restore <label> [version]       Bring back a version of a shared block
-/pin shared help                            This text"""
+/pin shared help                            This text
+
+On Telegram, when the operator turns it on, a message a shared admin pins in the group becomes \
+the shared block 'chat-pin' (idle again once nothing is pinned)."""
 
 GENERAL_HELP = """\
 Talk to me and I pass your message to the model, together with your pinned blocks.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
-from bot.core.commands import LOG_DEFAULT, PinCommand, Verb
+from bot.core.commands import LOG_DEFAULT, USAGE, PinCommand, Verb, split_command
 from bot.core.context import MessageContext
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
@@ -14,7 +14,7 @@ from bot.core.replies import Reply
 from bot.core.status import ScopeStatus, status_text
 from bot.core.versions import BlockHistory
 from storage import Store
-from storage.models import Block, State
+from storage.models import Block, Origin, State
 
 _STATE_VERBS = {
     Verb.IDLE: State.IDLE,
@@ -69,21 +69,28 @@ class PinService:
         elif command.verb is Verb.RESTORE:
             outcome = await self.history.restore(target, command.label or "", command.count)
         else:
-            outcome = await self._write(target, command)
+            outcome = await self._write(target, command, context)
         if isinstance(outcome, Done):
             return Reply(outcome.message)
         return Reply.refused(outcome.reason)
 
-    async def _write(self, target: Target, command: PinCommand) -> Outcome:
+    async def _write(self, target: Target, command: PinCommand, context: MessageContext) -> Outcome:
         ops, label = self.ops, command.label or ""
         if command.verb is Verb.ADD:
+            content, origin = command.content, None
+            if content is None:
+                replied = await self._replied(context, command, target)
+                if isinstance(replied, Refused):
+                    return replied
+                content, origin = replied
             return await ops.add(
                 target,
                 label,
-                command.content or "",
+                content,
                 level=command.level,
                 pinned=command.pinned,
                 priority=command.priority or 0,
+                origin=origin,
             )
         if command.verb is Verb.PRIORITY:
             return await ops.change(target, label, priority=command.priority)
@@ -96,6 +103,41 @@ class PinService:
         if command.verb is Verb.LEVEL:
             return await ops.change(target, label, level=command.level)
         return await ops.change(target, label, state=_STATE_VERBS[command.verb])
+
+    async def _replied(
+        self, context: MessageContext, command: PinCommand, target: Target
+    ) -> tuple[str, Origin] | Refused:
+        """The content of an add sent as a reply without content: the replied message's text
+        (or its quoted part), with where it came from; or why it cannot be."""
+        quoted = await context.replied() if context.replied else None
+        if quoted is None:
+            usage = USAGE["add"] if command.level is None else USAGE["add-strong"]
+            return Refused(
+                f"The block '{command.label}' needs content after its label, or send the "
+                "command as a reply to the message to pin (without content).\n"
+                f"Usage: {target.command(usage.removeprefix('/pin '))}"
+            )
+        if quoted.problem:
+            return Refused(quoted.problem)
+        text = (quoted.text or "").strip()
+        if not text:
+            return Refused(
+                "The message you replied to has no text to pin (a photo without a caption, a "
+                "sticker, a file). Write the content after the label instead."
+            )
+        if split_command(text)[0] in ("pin", "sticky"):
+            return Refused(
+                "The message you replied to is itself a /pin command; reply to the message you "
+                "want to pin."
+            )
+        limit = self._pins.max_content_length
+        if len(text) > limit:
+            return Refused(
+                f"The message you replied to is {len(text):,} characters long; the limit is "
+                f"{limit:,} (pins.max_content_length). Quote the part to pin (select it and "
+                "reply), or write the content after the label."
+            )
+        return text, Origin(quoted.message_id, quoted.author)
 
     async def _log(self, target: Target, count: int) -> str:
         entries = await self._store.audit_log(target.scope, count)

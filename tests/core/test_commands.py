@@ -34,6 +34,12 @@ from storage.models import Level
         ),
         ("add 规则 用中文回答", PinCommand(Verb.ADD, label="规则", content="用中文回答")),
         ("add r a--pinned", PinCommand(Verb.ADD, label="r", content="a--pinned")),
+        # Without content the add pins the message it replies to.
+        ("add r", PinCommand(Verb.ADD, label="r")),
+        ("add r --pinned", PinCommand(Verb.ADD, label="r", pinned=True)),
+        ("add r --", PinCommand(Verb.ADD, label="r")),
+        ("add-strong r", PinCommand(Verb.ADD, label="r", level=Level.STRONG)),
+        ("shared add r", PinCommand(Verb.ADD, shared=True, label="r")),
         ("level r strong", PinCommand(Verb.LEVEL, label="r", level=Level.STRONG)),
         ("level r Context", PinCommand(Verb.LEVEL, label="r", level=Level.CONTEXT)),
         ("list", PinCommand(Verb.LIST)),
@@ -71,11 +77,6 @@ def test_parses(text: str, expected: PinCommand) -> None:
     ("text", "usage"),
     [
         ("add", "/pin add <label> <content>"),
-        ("add r", "/pin add <label> <content>"),
-        ("add r --pinned", "/pin add <label> <content>"),
-        ("add r --", "/pin add <label> <content>"),
-        ("add-strong r", "/pin add-strong <label>"),
-        ("shared add r", "/pin shared add <label>"),
         ("level r", "/pin level <label> strong|context"),
         ("level r loud", "/pin level <label> strong|context"),
         ("level r strong extra", "/pin level"),
@@ -139,8 +140,9 @@ def test_no_input_raises_and_each_yields_a_command_or_an_error(text: str) -> Non
     if isinstance(result, ParseError):
         assert result.message.strip()
     elif result.verb is Verb.ADD:
-        assert result.label and result.content
-        assert result.content == result.content.strip()
+        assert result.label
+        # No content means the command pins the message it replies to.
+        assert result.content is None or result.content == result.content.strip() != ""
 
 
 @settings(max_examples=200)

@@ -35,6 +35,8 @@ class FakeFeishu:
         self.tokens = itertools.count(1)
         self.current_token = ""
         self.token_failures: list[int] = []  # statuses to answer with an HTML page, in order
+        self.messages: dict[str, dict[str, Any]] = {}  # what GET im/v1/messages/:id finds
+        self.denied_reads: set[str] = set()  # message ids read as without permission
         self.slept: list[float] = []  # what a frontend under test waited, for its tests to read
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -104,6 +106,47 @@ class FakeFeishu:
         self.edits.append({"message_id": request.match_info["message_id"], **await request.json()})
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
+    def add_message(
+        self,
+        message_id: str,
+        text: str,
+        *,
+        sender: str = "ou_user2",
+        msg_type: str = "text",
+        mentions: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """A message in a chat that the bot can fetch by its id (text, or post content given
+        as its JSON)."""
+        content = json.dumps({"text": text}, ensure_ascii=False) if msg_type == "text" else text
+        self.messages[message_id] = {
+            "message_id": message_id,
+            "msg_type": msg_type,
+            "create_time": "1767225600000",
+            "deleted": False,
+            "chat_id": "oc_group1",
+            "sender": {"id": sender, "id_type": "open_id", "sender_type": "user"},
+            "body": {"content": content},
+            "mentions": [
+                {"key": m["key"], "id": m["id"]["open_id"], "id_type": "open_id", "name": m["name"]}
+                for m in mentions or []
+            ],
+        }
+
+    async def _message(self, request: web.Request) -> web.Response:
+        """im/v1/messages/:message_id (GET): one message, as `data.items`."""
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        message_id = request.match_info["message_id"]
+        if message_id in self.denied_reads:
+            return web.json_response(
+                {"code": 230027, "msg": "Lack of necessary permissions"}, status=400
+            )
+        if message_id not in self.messages:
+            return web.json_response({"code": 230001, "msg": "message not found"}, status=400)
+        return web.json_response(
+            {"code": 0, "msg": "success", "data": {"items": [self.messages[message_id]]}}
+        )
+
     async def wait_for_replies(self, count: int, timeout: float = 10) -> None:
         async def waiter() -> None:
             async with self._changed:
@@ -126,6 +169,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         app.router.add_post("/open-apis/im/v1/messages", self._post)
         app.router.add_put("/open-apis/im/v1/messages/{message_id}", self._edit)
+        app.router.add_get("/open-apis/im/v1/messages/{message_id}", self._message)
         self._runner, self.port = await serve(app)
         return self
 
@@ -148,6 +192,7 @@ def receive_event(
     mentions: list[dict[str, Any]] | None = None,
     thread_id: str = "",
     root_id: str = "",
+    parent_id: str | None = None,
     event_id: str | None = None,
     token: str = VERIFICATION_TOKEN,
     message_type: str = "text",
@@ -173,7 +218,7 @@ def receive_event(
             "message": {
                 "message_id": f"om_{number}",
                 "root_id": root_id,
-                "parent_id": root_id,
+                "parent_id": root_id if parent_id is None else parent_id,
                 "create_time": "1767225600000",
                 "update_time": "1767225600000",
                 "chat_id": chat_id,

@@ -481,3 +481,37 @@ async def test_the_bot_posts_to_a_chat_and_edits_what_it_posted(
     assert edit["message_id"] == "om_sent_1"
     (element,) = json.loads(edit["content"])["zh_cn"]["content"][0]
     assert element == {"tag": "md", "text": "Approved by 7."}
+
+
+async def test_a_reply_without_content_pins_the_parent_fetched_by_id(
+    start_feishu: Any, fake_feishu: FakeFeishu
+) -> None:
+    bot = await start_feishu(pins={"enable_in_group": True})
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
+    other = mention("@_user_2", "ou_other", "Zhang")
+    fake_feishu.add_message("om_parent", "Standup at 9:30, @_user_2 runs it", mentions=[other])
+    post = json.dumps({"title": "", "content": [[{"tag": "text", "text": "Post body"}]]})
+    fake_feishu.add_message("om_post", post, msg_type="post", sender="ou_author")
+    texts = await bot.send(
+        receive_event("@_user_1 /pin add standup", mentions=[BOT], parent_id="om_parent", **group)
+    )
+    assert texts[-1] == "Saved context block 'standup'."
+    await bot.send(
+        receive_event("@_user_1 /pin add post", mentions=[BOT], parent_id="om_post", **group)
+    )
+    mine = "feishu:group:oc_group::u:ou_user1"
+    assert sorted((b.label, b.content) for b in await bot.store.blocks([mine])) == [
+        ("post", "Post body"),
+        ("standup", "Standup at 9:30, @Zhang runs it"),
+    ]
+    (version,) = await bot.store.versions(mine, "post")
+    assert version.origin is not None
+    assert (version.origin.message_id, version.origin.author) == ("om_post", "ou_author")
+    # A read Feishu refuses names the permission the app needs; nothing is saved.
+    fake_feishu.add_message("om_secret", "hidden")
+    fake_feishu.denied_reads.add("om_secret")
+    texts = await bot.send(
+        receive_event("@_user_1 /pin add secret", mentions=[BOT], parent_id="om_secret", **group)
+    )
+    assert "im:message.group_msg" in texts[-1]
+    assert len(await bot.store.blocks([mine])) == 2

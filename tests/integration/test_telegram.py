@@ -31,6 +31,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import (
+    BOT_USER,
     TOKEN,
     FakeTelegram,
     group_chat,
@@ -926,3 +927,75 @@ async def test_pinned_messages_are_left_alone_by_default(
     fake_telegram.push(service(chat, user(7), pinned_message=note))
     await bot.settle()
     assert await store.blocks([GROUP_KEY]) == []
+
+
+def said(chat: dict[str, Any], text: str, author: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A message as it stands replied to (inside reply_to_message)."""
+    return next(iter(message(chat, text, author, **fields).values()))
+
+
+async def test_a_reply_without_content_pins_the_message_replied_to(
+    start_bot: StartBot, store: Store
+) -> None:
+    bot = await start_bot(pins=ADMIN_PINS)
+    chat, me = group_chat(GROUP), user(42)
+    mine = f"{GROUP_KEY}::u:42"
+    note = said(chat, "Deploys happen on Tuesdays, never on Fridays.", user(43))
+    (reply,) = await bot.reply_to(message(chat, "/pin add deploys", me, reply_to=note))
+    assert reply == "Saved context block 'deploys'."
+    (version,) = await store.versions(mine, "deploys")
+    assert version.origin is not None
+    assert (version.origin.message_id, version.origin.author) == (str(note["message_id"]), "43")
+    # A quote: only the quoted part is pinned.
+    quote = {"text": "never on Fridays", "position": 28}
+    await bot.reply_to(message(chat, "/pin add fridays", me, reply_to=note, quote=quote))
+    # The bot's own answer, and a photo's caption (formatting dropped: the text as shown).
+    answer = said(chat, "The answer is 42.", BOT_USER)
+    await bot.reply_to(message(chat, "/pin add answer --pinned", me, reply_to=answer))
+    captioned = said(chat, "", user(43), photo=PHOTO, caption="Whiteboard: *ship it*")
+    del captioned["text"]
+    await bot.reply_to(message(chat, "/pin add board", me, reply_to=captioned))
+    # With content given, the content wins.
+    await bot.reply_to(message(chat, "/pin add own My words", me, reply_to=note))
+    # An admin's shared add takes the reply too.
+    await bot.reply_to(message(chat, "/pin shared add rules", user(7), reply_to=note))
+    assert sorted(await blocks(store, mine)) == [
+        ("answer", "The answer is 42.", "context"),
+        ("board", "Whiteboard: *ship it*", "context"),
+        ("deploys", "Deploys happen on Tuesdays, never on Fridays.", "context"),
+        ("fridays", "never on Fridays", "context"),
+        ("own", "My words", "context"),
+    ]
+    assert await blocks(store, GROUP_KEY) == [
+        ("rules", "Deploys happen on Tuesdays, never on Fridays.", "context")
+    ]
+    # A member's shared add is refused as it is with content.
+    (reply,) = await bot.reply_to(message(chat, "/pin shared add x", me, reply_to=note))
+    assert "shared" in reply and len(await blocks(store, GROUP_KEY)) == 1
+
+
+async def test_replies_that_cannot_be_pinned_are_refused_with_the_reason(
+    start_bot: StartBot, store: Store
+) -> None:
+    bot = await start_bot(pins={"enable_in_group": True})
+    chat, me = private_chat(42), user(42)
+    photo = said(chat, "", user(42), photo=PHOTO)
+    del photo["text"]
+    (reply,) = await bot.reply_to(message(chat, "/pin add pic", me, reply_to=photo))
+    assert "has no text to pin" in reply
+    long = said(chat, "y" * 700, BOT_USER)
+    (reply,) = await bot.reply_to(message(chat, "/pin add long", me, reply_to=long))
+    assert "700 characters long; the limit is 500" in reply and "Quote the part" in reply
+    command = said(chat, "/pin add other words", me)
+    (reply,) = await bot.reply_to(message(chat, "/pin add again", me, reply_to=command))
+    assert "itself a /pin command" in reply
+    (reply,) = await bot.reply_to(message(chat, "/pin add nothing", me))
+    assert "needs content after its label" in reply and "as a reply" in reply
+    # A message in a forum topic "replies" to the topic's creation: that is no reply to pin.
+    forum = group_chat(GROUP, forum=True)
+    opening = said(forum, "", user(7), forum_topic_created={"name": "Ops", "icon_color": 1})
+    del opening["text"]
+    topic = message(forum, "/pin add t", me, thread_id=3, reply_to=opening)
+    (reply,) = await bot.reply_to(topic)
+    assert "needs content after its label" in reply
+    assert await blocks(store, "telegram:direct:42") == []
