@@ -36,7 +36,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
-    """One PostgreSQL server for the whole run, started the first time a test needs it; a test
+    """One PostgreSQL server for the whole run of each test process (every parallel worker starts
+    its own, with its own folder and port), started the first time a test there needs it; a test
     that needs it fails (never skips) when it cannot start."""
     cluster = PgCluster().start()
     yield cluster

@@ -1,6 +1,9 @@
 """A throwaway PostgreSQL cluster for tests and the benchmark: initdb in a temporary folder, a
 free port on 127.0.0.1, trust authentication on loopback, stopped afterwards. As root (CI, our
-machines) it runs as the unprivileged `postgres` user, since initdb refuses root."""
+machines) it runs as the unprivileged `postgres` user, since initdb refuses root.
+
+Each process that starts one gets its own folder (data and socket) and port, so the parallel
+test workers each run their own cluster side by side."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 START_TIMEOUT_S = 60
+START_TRIES = 3  # another process may take the free port before the server binds it
 _databases = itertools.count(1)
 
 
@@ -69,22 +73,33 @@ class PgCluster:
             "postgres",
             "--no-sync",
         )
-        options = (
-            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-        )
-        self._run(
-            str(self._bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-o",
-            options,
-            "-w",
-            "-l",
-            str(self.folder / "server.log"),
-            "start",
-        )
-        return self
+        log = self.folder / "server.log"
+        tries = 1
+        while True:
+            options = (
+                f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            )
+            log.unlink(missing_ok=True)
+            try:
+                self._run(
+                    str(self._bin / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-o",
+                    options,
+                    "-w",
+                    "-l",
+                    str(log),
+                    "start",
+                )
+                return self
+            except subprocess.CalledProcessError:
+                said = log.read_text(errors="replace") if log.exists() else ""
+                if tries == START_TRIES or "could not bind" not in said:
+                    raise RuntimeError(f"PostgreSQL did not start:\n{said}") from None
+            tries += 1
+            self.port = _free_port()  # another process took the port first: try another
 
     def url(self, database: str = "postgres", password: str | None = None) -> str:
         """A postgresql:// URL of a database in this cluster."""
