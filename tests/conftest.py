@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.pg import PgCluster, fresh_database
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many parallel workers `-n auto` (pyproject.toml's default) starts: one more than
+    this process may use cores, since the tests also wait on the processes, servers and
+    browser they start, and a third worker keeps two cores busy meanwhile.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 @pytest.fixture

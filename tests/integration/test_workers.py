@@ -25,6 +25,9 @@ from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_ch
 from tests.process import run_pinbot
 from tests.workers import WAIT_S, Cluster, Worker
 
+# Each test runs several pinbot processes: one such test at a time, on one parallel worker.
+pytestmark = pytest.mark.xdist_group("pinbot-workers")
+
 SECRET = "webhook-secret-0000"
 DB_ENV = "PINBOT_TEST_DB"
 
