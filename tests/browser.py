@@ -4,6 +4,7 @@ tests: launch settings, signing in, and screenshots kept as test artifacts."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from playwright.async_api import Page
@@ -33,6 +34,12 @@ async def sign_in(page: Page, base: str, token: str) -> int:
 
 
 async def shot(page: Page, name: str) -> None:
-    """Keep a screenshot of the whole page as a test artifact."""
+    """Keep a screenshot of the whole page as a test artifact. Written whole under a name of
+    its own and then renamed, so tests running in parallel that keep the same name (one test's
+    parameters) never leave a mixed file."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    png = await page.screenshot(full_page=True)
+    with tempfile.NamedTemporaryFile(dir=ARTIFACTS, suffix=".part", delete=False) as part:
+        part.write(png)
+    os.chmod(part.name, 0o644)  # as a file written directly would be
+    os.replace(part.name, ARTIFACTS / f"{name}.png")

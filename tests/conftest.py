@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +27,16 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.pg import PgCluster, fresh_database
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many parallel workers `-n auto` (pyproject.toml's default) starts: one more than
+    this process may use cores, since the tests also wait on the processes, servers and
+    browser they start, and a third worker keeps two cores busy meanwhile.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -39,7 +50,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
-    """One PostgreSQL server for the whole run, started the first time a test needs it; a test
+    """One PostgreSQL server for the whole run of each test process (every parallel worker starts
+    its own, with its own folder and port), started the first time a test there needs it; a test
     that needs it fails (never skips) when it cannot start."""
     cluster = PgCluster().start()
     yield cluster

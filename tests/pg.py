@@ -1,6 +1,9 @@
 """A throwaway PostgreSQL cluster for tests and the benchmark: initdb in a temporary folder, a
 free port on 127.0.0.1, trust authentication on loopback, stopped afterwards. As root (CI, our
-machines) it runs as the unprivileged `postgres` user, since initdb refuses root."""
+machines) it runs as the unprivileged `postgres` user, since initdb refuses root.
+
+Each process that starts one gets its own folder (data and socket) and port, so the parallel
+test workers each run their own cluster side by side."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 START_TIMEOUT_S = 60
+START_TRIES = 3  # another process may take the free port before the server binds it
 _databases = itertools.count(1)
 
 
@@ -69,26 +73,40 @@ class PgCluster:
             "postgres",
             "--no-sync",
         )
-        self.start_server()
+        self.start_server(new_port_if_taken=True)
         return self
 
-    def start_server(self) -> None:
-        """Start (or start again) the server on its data and port."""
-        options = (
-            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-        )
-        self._run(
-            str(self._bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-o",
-            options,
-            "-w",
-            "-l",
-            str(self.folder / "server.log"),
-            "start",
-        )
+    def start_server(self, *, new_port_if_taken: bool = False) -> None:
+        """Start (or start again) the server on its data and port; at first start, another
+        port is tried when another process took this one first."""
+        log = self.folder / "server.log"
+        tries = 1
+        while True:
+            options = (
+                f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            )
+            log.unlink(missing_ok=True)
+            try:
+                self._run(
+                    str(self._bin / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-o",
+                    options,
+                    "-w",
+                    "-l",
+                    str(log),
+                    "start",
+                )
+                return
+            except subprocess.CalledProcessError:
+                said = log.read_text(errors="replace") if log.exists() else ""
+                retry = new_port_if_taken and "could not bind" in said
+                if tries == START_TRIES or not retry:
+                    raise RuntimeError(f"PostgreSQL did not start:\n{said}") from None
+            tries += 1
+            self.port = _free_port()
 
     def stop_server(self) -> None:
         """Stop the server, as an outage would (connections end), keeping its data."""

@@ -16,6 +16,9 @@ from tests.process import PINBOT
 
 STARTED = " started ("  # what a worker logs once it serves
 WAIT_S = 60  # a safety net for a hung worker, never a pause
+# Also a safety net, not a pause: three workers importing lark-oapi at once on a machine
+# running other suites (load 15 on two cores) once took longer than WAIT_S to start.
+START_S = 180
 
 
 class Worker:
@@ -41,7 +44,7 @@ class Worker:
         self._reader = asyncio.create_task(self._read(started))
         waiting = asyncio.create_task(started.wait())
         exited = asyncio.create_task(self.process.wait())
-        await asyncio.wait({waiting, exited}, timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({waiting, exited}, timeout=START_S, return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
         exited.cancel()
         assert started.is_set(), "worker did not start:\n" + "\n".join(self.log)

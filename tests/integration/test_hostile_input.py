@@ -4,7 +4,9 @@ from a user, the model, a file or the network stops it, prints a traceback, or l
 from __future__ import annotations
 
 import json
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import yaml
 
 from storage import Store
 from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.process import run_pinbot
+from tests.process import PINBOT, PROCESS_TIMEOUT_S, run_pinbot
 
 
 def write_config(tmp_path: Path, **sections: Any) -> Path:
@@ -148,14 +150,28 @@ def hostile_documents() -> list[tuple[str, str]]:
     ]
 
 
+@pytest.fixture(scope="module")
+def kept_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database in which the console saved one block, 'keep'; made once, and copied by each
+    test that needs it (one process start instead of one per test)."""
+    folder = tmp_path_factory.mktemp("kept")
+    subprocess.run(
+        [PINBOT, "console", "--user", "1", "--config", str(write_config(folder))],
+        input=b"/pin add keep Me.\n",
+        capture_output=True,
+        timeout=PROCESS_TIMEOUT_S,
+        check=True,
+    )
+    assert not (folder / "pins.sqlite3-wal").exists()  # all of it is in the one file
+    return folder / "pins.sqlite3"
+
+
 @pytest.mark.parametrize(("text", "problem"), hostile_documents())
 async def test_hostile_imports_list_problems_and_write_nothing(
-    tmp_path: Path, text: str, problem: str
+    tmp_path: Path, kept_database: Path, text: str, problem: str
 ) -> None:
     config = write_config(tmp_path)
-    await run_pinbot(
-        "console", "--user", "1", "--config", str(config), stdin=b"/pin add keep Me.\n"
-    )
+    shutil.copy2(kept_database, tmp_path / "pins.sqlite3")
     file = tmp_path / "import.json"
     file.write_text(text, encoding="utf-8", errors="surrogatepass")
     code, out, err = await run_pinbot("import", str(file), "--config", str(config))

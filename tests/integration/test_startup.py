@@ -212,12 +212,19 @@ async def test_a_first_run_that_guides(tmp_path: Path) -> None:
     assert code == 0 and "pinbot console --config" in out and target.exists()
     code, _, err = await run_pinbot("init", "--config", str(target))
     assert code == 2 and "--force" in err
-    code, out, err = await run_pinbot("check-config", "--config", str(target))
+    code, out, err = await run_pinbot("check-config", "--config", str(target), cwd=tmp_path)
     assert code == 0, out + err
     for command, variable in (("telegram", "TELEGRAM_BOT_TOKEN"), ("feishu", "FEISHU_APP_SECRET")):
         code, out, _ = await run_pinbot(command, "--help")
         assert code == 0 and variable in out and "example:" in out
     code, out, err = await run_pinbot(
-        "console", "--user", "1", "--config", str(target), env={"PYTHONUNBUFFERED": "1"}
+        "console",
+        "--user",
+        "1",
+        "--config",
+        str(target),
+        env={"PYTHONUNBUFFERED": "1"},
+        cwd=tmp_path,  # the starter config's database is ./pinbot.sqlite3, not in the checkout
     )
     assert code == 0 and out == "" and err == ""  # piped: no banner, no prompt, no log lines
+    assert (tmp_path / "pinbot.sqlite3").exists()

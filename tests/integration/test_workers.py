@@ -37,10 +37,26 @@ from tests.pg import PgCluster, fresh_database
 from tests.process import run_pinbot
 from tests.workers import WAIT_S, Cluster, Worker
 
+# Each test runs several pinbot processes: one such test at a time, on one parallel worker.
+pytestmark = pytest.mark.xdist_group("pinbot-workers")
+
 SECRET = "webhook-secret-0000"
 DB_ENV = "PINBOT_TEST_DB"
 
 StartCluster = Callable[..., Awaitable[Cluster]]
+
+
+KEY = "sk-test-key-"  # each worker's model API key is this and its index
+
+
+def worker_key(index: int) -> str:
+    """Worker index's own model API key, so each model request says which worker sent it."""
+    return f"{KEY}{index}"
+
+
+def asked_by(fake_openai: FakeOpenAI, request: int) -> int:
+    """The index of the worker that sent the model's request number request."""
+    return int(fake_openai.headers[request]["Authorization"].removeprefix(f"Bearer {KEY}"))
 
 
 @pytest.fixture
@@ -68,7 +84,7 @@ async def start_cluster(
             config.write_text(yaml.safe_dump(settings), encoding="utf-8")
             env = {
                 DB_ENV: url or pg_url,
-                "OPENAI_API_KEY": "sk-test-key",
+                "OPENAI_API_KEY": worker_key(index),
                 "TELEGRAM_BOT_TOKEN": TOKEN,
                 "TELEGRAM_WEBHOOK_SECRET": SECRET,
                 "FEISHU_APP_SECRET": APP_SECRET,
@@ -224,10 +240,13 @@ async def test_a_worker_killed_mid_turn_loses_nothing_acknowledged(
     await fake_telegram.wait_for(lambda: len(fake_telegram.sent(5)) == 1, WAIT_S)
     fake_openai.release = asyncio.Event()  # the model holds every answer back
     assert await cluster.post_to(0, update(5, "m1"), HEADERS) == 200
-    await fake_openai.wait_for_requests(1, WAIT_S)  # worker 0 is mid-turn
+    await fake_openai.wait_for_requests(1, WAIT_S)
+    # Usually worker 0, but another's watcher may take the chat up between worker 0 recording
+    # the update and claiming the chat: the worker mid-turn is the one that asked the model.
+    mid_turn = cluster.workers[asked_by(fake_openai, 0)]
     assert await cluster.post_to(1, update(5, "/pin add after later"), HEADERS) == 200
     assert await cluster.post_to(2, update(5, "m2"), HEADERS) == 200
-    assert await cluster.workers[0].stop(signal.SIGKILL) == -signal.SIGKILL
+    assert await mid_turn.stop(signal.SIGKILL) == -signal.SIGKILL
     fake_openai.release.set()
     await fake_telegram.wait_for(lambda: len(fake_telegram.sent(5)) >= 4, WAIT_S)
     assert replies(fake_telegram, 5) == [
