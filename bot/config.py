@@ -134,6 +134,8 @@ class PinsConfig(_Section):
     audit_retention_days: Annotated[int, Field(ge=1, le=3650)] = 180
     history_days: Annotated[int, Field(ge=1, le=3650)] = 30
     history_per_block: Annotated[int, Field(ge=1, le=10_000)] = 50
+    proposal_ttl_hours: Annotated[int, Field(ge=1, le=720)] = 24
+    max_pending_proposals: Annotated[int, Field(ge=1, le=100)] = 5
 
 
 class TelegramConfig(_Section):

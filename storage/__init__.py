@@ -12,6 +12,7 @@ from storage.buckets import TokenBuckets
 from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
 from storage.history import HistoryStore
+from storage.proposals import ProposalStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.usage import UsageStore
@@ -20,7 +21,9 @@ from storage.versions import VersionStore
 __all__ = ["Store", "open_store"]
 
 
-class Store(BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore):
+class Store(
+    BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore, ProposalStore
+):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers."""
 
@@ -100,6 +103,7 @@ class Store(BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, B
             await tx.execute(
                 "UPDATE shared_audit SET group_scope = ? WHERE group_scope = ?", new, old
             )
+            await tx.execute("UPDATE proposals SET group_scope = ? WHERE group_scope = ?", new, old)
             for table in ("block_versions", "scope_notes"):
                 await tx.execute(
                     f"UPDATE {table} SET scope = {renamed} WHERE {in_group}", *(new, old, *group)

@@ -25,6 +25,7 @@ from storage.models import (
     State,
     Version,
 )
+from storage.proposals import applied_step
 from storage.rows import BLOCK_COLUMNS, block_from_row, ts
 from storage.versions import INSERT as VERSION_INSERT
 from storage.versions import new_op, recorded, version_row, write_steps
@@ -165,7 +166,7 @@ class BlockStore(Protocol):
         version = version_row(
             new_op(), new.scope, new.label, ChangeKind.ADD, change, now, None, detail
         )
-        kept = recorded([version], limits.versions)
+        kept = (*recorded([version], limits.versions), *applied_step(new.scope, change, now))
         if await self._db.write(Step(_INSERT, args), *kept, *audit, lock=(new.scope,), guard=True):
             return
         row = await self._db.fetchrow(
@@ -229,7 +230,7 @@ class BlockStore(Protocol):
         audit = (_audit(block.scope, change, now, *entries),) if audited and entries else ()
         kind, detail = (entries[0][0], entries[0][4]) if entries else (ChangeKind.EDIT, "")
         version = version_row(new_op(), block.scope, block.label, kind, change, now, block, detail)
-        kept = recorded([version], limits.versions)
+        kept = (*recorded([version], limits.versions), *applied_step(block.scope, change, now))
         update = Step(_UPDATE.format(idle=idle), args)
         if await self._db.write(update, *kept, *audit, lock=(block.scope,), guard=True):
             return

@@ -280,3 +280,46 @@ class PendingUpdate:
     seq: int
     platform: str
     payload: str
+
+
+class ProposalStatus(StrEnum):
+    """Where a proposal stands: waiting for a shared admin, or decided (and how)."""
+
+    PENDING = "pending"
+    APPLIED = "applied"
+    REFUSED = "refused"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class NewProposal:
+    """A proposed shared block, as the model made it: to add one (base_rev None) or to replace
+    the content of the block at revision base_rev (whose content was base_content)."""
+
+    group_scope: str
+    label: str
+    content: str
+    level: Level | None
+    priority: int | None
+    reason: str
+    proposer: str
+    base_rev: int | None = None
+    base_content: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A stored proposal: its short number within the group, what it proposes, where it stands,
+    and the message that shows it (chat and message id, once posted)."""
+
+    number: int
+    new: NewProposal
+    status: ProposalStatus
+    outcome: str
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    chat: str | None = None
+    message_id: str | None = None

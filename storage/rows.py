@@ -27,6 +27,12 @@ TABLES = {
         "content, level, state, priority, created_at, undone_by",
         "id",
     ),
+    "proposals": (
+        "group_scope, number, label, content, level, priority, reason, proposer, base_rev, "
+        "base_content, status, outcome, created_at, expires_at, decided_by, decided_at, chat, "
+        "message_id",
+        "id",
+    ),
     "history": ("session, role, content, created_at", "id"),
     "inbox": ("platform, event_id, chat, position, payload, received_at, done_at", "seq"),
     "shared_audit": (

@@ -314,6 +314,33 @@ STEPS: dict[int, Step] = {
             PRIMARY KEY (scope, name)
         ){without_rowid}""",
     ],
+    # The model's proposals to change a group's shared blocks, numbered within the group and
+    # decided once by a shared admin (base_rev: the revision of the block to replace).
+    14: [
+        """CREATE TABLE proposals (
+            id {serial},
+            group_scope TEXT NOT NULL,
+            number INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            content TEXT NOT NULL,
+            level TEXT,
+            priority INTEGER,
+            reason TEXT NOT NULL,
+            proposer TEXT NOT NULL,
+            base_rev INTEGER,
+            base_content TEXT,
+            status TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            created_at {time} NOT NULL,
+            expires_at {time} NOT NULL,
+            decided_by TEXT,
+            decided_at {time},
+            chat TEXT,
+            message_id TEXT,
+            UNIQUE (group_scope, number)
+        )""",
+        "CREATE INDEX proposals_pending ON proposals (group_scope) WHERE status = 'pending'",
+    ],
 }
 LATEST = max(STEPS)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from bot.core.replies import Reply
+from bot.core.replies import Messenger, Sent
+
+__all__ = ["Frontend", "Messenger", "RefusalLog", "Sent", "formatted_or_plain", "with_backoff"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -30,26 +31,6 @@ class Frontend(Protocol):
 
     async def stop(self) -> None:
         """Stop receiving, finish the messages in progress, disconnect."""
-
-
-@dataclass(frozen=True)
-class Sent:
-    """A message the bot sent, as the platform names it: its chat and its id."""
-
-    chat: str
-    message_id: str
-
-
-class Messenger(Protocol):
-    """What the core may ask of a platform besides answering a message: post to a chat, and
-    change what it posted."""
-
-    async def send(self, chat: str, reply: Reply) -> Sent | None:
-        """Post reply in chat (split like any reply); the first message sent, or None when it
-        could not go."""
-
-    async def edit(self, sent: Sent, reply: Reply) -> bool:
-        """Replace a sent message's text with reply's; False when the platform refused."""
 
 
 async def with_backoff(

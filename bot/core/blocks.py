@@ -238,9 +238,13 @@ class BlockOps:
         state: State | None = None,
         priority: int | None = None,
         protect_pinned: bool = False,
+        origin: Origin | None = None,
+        if_rev: int | None = None,
     ) -> Outcome:
         """Change a block's content, level, state or priority; with protect_pinned a pinned
-        block is refused (the agent tools may never change one)."""
+        block is refused (the agent tools may never change one). origin says where new content
+        came from; with if_rev, a block no longer at that revision is refused (it changed since
+        the change was asked for)."""
         if refusal := await self.write_refusal(target):
             return refusal
         if content is not None and (
@@ -256,8 +260,8 @@ class BlockOps:
             block = find_block(blocks, label)
             if block is None:
                 return self._missing(target, label)
-            if protect_pinned and block.state is State.PINNED:
-                return self._protected(block)
+            if refusal := self._held(target, block, protect_pinned, if_rev):
+                return refusal
             strong = Level.STRONG in (block.level, level)
             if strong and (refusal := await self.write_refusal(target, strong=True)):
                 return refusal
@@ -274,7 +278,7 @@ class BlockOps:
                     block,
                     now=now,
                     limits=self.policy.limits,
-                    change=target.change,
+                    change=Change(target.change.actor, target.change.channel, origin),
                     audited=target.shared,
                     **change.fields(),
                 )
@@ -285,6 +289,20 @@ class BlockOps:
             await self._audited(target, now)
             return Done(self._changed(target, block, change))
         return RETRY_LATER
+
+    def _held(
+        self, target: Target, block: Block, protect_pinned: bool, if_rev: int | None
+    ) -> Refused | None:
+        """Why this block may not change now: pinned (for the agent tools), or changed since
+        the change was asked for."""
+        if protect_pinned and block.state is State.PINNED:
+            return self._protected(block)
+        if if_rev is not None and block.rev != if_rev:
+            return Refused(
+                f"Block '{block.label}' changed after this was asked for; nothing was saved. "
+                f"Send {target.command('list')} to see it as it is now."
+            )
+        return None
 
     def _changed(self, target: Target, block: Block, change: _Change) -> str:
         """The reply for a committed change."""

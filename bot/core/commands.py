@@ -32,6 +32,9 @@ class Verb(StrEnum):
     HISTORY = "history"
     UNDO = "undo"
     RESTORE = "restore"
+    PROPOSALS = "proposals"
+    APPROVE = "approve"
+    REJECT = "reject"
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,11 @@ USAGE: dict[str, str] = {
     "history": "/pin history <label>",
     "undo": "/pin undo",
     "restore": "/pin restore <label> [version]",
+    "proposals": "/pin proposals",
+    "approve": "/pin approve <n>",
+    "reject": "/pin reject <n>",
 }
+_SHARED_ONLY = ("log", "proposals", "approve", "reject")
 LOG_DEFAULT = 10
 LOG_MAX = 50
 
@@ -261,6 +268,22 @@ def _parse_restore(name: str, rest: str, shared: bool) -> PinCommand | ParseErro
     )
 
 
+def _parse_proposals(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    if not shared:
+        usage = _prefix(True, USAGE[name])
+        return ParseError(f"Proposals are for a group's shared blocks.\nUsage: {usage}")
+    if name == "proposals":
+        if rest.strip():
+            return _usage_error(name, shared, "proposals takes nothing after it.")
+        return PinCommand(Verb.PROPOSALS, shared=True)
+    number = rest.strip()
+    if not (number.isascii() and number.isdigit() and 1 <= int(number) <= 10**9):
+        return _usage_error(
+            name, shared, f"{name} needs the number of a proposal (/pin shared proposals)."
+        )
+    return PinCommand(Verb(name), shared=True, count=int(number))
+
+
 def _parse_help(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     return PinCommand(Verb.HELP, shared=shared)
 
@@ -280,6 +303,7 @@ _PARSERS: dict[str, _Parser] = {
     "undo": _parse_list,
     "history": _parse_history,
     "restore": _parse_restore,
+    **dict.fromkeys(("proposals", "approve", "reject"), _parse_proposals),
     "priority": _parse_priority,
     "clear": _parse_clear,
     "edit": _parse_edit,
@@ -306,7 +330,8 @@ def _parse_log(rest: str, shared: bool) -> PinCommand | ParseError:
 
 
 def _unknown(name: str, shared: bool) -> ParseError:
-    known = [name for name in USAGE if shared or name != "log"] + ([] if shared else ["shared"])
+    known = [name for name in USAGE if shared or name not in _SHARED_ONLY]
+    known += [] if shared else ["shared"]
     guess = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean '{guess[0]}'?" if guess else ""
     where = "/pin shared help" if shared else "/pin help"

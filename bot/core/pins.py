@@ -9,12 +9,13 @@ from bot.core.context import MessageContext
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
 from bot.core.policy import BlockPolicy
+from bot.core.proposals import Proposals
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
 from bot.core.status import ScopeStatus, status_text
 from bot.core.versions import BlockHistory
 from storage import Store
-from storage.models import Block, Origin, State
+from storage.models import Block, Channel, Origin, State
 
 _STATE_VERBS = {
     Verb.IDLE: State.IDLE,
@@ -34,6 +35,7 @@ class PinService:
         self._clock = clock
         self.ops = BlockOps(store, policy, clock)
         self.history = BlockHistory(store, self.ops)
+        self.proposals = Proposals(store, self.ops, policy.pins, clock)
 
     async def execute(self, context: MessageContext, command: PinCommand) -> Reply:
         """Run a parsed command for the message's sender.
@@ -62,17 +64,29 @@ class PinService:
             return Reply(await self._status(context, shared_only=command.shared))
         if command.verb is Verb.LOG:
             return Reply(await self._log(target, command.count or LOG_DEFAULT))
-        if command.verb is Verb.HISTORY:
-            outcome = await self.history.history(target, command.label or "")
-        elif command.verb is Verb.UNDO:
-            outcome = await self.history.undo(target)
-        elif command.verb is Verb.RESTORE:
-            outcome = await self.history.restore(target, command.label or "", command.count)
-        else:
-            outcome = await self._write(target, command, context)
+        outcome = await self._outcome(target, command, context)
         if isinstance(outcome, Done):
             return Reply(outcome.message)
         return Reply.refused(outcome.reason)
+
+    async def _outcome(
+        self, target: Target, command: PinCommand, context: MessageContext
+    ) -> Outcome:
+        if command.verb is Verb.PROPOSALS:
+            return await self.proposals.listing(target)
+        if command.verb in (Verb.APPROVE, Verb.REJECT):
+            deciding = Target.of(context, shared=True, channel=Channel.PROPOSAL)
+            if isinstance(deciding, Refused):
+                return deciding
+            approve = command.verb is Verb.APPROVE
+            return await self.proposals.decide(deciding, command.count or 0, approve=approve)
+        if command.verb is Verb.HISTORY:
+            return await self.history.history(target, command.label or "")
+        if command.verb is Verb.UNDO:
+            return await self.history.undo(target)
+        if command.verb is Verb.RESTORE:
+            return await self.history.restore(target, command.label or "", command.count)
+        return await self._write(target, command, context)
 
     async def _write(self, target: Target, command: PinCommand, context: MessageContext) -> Outcome:
         ops, label = self.ops, command.label or ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 
 class Result(StrEnum):
@@ -18,14 +19,26 @@ class Result(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Button:
+    """A button under a message: its caption, and what a tap on it tells the bot (data, at most
+    64 bytes: Telegram's limit)."""
+
+    text: str
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """One answer of the core. formatted: the text is the model's (Markdown, as models answer)
     and adapters may show it formatted; every other reply (/pin, help, /whoami, errors) is plain
-    text shown exactly as it is."""
+    text shown exactly as it is. buttons: a message with buttons (a Telegram inline keyboard, a
+    Feishu card); an empty tuple is such a message whose buttons are gone (after a decision),
+    None a plain message."""
 
     text: str
     outcome: Result = Result.DONE
     formatted: bool = False
+    buttons: tuple[Button, ...] | None = None
 
     @classmethod
     def refused(cls, text: str) -> Reply:
@@ -36,6 +49,27 @@ class Reply:
     def failed(cls, text: str) -> Reply:
         """A fault, explained to the user."""
         return cls(text, Result.FAILED)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A message the bot sent, as the platform names it: its chat and its id."""
+
+    chat: str
+    message_id: str
+
+
+class Messenger(Protocol):
+    """What the core may ask of a platform besides answering a message: post to a chat, and
+    change what it posted."""
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        """Post reply in chat (split like any reply); the first message sent, or None when it
+        could not go."""
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        """Replace a sent message's text (and buttons) with reply's; False when the platform
+        refused."""
 
 
 def utf16_length(text: str) -> int:

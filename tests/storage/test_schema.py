@@ -144,6 +144,7 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
             "blocks": 10,
             "block_versions": 0,
             "scope_notes": 0,
+            "proposals": 0,
             "scope_calls": 2,
             "history": 5,
             "inbox": 2,
