@@ -34,6 +34,20 @@ from storage.models import Level
         ),
         ("add 规则 用中文回答", PinCommand(Verb.ADD, label="规则", content="用中文回答")),
         ("add r a--pinned", PinCommand(Verb.ADD, label="r", content="a--pinned")),
+        ("add r x --PINNED", PinCommand(Verb.ADD, label="r", content="x", pinned=True)),
+        (
+            "add r x --Priority 5 --pinned",
+            PinCommand(Verb.ADD, label="r", content="x", pinned=True, priority=5),
+        ),
+        (
+            "add r x --pinned --priority -3",
+            PinCommand(Verb.ADD, label="r", content="x", pinned=True, priority=-3),
+        ),
+        ("add r x --verbose", PinCommand(Verb.ADD, label="r", content="x --verbose")),
+        ("add r use --prio wisely", PinCommand(Verb.ADD, label="r", content="use --prio wisely")),
+        ("add r x --pined 5", PinCommand(Verb.ADD, label="r", content="x --pined 5")),
+        ("add r -- x --prio", PinCommand(Verb.ADD, label="r", content="x --prio")),
+        ("add r x --", PinCommand(Verb.ADD, label="r", content="x --")),
         ("level r strong", PinCommand(Verb.LEVEL, label="r", level=Level.STRONG)),
         ("level r Context", PinCommand(Verb.LEVEL, label="r", level=Level.CONTEXT)),
         ("list", PinCommand(Verb.LIST)),
@@ -91,6 +105,35 @@ def test_parse_errors_show_the_correct_form(text: str, usage: str) -> None:
     result = parse_pin(text)
     assert isinstance(result, ParseError)
     assert usage in result.message
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("add h Eight --priority", "--priority needs a number after it"),
+        ("add h x --priority 5 --priority 6", "--priority is given twice"),
+        ("add h x --pinned --PINNED", "--pinned is given twice"),
+        ("add h x --prio", "'--prio' is not a flag. Did you mean --priority?"),
+        ("add h x --prio 5", "'--prio' is not a flag. Did you mean --priority?"),
+        ("add h x --pined", "'--pined' is not a flag. Did you mean --pinned?"),
+        ("add h x --Pinnned --priority 2", "'--Pinnned' is not a flag. Did you mean --pinned?"),
+        ("add h x --prority 2", "'--prority' is not a flag. Did you mean --priority?"),
+        ("add h x --p", "'--p' is not a flag. Did you mean --pinned or --priority?"),
+    ],
+)
+def test_flags_without_values_repeated_or_misspelled_are_refused(text: str, problem: str) -> None:
+    result = parse_pin(text)
+    assert isinstance(result, ParseError)
+    assert result.message.startswith(problem), result.message
+    assert "put -- after the label: /pin add <label> -- <content>" in result.message
+    assert result.message.endswith("Usage: /pin add <label> <content> [--pinned] [--priority <n>]")
+
+
+def test_a_shared_flag_problem_shows_the_shared_forms() -> None:
+    result = parse_pin("shared add-strong h x --priority")
+    assert isinstance(result, ParseError)
+    assert "/pin shared add-strong <label> -- <content>" in result.message
+    assert "Usage: /pin shared add-strong <label>" in result.message
 
 
 def test_unknown_subcommand_suggests_the_closest() -> None:

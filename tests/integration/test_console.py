@@ -299,3 +299,40 @@ def test_a_terminal_gets_a_banner_and_a_prompt(tmp_path: Path) -> None:
     assert lines[0] == "pinbot console: console:direct:5. /pin help for pins; Ctrl-D ends."
     assert lines[1].startswith("> You have no blocks.")  # the prompt, then the reply
     assert err == b""
+
+
+# --- the two designs, exactly (issue 27) ----------------------------------------------------------
+
+
+async def test_flags_are_strict_and_ignore_case(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(
+        config,
+        [
+            "/pin add h Eight --priority",
+            "/pin add g x --priority 5 --priority 6",
+            "/pin add p x --prio 5",
+            "/pin add q x --pined",
+            "/pin add k Keep this --PINNED --Priority 7",
+            "/pin add v run it --verbose",
+            "/pin add lit -- Eight --priority",
+            "/Pin List",
+        ],
+        "--user",
+        "42",
+    )
+    assert code == 0, err
+    usage = "Usage: /pin add <label> <content> [--pinned] [--priority <n>]"
+    literal = "put -- after the label: /pin add <label> -- <content>"
+    assert out.count(usage) == 4 and out.count(literal) == 4
+    assert "--priority needs a number after it" in out
+    assert "--priority is given twice" in out
+    assert "'--prio' is not a flag. Did you mean --priority?" in out
+    assert "'--pined' is not a flag. Did you mean --pinned?" in out
+    assert "Saved strong block 'k', pinned" in out
+    assert "1. k (strong, pinned, priority 7)\nKeep this" in out  # /Pin List works too
+    assert sorted(await stored(tmp_path, "console:direct:42")) == [
+        ("k", "Keep this", "strong", "pinned"),
+        ("lit", "Eight --priority", "strong", "active"),
+        ("v", "run it --verbose", "strong", "active"),
+    ]
