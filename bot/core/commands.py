@@ -355,10 +355,29 @@ def _parse_log(rest: str, shared: bool) -> PinCommand | ParseError:
     return PinCommand(Verb.LOG, shared=True, count=int(count))
 
 
+# Words people reach for that are not subcommands, and the subcommand that does what they mean.
+SYNONYMS: dict[str, str] = {
+    **dict.fromkeys(("delete", "del", "rm"), "remove"),
+    **dict.fromkeys(("show", "ls"), "list"),
+    "on": "activate",
+    "off": "idle",
+    **dict.fromkeys(("info", "stats"), "status"),
+    "create": "add",
+    "update": "edit",
+}
+
+
 def _unknown(name: str, shared: bool) -> ParseError:
     known = [name for name in USAGE if shared or name != "log"] + ([] if shared else ["shared"])
-    guess = difflib.get_close_matches(name, known, n=1)
-    hint = f" Did you mean '{guess[0]}'?" if guess else ""
+    # A typo of a synonym counts too ("delet"), but not of the two-letter ones ("of" is not "off").
+    words = [*known, *(word for word in SYNONYMS if len(word) > 3)]
+    close = difflib.get_close_matches(name, words, n=1)
+    guess = SYNONYMS.get(name) or next((SYNONYMS.get(word, word) for word in close), None)
+    hint = ""
+    if guess is not None:
+        hint = f" Did you mean '{guess}'?"
+        if guess in USAGE:
+            hint += f" Usage: {_prefix(shared, USAGE[guess])}."
     where = "/pin shared help" if shared else "/pin help"
     return ParseError(f"Unknown subcommand '{name}'.{hint} Send {where} for the list.")
 

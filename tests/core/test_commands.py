@@ -136,6 +136,33 @@ def test_a_shared_flag_problem_shows_the_shared_forms() -> None:
     assert "Usage: /pin shared add-strong <label>" in result.message
 
 
+@pytest.mark.parametrize(
+    ("word", "meant"),
+    [
+        ("delete", "remove"),
+        ("del", "remove"),
+        ("rm", "remove"),
+        ("delet", "remove"),
+        ("show", "list"),
+        ("ls", "list"),
+        ("on", "activate"),
+        ("off", "idle"),
+        ("info", "status"),
+        ("stats", "status"),
+        ("lsit", "list"),
+    ],
+)
+def test_synonyms_and_typos_suggest_the_subcommand_meant(word: str, meant: str) -> None:
+    result = parse_pin(f"{word} tone")
+    assert isinstance(result, ParseError)
+    assert f"Did you mean '{meant}'? Usage: /pin {meant}" in result.message
+
+
+def test_a_two_letter_typo_gets_no_guess() -> None:
+    result = parse_pin("of tone")
+    assert isinstance(result, ParseError) and "Did you mean" not in result.message
+
+
 def test_unknown_subcommand_suggests_the_closest() -> None:
     result = parse_pin("lsit")
     assert isinstance(result, ParseError)

@@ -336,3 +336,35 @@ async def test_flags_are_strict_and_ignore_case(tmp_path: Path) -> None:
         ("lit", "Eight --priority", "strong", "active"),
         ("v", "run it --verbose", "strong", "active"),
     ]
+
+
+async def test_hints_name_the_subcommand_meant(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(
+        config,
+        [
+            "/pin add tone Be brief.",
+            "/pin delete tone",
+            "/pin show",
+            "/pin off tone",
+            "/pin info",
+            "/pin on tone",
+        ],
+        "--user",
+        "42",
+    )
+    assert code == 0, err
+    assert (
+        "Unknown subcommand 'delete'. Did you mean 'remove'? Usage: /pin remove <label>. "
+        "Send /pin help for the list."
+    ) in out
+    assert "Did you mean 'list'? Usage: /pin list." in out
+    assert "Did you mean 'idle'? Usage: /pin idle <label>." in out
+    assert "Did you mean 'status'? Usage: /pin status." in out
+    assert "Did you mean 'activate'? Usage: /pin activate <label>." in out
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("tone", "Be brief.", "strong", "active")
+    ]
+    code, out, _ = await console(config, ["/pin remove tone"], "--user", "42")
+    assert out == "Removed block 'tone'.\n"
+    assert await stored(tmp_path, "console:direct:42") == []
