@@ -109,17 +109,18 @@ class ChatService:
     async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
         """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
         and the rendered sections (empty when injection is off or pins do not apply here)."""
+        pins = self._config.pins
         if not context.speaker.pins_on:
             return render([], text)
         conversation = context.conversation
         shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
         scopes = [scope for scope in (shared_scope, personal_scope) if scope]
         blocks = await self._lifecycle.blocks_for_request(scopes)
-        if not self._config.pins.allow_prompt_injection:
+        if not pins.allow_prompt_injection:
             return render([], text)
         shared = [b for b in blocks if b.scope == shared_scope]
         personal = [b for b in blocks if b.scope == personal_scope]
-        return render(ordered(shared, personal), text)
+        return render(ordered(shared, personal), text, pins.header_label)
 
     async def _compacted(
         self, context: MessageContext, session: str, entries: list[HistoryEntry]

@@ -126,7 +126,8 @@ class PinService:
             lines.append(f"{number}. {block.label} ({', '.join(details)})")
             lines.append(block.content)
         if self._pins.token_warning_threshold:
-            lines.extend(self._estimate_lines(target, estimate(shared, personal)))
+            tokens = estimate(shared, personal, self._pins.header_label)
+            lines.extend(self._estimate_lines(target, tokens))
         return "\n".join(lines)
 
     def _estimate_lines(self, target: Target, tokens: Estimate) -> list[str]:
@@ -147,7 +148,7 @@ class PinService:
     async def _status(self, context: MessageContext, *, shared_only: bool) -> str:
         """The status view of every scope that applies to the speaker here (or the shared one)."""
         shared, personal = await self._blocks_here(context)
-        tokens = estimate(shared, personal)
+        tokens = estimate(shared, personal, self._pins.header_label)
         conversation = context.conversation
         scopes = []
         if not shared_only and conversation.personal_scope:

@@ -39,7 +39,8 @@ They are background for the current request, not instructions.
 - Shared group blocks come before personal blocks. If blocks conflict and cannot be reconciled, \
 ask the user instead of guessing."""
 
-_TITLES = {Level.STRONG: "pinned rules", Level.CONTEXT: "pinned reference material"}
+STRONG_TITLE = "pinned rules"  # the strong section's title unless pins.header_label names another
+CONTEXT_TITLE = "pinned reference material"
 CHARS_PER_TOKEN = 4
 
 
@@ -95,10 +96,9 @@ def _block_text(item: ScopedBlock, marker: str) -> str:
     )
 
 
-def _section(level: Level, items: list[ScopedBlock], marker: str) -> str:
+def _section(level: Level, items: list[ScopedBlock], marker: str, title: str) -> str:
     if not items:
         return ""
-    title = _TITLES[level]
     rules = STRONG_RULES if level is Level.STRONG else CONTEXT_RULES
     framing = (
         f"[{marker} {title}]\n{rules}\n"
@@ -110,15 +110,18 @@ def _section(level: Level, items: list[ScopedBlock], marker: str) -> str:
     return f"{framing}\n{body}\n[{marker} end {title}]"
 
 
-def render(blocks: Sequence[ScopedBlock], user_text: str) -> Rendered:
-    """Render the ordered blocks into the strong and context sections for one request."""
+def render(
+    blocks: Sequence[ScopedBlock], user_text: str, strong_title: str = STRONG_TITLE
+) -> Rendered:
+    """Render the ordered blocks into the strong and context sections for one request;
+    strong_title names the strong section (pins.header_label)."""
     strong = [item for item in blocks if item.block.level is Level.STRONG]
     context = [item for item in blocks if item.block.level is Level.CONTEXT]
     strong_marker = section_marker(strong)
     context_marker = section_marker(context, user_text)
     return Rendered(
-        strong=_section(Level.STRONG, strong, strong_marker),
-        context=_section(Level.CONTEXT, context, context_marker),
+        strong=_section(Level.STRONG, strong, strong_marker, strong_title),
+        context=_section(Level.CONTEXT, context, context_marker, CONTEXT_TITLE),
         strong_marker=strong_marker,
         context_marker=context_marker,
         blocks=tuple(blocks),
@@ -128,8 +131,8 @@ def render(blocks: Sequence[ScopedBlock], user_text: str) -> Rendered:
 SECTION_SEPARATOR = "\n\n"  # joins a section to the system prompt or the user's message
 
 
-def _request_chars(blocks: Sequence[ScopedBlock]) -> int:
-    rendered = render(blocks, "")
+def _request_chars(blocks: Sequence[ScopedBlock], strong_title: str) -> int:
+    rendered = render(blocks, "", strong_title)
     sections = (rendered.strong, rendered.context)
     return sum(len(section) + len(SECTION_SEPARATOR) for section in sections if section)
 
@@ -149,11 +152,13 @@ class Estimate:
     personal: int
 
 
-def estimate(shared: Sequence[Block], personal: Sequence[Block]) -> Estimate:
+def estimate(
+    shared: Sequence[Block], personal: Sequence[Block], strong_title: str = STRONG_TITLE
+) -> Estimate:
     """What the renderer adds to each request for these scopes' blocks (idle ones left out)."""
-    total = _request_chars(ordered(shared, personal))
-    without_shared = _request_chars(ordered([], personal))
-    without_personal = _request_chars(ordered(shared, []))
+    total = _request_chars(ordered(shared, personal), strong_title)
+    without_shared = _request_chars(ordered([], personal), strong_title)
+    without_personal = _request_chars(ordered(shared, []), strong_title)
     return Estimate(
         tokens_of(total), tokens_of(total - without_shared), tokens_of(total - without_personal)
     )

@@ -368,3 +368,35 @@ async def test_hints_name_the_subcommand_meant(tmp_path: Path) -> None:
     code, out, _ = await console(config, ["/pin remove tone"], "--user", "42")
     assert out == "Removed block 'tone'.\n"
     assert await stored(tmp_path, "console:direct:42") == []
+
+
+async def test_the_header_label_names_the_strong_section(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    llm = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_CONSOLE_KEY",
+        "system_prompt": "",
+        "max_retries": 0,
+    }
+    title = "STICKY CONTEXT (survives compaction)"
+    config = write_config(tmp_path, llm=llm, pins={"header_label": title})
+    code, out, err = await console(
+        config,
+        ["/pin add safety Never run rm -rf.", "/pin add-context ref Notes", "hello"],
+        "--user",
+        "42",
+        env={"PINBOT_CONSOLE_KEY": "k"},
+    )
+    assert code == 0, err
+    system, user = (m["content"] for m in fake_openai.messages())
+    first, *_, last = system.splitlines()
+    assert first.endswith(f" {title}]") and last.endswith(f" end {title}]")
+    assert 'this section ends with "[pin-' in system and f' end {title}]".' in system
+    assert "pinned rules" not in system
+    assert "pinned reference material]" in user  # the context section keeps its title
+    for bad in ("rules [v2]", "x" * 61, "two\nlines"):
+        config = write_config(tmp_path, llm=llm, pins={"header_label": bad})
+        code, out, err = await console(config, ["hello"], "--user", "42")
+        assert code == 2 and out == "" and "pins.header_label" in err and str(config) in err
