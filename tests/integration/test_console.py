@@ -400,3 +400,110 @@ async def test_the_header_label_names_the_strong_section(
         config = write_config(tmp_path, llm=llm, pins={"header_label": bad})
         code, out, err = await console(config, ["hello"], "--user", "42")
         assert code == 2 and out == "" and "pins.header_label" in err and str(config) in err
+
+
+async def test_sticky_shows_every_block_sent_then_idle_ones_then_the_totals(
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path,
+        pins={
+            "enable_in_group": True,
+            "group_shared_admin_ids": ["7"],
+            "max_total_chars": 900,
+            "token_warning_threshold": 600,
+        },
+    )
+    group = ("--group", "-100123")
+    code, _, err = await console(
+        config,
+        [
+            "/pin shared add-context ref Reference notes",
+            "/pin shared add-strong house Be kind.",
+            "/pin shared add-strong top Safety first --priority 100 --pinned",
+        ],
+        "--user",
+        "7",
+        *group,
+    )
+    assert code == 0, err
+    code, out, err = await console(
+        config,
+        ["/pin add mine My notes", "/pin add gone Old notes", "/pin idle gone", "/sticky"],
+        "--user",
+        "8",
+        *group,
+    )
+    assert code == 0, err
+    view = out[out.index("Sent with every request") :]
+    assert view.splitlines() == [
+        "Sent with every request here, in the order the model reads them (characters of "
+        "content; estimated tokens with the block's boundary lines):",
+        "In the system prompt (strong blocks):",
+        "1. top (shared, strong, pinned, priority 100): 12 characters, about 25 tokens",
+        "2. house (shared, strong, active, priority 0): 8 characters, about 25 tokens",
+        "With your message (context blocks):",
+        "3. ref (shared, context, active, priority 0): 15 characters, about 26 tokens",
+        "4. mine (personal, context, active, priority 0): 8 characters, about 25 tokens",
+        "Idle, not sent:",
+        "- gone (personal, context, idle, priority 0): deleted once 7 more days and 10 more "
+        "model calls have passed, or in 30 days at the latest",
+        "This group's shared blocks: 3 of 20 blocks, 35 of 900 characters (pins.max_total_chars).",
+        "Your personal blocks in this group: 2 of 20 blocks, 17 of 900 characters "
+        "(pins.max_total_chars).",
+        "Every request here carries about 621 tokens of pinned blocks: this group's shared "
+        "blocks about 75, your personal blocks in this group about 25, the wrappers (titles, "
+        "rules, boundaries; counted once) about 521.",
+        "Warning: that is over the warning threshold of 600 tokens; consider shortening, idling "
+        "or removing blocks.",
+    ]
+    code, out, _ = await console(config, ["/pin shared status"], "--user", "8", *group)
+    assert "3. ref (shared" in out and "mine" not in out and "gone" not in out
+    assert "carries about 621 tokens" in out
+
+
+async def test_no_figures_for_blocks_that_are_not_sent(tmp_path: Path) -> None:
+    config = write_config(tmp_path, pins={"allow_prompt_injection": False})
+    code, out, err = await console(
+        config, ["/pin add tone Be brief.", "/pin list", "/pin status", "/sticky"], "--user", "42"
+    )
+    assert code == 0, err
+    off = (
+        "Injection is off (pins.allow_prompt_injection: false): blocks are kept, but none is "
+        "sent to the model, so they add nothing to any request."
+    )
+    assert out.count(off) == 3
+    assert "tokens" not in out
+    assert out.count("1. tone (strong, active, priority 0): 9 characters\n") == 2
+
+
+async def test_a_members_parts_add_up_to_the_total(tmp_path: Path) -> None:
+    config = write_config(tmp_path, pins={"enable_in_group": True, "group_shared_admin_ids": [7]})
+    group = ("--group", "-100123")
+    await console(
+        config,
+        [
+            "/pin shared add-strong rule " + "Keep answers short. " * 10,
+            "/pin shared add ref Project notes: " + "pinbot " * 30,
+        ],
+        "--user",
+        "7",
+        *group,
+    )
+    code, out, err = await console(
+        config, ["/pin add mine My own notes", "/pin list", "/pin status"], "--user", "8", *group
+    )
+    assert code == 0, err
+    assert (
+        "These blocks add about 26 tokens to every request here; with this group's shared "
+        "blocks (about 150) and the wrappers (about 521), every request here carries about 697 "
+        "tokens of pinned blocks."
+    ) in out
+    assert (
+        "Every request here carries about 697 tokens of pinned blocks: this group's shared "
+        "blocks about 150, your personal blocks in this group about 26, the wrappers (titles, "
+        "rules, boundaries; counted once) about 521."
+    ) in out
+    assert "1. rule (shared, strong, active, priority 0): 199 characters, about 72 tokens" in out
+    assert "2. ref (shared, context, active, priority 0): 224 characters, about 78 tokens" in out
+    assert 150 == 72 + 78 and 697 == 150 + 26 + 521  # each part within a token of its sum
