@@ -130,6 +130,7 @@ class LlmConfig(_Section):
     max_retries: Annotated[int, Field(ge=0, le=100)] = 1
     stream: bool = False
     agent_tools: bool = False
+    tool_names: Literal["pin", "sticky"] = "pin"
     max_tool_rounds: Annotated[int, Field(ge=1, le=100)] = 4
 
 

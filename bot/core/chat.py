@@ -19,7 +19,7 @@ from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
-from bot.core.tools import TOOL_SPECS, PinTools, tool_message
+from bot.core.tools import TOOL_SETS, PinTools, tool_message
 from bot.core.usage import UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
@@ -45,7 +45,7 @@ class ChatService:
         self._store = store
         self._usage = usage
         self._lifecycle = Lifecycle(store, ops.policy, clock)
-        self._tools = PinTools(ops)
+        self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names])
         self._config = config
         self._model = model
         self._clock = clock
@@ -164,7 +164,7 @@ class ChatService:
         # stable, cacheable request), the last round forbidding calls with tool_choice "none".
         offered = llm.agent_tools and context.speaker.pins_on
         rounds = llm.max_tool_rounds if offered else 0
-        tools = TOOL_SPECS if offered else None
+        tools = self._tools.specs if offered else None
         messages = request.messages
         for round_number in range(rounds + 1):
             last = round_number == rounds

@@ -4,6 +4,7 @@ blocks in the database and the requests a fake OpenAI-compatible server receives
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from storage import Store, open_store
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.pg import fresh_database
 
 PINBOT = str(Path(sys.executable).parent / "pinbot")
@@ -507,3 +508,113 @@ async def test_a_members_parts_add_up_to_the_total(tmp_path: Path) -> None:
     assert "1. rule (shared, strong, active, priority 0): 199 characters, about 72 tokens" in out
     assert "2. ref (shared, context, active, priority 0): 224 characters, about 78 tokens" in out
     assert 150 == 72 + 78 and 697 == 150 + 26 + 521  # each part within a token of its sum
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+async def test_the_sticky_context_tools_by_their_documented_names(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    llm = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_CONSOLE_KEY",
+        "system_prompt": "",
+        "max_retries": 0,
+        "agent_tools": True,
+        "tool_names": "sticky",
+    }
+    config = write_config(tmp_path, llm=llm)
+    safety = (
+        "Never delete files without explicit user confirmation. Never run rm -rf. Never "
+        "modify STANDING_ORDERS.md without asking first."
+    )
+    task = "TASK: Migrating database schema v3 to v4. DONE: users, posts tables."
+    fake_openai.script = [
+        tool_calls(
+            (
+                "sticky_set",
+                {"key": "safety-rules", "content": safety, "priority": 100, "pinned": True},
+            ),
+            (
+                "sticky_set",
+                {"key": "active-task", "content": task, "priority": 50, "pinned": False},
+            ),
+            ("sticky_get", {}),
+        ),
+        completion("Both slots are saved."),
+        tool_calls(
+            ("sticky_delete", {"key": "safety-rules"}),
+            ("sticky_delete", {"key": "active-task"}),
+            ("sticky_get", {"key": "safety-rules"}),
+            ("sticky_set", {"key": "x", "content": "y", "level": "strong"}),
+            ("pin_set", {"label": "x", "content": "y"}),
+        ),
+        completion("The safety rules are pinned; I removed the task."),
+    ]
+    code, out, err = await console(
+        config,
+        ["Create the slots", "Now delete both"],
+        "--user",
+        "42",
+        env={"PINBOT_CONSOLE_KEY": "k"},
+    )
+    assert code == 0, err
+    assert out.splitlines() == [
+        "Both slots are saved.",
+        "The safety rules are pinned; I removed the task.",
+    ]
+    offered = fake_openai.requests[0]["tools"]
+    assert [tool["function"]["name"] for tool in offered] == [
+        "sticky_set",
+        "sticky_get",
+        "sticky_delete",
+    ]
+    parameters = [tool["function"]["parameters"] for tool in offered]
+    assert [list(p["properties"]) for p in parameters] == [
+        ["key", "content", "priority", "pinned"],
+        ["key"],
+        ["key"],
+    ]
+    assert [p.get("required") for p in parameters] == [["key", "content"], None, ["key"]]
+    saved, listed = (
+        tool_results(fake_openai.requests[1])[0],
+        tool_results(fake_openai.requests[1])[2],
+    )
+    assert saved.startswith("Saved strong block 'safety-rules', pinned")
+    assert json.loads(listed) == [
+        {
+            "key": "safety-rules",
+            "content": safety,
+            "priority": 100,
+            "pinned": True,
+            "level": "strong",
+            "state": "pinned",
+        },
+        {
+            "key": "active-task",
+            "content": task,
+            "priority": 50,
+            "pinned": False,
+            "level": "strong",
+            "state": "active",
+        },
+    ]
+    second_turn = fake_openai.requests[2]
+    assert f"label=safety-rules]\n{safety}" in second_turn["messages"][0]["content"]
+    refused, removed, one, no_level, other_name = tool_results(fake_openai.requests[3])
+    assert refused == (
+        "Refused: Block 'safety-rules' is pinned; only the user can change or remove it, with /pin."
+    )
+    assert removed == "Removed block 'active-task'."
+    assert [slot["key"] for slot in json.loads(one)] == ["safety-rules"]
+    assert no_level == (
+        "Refused: invalid arguments for sticky_set: level: unknown parameter; sticky_set takes "
+        "key, content, priority, pinned"
+    )
+    assert other_name == "Refused: there is no tool named 'pin_set'."
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("safety-rules", safety, "strong", "pinned")
+    ]
