@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -68,7 +69,28 @@ def _bot_api_url(value: str) -> str:
     return value
 
 
+HEADER_LABEL_MAX = 60
+# Line and paragraph breaks, control and invisible characters: a title is one visible line.
+_NOT_IN_A_LINE = ("Cc", "Cf", "Zl", "Zp")
+
+
+def _header_label(value: str) -> str:
+    """The strong section's title: one line of 1..60 characters, without the `[` and `]` that
+    mark the section's boundaries (surrounding spaces are dropped)."""
+    value = value.strip()
+    if not value:
+        raise ValueError("must not be empty")
+    if any(unicodedata.category(char) in _NOT_IN_A_LINE for char in value):
+        raise ValueError("must be one line, without line breaks or control characters")
+    if len(value) > HEADER_LABEL_MAX:
+        raise ValueError(f"is {len(value)} characters long; the limit is {HEADER_LABEL_MAX}")
+    if "[" in value or "]" in value:
+        raise ValueError("must not contain [ or ]: they mark where the section begins and ends")
+    return value
+
+
 EnvName = Annotated[str, AfterValidator(_variable_name)]
+HeaderLabel = Annotated[str, AfterValidator(_header_label)]
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 BotApiUrl = Annotated[str, AfterValidator(_bot_api_url)]
 IdList = Annotated[list[str], BeforeValidator(_ids_as_strings)]
@@ -109,6 +131,7 @@ class LlmConfig(_Section):
     max_retries: Annotated[int, Field(ge=0, le=100)] = 1
     stream: bool = False
     agent_tools: bool = False
+    tool_names: Literal["pin", "sticky"] = "pin"
     max_tool_rounds: Annotated[int, Field(ge=1, le=100)] = 4
     max_completion_tokens: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
@@ -136,6 +159,7 @@ class PinsConfig(_Section):
     history_per_block: Annotated[int, Field(ge=1, le=10_000)] = 50
     proposal_ttl_hours: Annotated[int, Field(ge=1, le=720)] = 24
     max_pending_proposals: Annotated[int, Field(ge=1, le=100)] = 5
+    header_label: HeaderLabel = "pinned rules"
 
 
 class TelegramConfig(_Section):

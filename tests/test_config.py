@@ -61,3 +61,31 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("pins: [unclosed", encoding="utf-8")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("label", "problem"),
+    [
+        ("", "must not be empty"),
+        ("   ", "must not be empty"),
+        ("x" * 61, "is 61 characters long; the limit is 60"),
+        ("two\nlines", "must be one line"),
+        ("tab\there", "must be one line"),
+        ("rules [v2]", "must not contain [ or ]"),
+        ("rules]", "must not contain [ or ]"),
+        ("invisible\u200bmark", "must be one line"),
+    ],
+)
+def test_a_header_label_is_one_line_of_at_most_60_characters_without_brackets(
+    label: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"pins": {"header_label": label}}, "my.yaml")
+    assert f"pins.header_label: {problem}" in str(caught.value)
+
+
+def test_a_good_header_label() -> None:
+    assert parse_config({}).pins.header_label == "pinned rules"
+    label = "STICKY CONTEXT (survives compaction)"
+    assert parse_config({"pins": {"header_label": f" {label} "}}).pins.header_label == label
+    assert parse_config({"pins": {"header_label": "x" * 60}}).pins.header_label == "x" * 60

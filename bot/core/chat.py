@@ -20,7 +20,7 @@ from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
-from bot.core.tools import TOOL_SPECS, PinTools, tool_message
+from bot.core.tools import TOOL_SETS, PinTools, tool_message
 from bot.core.usage import BudgetUsedUp, UsageLedger
 from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
 from bot.llm.summary import summary_request
@@ -46,7 +46,7 @@ class ChatService:
         self._store = store
         self._usage = usage
         self._lifecycle = Lifecycle(store, ops.policy, clock)
-        self._tools = PinTools(ops)
+        self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names])
         self._config = config
         self._model = model
         self._clock = clock
@@ -114,17 +114,18 @@ class ChatService:
     async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
         """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
         and the rendered sections (empty when injection is off or pins do not apply here)."""
+        pins = self._config.pins
         if not context.speaker.pins_on:
             return render([], text)
         conversation = context.conversation
         shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
         scopes = [scope for scope in (shared_scope, personal_scope) if scope]
         blocks = await self._lifecycle.blocks_for_request(scopes)
-        if not self._config.pins.allow_prompt_injection:
+        if not pins.allow_prompt_injection:
             return render([], text)
         shared = [b for b in blocks if b.scope == shared_scope]
         personal = [b for b in blocks if b.scope == personal_scope]
-        return render(ordered(shared, personal), text)
+        return render(ordered(shared, personal), text, pins.header_label)
 
     async def _compacted(
         self, context: MessageContext, session: str, entries: list[HistoryEntry]
@@ -170,7 +171,7 @@ class ChatService:
         # stable, cacheable request), the last round forbidding calls with tool_choice "none".
         offered = llm.agent_tools and context.speaker.pins_on
         rounds = llm.max_tool_rounds if offered else 0
-        tools = TOOL_SPECS if offered else None
+        tools = self._tools.specs if offered else None
         messages = request.messages
         said: list[str] = []  # what the model wrote beside its tool calls
         for round_number in range(rounds + 1):

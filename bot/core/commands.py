@@ -107,11 +107,15 @@ _LABEL_ONLY = {
 }
 _WHITESPACE = re.compile(r"\s+")
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
+_LAST_WORD = re.compile(r"\S+$")
 PINNED_FLAG = "--pinned"
 PRIORITY_FLAG = "--priority"
+FLAGS = (PINNED_FLAG, PRIORITY_FLAG)
 LITERAL_MARK = "--"
-# One trailing flag of an add command: --pinned, or --priority and its value.
-_TRAILING_FLAG = re.compile(rf"(?:^|\s+)({PINNED_FLAG}|{PRIORITY_FLAG}\s+(\S+))\s*$")
+# A word that reads as a flag: two dashes, then a letter.
+_FLAG_LIKE = re.compile(r"--[^\W\d_][\w-]*")
+_NUMBER_LIKE = re.compile(r"[+-]?[0-9]+")
+_MAX_EDITS = 2  # a trailing --word this close to a flag is taken for a misspelling of it
 
 
 def split_command(text: str) -> tuple[str, str | None, str]:
@@ -140,6 +144,44 @@ def _usage_error(name: str, shared: bool, problem: str) -> ParseError:
     return ParseError(f"{problem}\nUsage: {_prefix(shared, USAGE[name])}")
 
 
+def _split_last(text: str) -> tuple[str, str]:
+    """Everything before the last whitespace-separated word (without the whitespace), and that
+    word; text must hold a word."""
+    text = text.rstrip()
+    match = _LAST_WORD.search(text)
+    start = match.start() if match else len(text)
+    return text[:start].rstrip(), text[start:]
+
+
+def _edits(a: str, b: str) -> int:
+    """The Levenshtein distance between two short words."""
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, start=1):
+        current = [i]
+        for j, char_b in enumerate(b, start=1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        previous = current
+    return previous[-1]
+
+
+def _flag(word: str) -> str | None:
+    """The flag this word is (flags ignore case, like subcommands), or None."""
+    folded = word.casefold()
+    return folded if folded in FLAGS else None
+
+
+def meant_flags(word: str) -> tuple[str, ...]:
+    """The flags a `--word` that is none was probably meant to be: those it begins (`--prio`) or
+    is within two edits of (`--pined`); empty for any other word (`--verbose` is content)."""
+    if not _FLAG_LIKE.fullmatch(word) or _flag(word):
+        return ()
+    folded = word.casefold()
+    begun = tuple(flag for flag in FLAGS if flag.startswith(folded))
+    return begun or tuple(flag for flag in FLAGS if _edits(folded, flag) <= _MAX_EDITS)
+
+
 @dataclass(frozen=True)
 class _Content:
     """An add command's content and its trailing flags."""
@@ -149,23 +191,61 @@ class _Content:
     priority: str | None = None  # as written; checked by the caller
 
 
-def _parse_content(rest: str, allow_flags: bool) -> _Content:
-    """Split content from trailing --pinned and --priority <n> flags (in any order), honouring a
-    leading `--` literal marker after which everything is content."""
+@dataclass(frozen=True)
+class _FlagProblem:
+    """Trailing flags that cannot be read: missing a value, repeated, or misspelled."""
+
+    problem: str
+
+
+def _misspelled(word: str, meant: tuple[str, ...]) -> _FlagProblem:
+    return _FlagProblem(f"'{word}' is not a flag. Did you mean {' or '.join(meant)}?")
+
+
+def _twice(flag: str) -> _FlagProblem:
+    return _FlagProblem(f"{flag} is given twice; give each flag once.")
+
+
+def _trailing_flags(content: str) -> _Content | _FlagProblem:
+    """Take the flags off the end of content, last first: `--pinned` and `--priority <n>` in
+    any order, each at most once. A `--priority` without its value, a repeated flag and a
+    misspelled one (see meant_flags) are problems; anything else ends the flags and is content."""
+    pinned, priority = False, None
+    while content:
+        head, last = _split_last(content)
+        flag = _flag(last)
+        if flag == PINNED_FLAG:
+            if pinned:
+                return _twice(PINNED_FLAG)
+            pinned, content = True, head
+            continue
+        if flag == PRIORITY_FLAG:
+            return _FlagProblem(f"{PRIORITY_FLAG} needs a number after it, e.g. --priority 5.")
+        if meant := meant_flags(last):
+            return _misspelled(last, meant)
+        if not head:
+            break
+        rest, before = _split_last(head)
+        if _flag(before) == PRIORITY_FLAG:
+            if priority is not None:
+                return _twice(PRIORITY_FLAG)
+            priority, content = last, rest
+            continue
+        if PRIORITY_FLAG in meant_flags(before) and _NUMBER_LIKE.fullmatch(last):
+            return _misspelled(before, (PRIORITY_FLAG,))
+        break
+    return _Content(content.strip(), pinned, priority)
+
+
+def _parse_content(rest: str, allow_flags: bool) -> _Content | _FlagProblem:
+    """Split content from its trailing flags (when allowed), honouring a leading `--` literal
+    marker after which everything is content."""
     first, after = _split_first(rest)
     if first == LITERAL_MARK:
         return _Content(after.strip())
-    content = rest.strip()
-    pinned, priority = False, None
-    while allow_flags and (match := _TRAILING_FLAG.search(content)):
-        if match.group(2) is None and not pinned:
-            pinned = True
-        elif match.group(2) is not None and priority is None:
-            priority = match.group(2)
-        else:  # a repeated flag is content
-            break
-        content = content[: match.start()]
-    return _Content(content.strip(), pinned, priority)
+    if not allow_flags:
+        return _Content(rest.strip())
+    return _trailing_flags(rest.strip())
 
 
 def _priority(text: str) -> int | ParseError:
@@ -182,6 +262,14 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     if not label:
         return _usage_error(name, shared, "The block needs a label and content.")
     content = _parse_content(after, allow_flags=True)
+    if isinstance(content, _FlagProblem):
+        literal = _prefix(shared, f"/pin {name} <label> -- <content>")
+        return _usage_error(
+            name,
+            shared,
+            f"{content.problem}\nTo save text that ends like this as it is, put -- after the "
+            f"label: {literal}",
+        )
     priority = _priority(content.priority) if content.priority is not None else None
     if isinstance(priority, ParseError):
         return _usage_error(name, shared, priority.message)
@@ -233,7 +321,8 @@ def _parse_label_only(name: str, rest: str, shared: bool) -> PinCommand | ParseE
 
 def _parse_edit(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
-    content = _parse_content(after, allow_flags=False).text
+    parsed = _parse_content(after, allow_flags=False)
+    content = parsed.text if isinstance(parsed, _Content) else ""
     if not label or not content:
         return _usage_error(name, shared, "edit needs a label and the new content.")
     return PinCommand(Verb.EDIT, shared=shared, label=label, content=content)
@@ -329,11 +418,30 @@ def _parse_log(rest: str, shared: bool) -> PinCommand | ParseError:
     return PinCommand(Verb.LOG, shared=True, count=int(count))
 
 
+# Words people reach for that are not subcommands, and the subcommand that does what they mean.
+SYNONYMS: dict[str, str] = {
+    **dict.fromkeys(("delete", "del", "rm"), "remove"),
+    **dict.fromkeys(("show", "ls"), "list"),
+    "on": "activate",
+    "off": "idle",
+    **dict.fromkeys(("info", "stats"), "status"),
+    "create": "add",
+    "update": "edit",
+}
+
+
 def _unknown(name: str, shared: bool) -> ParseError:
     known = [name for name in USAGE if shared or name not in _SHARED_ONLY]
     known += [] if shared else ["shared"]
-    guess = difflib.get_close_matches(name, known, n=1)
-    hint = f" Did you mean '{guess[0]}'?" if guess else ""
+    # A typo of a synonym counts too ("delet"), but not of the two-letter ones ("of" is not "off").
+    words = [*known, *(word for word in SYNONYMS if len(word) > 3)]
+    close = difflib.get_close_matches(name, words, n=1)
+    guess = SYNONYMS.get(name) or next((SYNONYMS.get(word, word) for word in close), None)
+    hint = ""
+    if guess is not None:
+        hint = f" Did you mean '{guess}'?"
+        if guess in USAGE:
+            hint += f" Usage: {_prefix(shared, USAGE[guess])}."
     where = "/pin shared help" if shared else "/pin help"
     return ParseError(f"Unknown subcommand '{name}'.{hint} Send {where} for the list.")
 

@@ -12,11 +12,12 @@ from bot.core.policy import BlockPolicy
 from bot.core.proposals import Proposals
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
-from bot.core.status import ScopeStatus, status_text
+from bot.core.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
 from bot.core.versions import BlockHistory
 from storage import Store
 from storage.models import Block, Channel, Origin, State
 
+NOTHING_SENT = "None of these blocks is sent to the model now: idle blocks are not."
 _STATE_VERBS = {
     Verb.IDLE: State.IDLE,
     Verb.ACTIVATE: State.ACTIVE,
@@ -190,42 +191,74 @@ class PinService:
                 details.append(f"priority {block.priority}")
             lines.append(f"{number}. {block.label} ({', '.join(details)})")
             lines.append(block.content)
-        if self._pins.token_warning_threshold:
-            lines.extend(self._estimate_lines(target, estimate(shared, personal)))
+        if not self._pins.allow_prompt_injection:
+            lines.append(INJECTION_OFF)
+        elif self._pins.token_warning_threshold:
+            tokens = estimate(shared, personal, self._pins.header_label)
+            lines.extend(self._estimate_lines(target, tokens))
         return "\n".join(lines)
 
     def _estimate_lines(self, target: Target, tokens: Estimate) -> list[str]:
-        own = tokens.shared if target.shared else tokens.personal
+        """What these blocks add to every request, and the total with the wrappers (counted
+        once) and the other scope here: parts that add up to the total."""
+        own_name, other_name = ("shared", "personal") if target.shared else ("personal", "shared")
+        sent = any(cost.item.scope_name == own_name for cost in tokens.blocks)
+        own = tokens.of_scope(own_name)
+        wrappers = f"the wrappers (about {tokens.wrapper:,})"
         if not target.group:
-            lines = [f"These blocks add about {own:,} tokens to every request (wrappers included)."]
-        else:
-            other = "your personal blocks" if target.shared else "this group's shared blocks"
             lines = [
-                f"These blocks add about {own:,} tokens to every request here; with the "
-                f"wrappers and {other}, every request here carries about {tokens.total:,} "
-                "tokens of pinned blocks."
+                f"These blocks add about {own:,} tokens to every request, and the wrappers "
+                f"around them about {tokens.wrapper:,}: about {tokens.total:,} in all."
+                if sent
+                else NOTHING_SENT
             ]
+        else:
+            other = (
+                f"your personal blocks (about {tokens.personal:,})"
+                if target.shared
+                else f"this group's shared blocks (about {tokens.shared:,})"
+            )
+            others_sent = any(cost.item.scope_name == other_name for cost in tokens.blocks)
+            if sent:
+                lines = [
+                    f"These blocks add about {own:,} tokens to every request here; with "
+                    f"{other + ' and ' if others_sent else ''}{wrappers}, every request here "
+                    f"carries about {tokens.total:,} tokens of pinned blocks."
+                ]
+            else:
+                lines = [NOTHING_SENT]
+                if others_sent:
+                    lines.append(
+                        f"Every request here carries about {tokens.total:,} tokens of pinned "
+                        f"blocks: {other} and {wrappers}."
+                    )
         if warning := self._policy.token_warning(tokens.total):
             lines.append(warning)
         return lines
 
     async def _status(self, context: MessageContext, *, shared_only: bool) -> str:
-        """The status view of every scope that applies to the speaker here (or the shared one)."""
+        """The status view of every scope that applies to the speaker here; with shared_only
+        the shared blocks are listed, and the speaker's own only counted in the total."""
         shared, personal = await self._blocks_here(context)
-        tokens = estimate(shared, personal)
         conversation = context.conversation
         scopes = []
-        if not shared_only and conversation.personal_scope:
-            title = (
-                "Your personal blocks in this group" if conversation.shared_scope else "Your blocks"
-            )
-            calls = await self._store.model_calls(conversation.personal_scope)
-            scopes.append(ScopeStatus(title, personal, calls, tokens.personal))
         notes: list[str] = []
         if conversation.shared_scope:
             calls = await self._store.model_calls(conversation.shared_scope)
             title = "This group's shared blocks"
-            scopes.append(ScopeStatus(title, shared, calls, tokens.shared))
+            scopes.append(ScopeStatus("shared", title, shared, calls))
             notes = list((await self._store.notes(conversation.shared_scope)).values())
-        text = status_text(scopes, tokens, self._policy, self._clock())
+        if conversation.personal_scope:
+            title = (
+                "Your personal blocks in this group" if conversation.shared_scope else "Your blocks"
+            )
+            calls = 0 if shared_only else await self._store.model_calls(conversation.personal_scope)
+            scopes.append(ScopeStatus("personal", title, personal, calls, listed=not shared_only))
+        tokens = (
+            estimate(shared, personal, self._pins.header_label)
+            if self._pins.allow_prompt_injection
+            else None
+        )
+        view = StatusView(scopes, tokens, group=conversation.shared_scope is not None)
+        text = status_text(view, self._policy, self._clock())
         return "\n".join([text, *(f"Note: {note}" for note in notes)])

@@ -1,9 +1,19 @@
-"""The agent tools: pin_set, pin_get and pin_delete over the speaker's personal scope, with the
-same limits and permissions as /pin."""
+"""The agent tools over the speaker's personal scope, with the same limits and permissions as
+/pin: one implementation, offered under one of two sets of names (`llm.tool_names`).
+
+A tool set is data: for each operation (set, get, delete) the name the model calls and the
+parameters it takes, each mapped onto the argument it fills. `pin` is pinbot's own set
+(`pin_set` with `label`, `level` …); `sticky` is the Sticky Context design's (`sticky_set` with
+`key`, `content`, `priority`, `pinned`). Both run the same operations with the same refusals; an
+operation added later (such as a proposal) is one more entry in each set and one handler here.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -11,64 +21,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
 from bot.core.context import MessageContext
 from bot.llm.base import Tool
-from storage.models import Channel, Level, State
+from storage.models import Block, Channel, Level, State
 
-_SCOPE_NOTE = "Works only on the current speaker's personal blocks, never on shared group blocks."
 
-TOOL_SPECS: list[Tool] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "pin_set",
-            "description": "Create or update a pinned block that is sent with every later request. "
-            + _SCOPE_NOTE
-            + " Pinned blocks cannot be changed.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "label": {"type": "string", "description": "short name, no spaces"},
-                    "content": {"type": "string"},
-                    "level": {
-                        "type": "string",
-                        "enum": ["strong", "context"],
-                        "description": "strong: a continuing rule; context: reference material",
-                    },
-                    "pinned": {"type": "boolean", "description": "keep until the user removes it"},
-                    "priority": {"type": "integer", "description": "higher comes first; default 0"},
-                },
-                "required": ["label", "content"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "pin_get",
-            "description": "Read one pinned block by label, or list them all without a label. "
-            + _SCOPE_NOTE,
-            "parameters": {
-                "type": "object",
-                "properties": {"label": {"type": "string"}},
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "pin_delete",
-            "description": "Delete a pinned block by label. Pinned blocks cannot be deleted. "
-            + _SCOPE_NOTE,
-            "parameters": {
-                "type": "object",
-                "properties": {"label": {"type": "string"}},
-                "required": ["label"],
-                "additionalProperties": False,
-            },
-        },
-    },
-]
+class Op(StrEnum):
+    """What a tool does, whatever it is called."""
+
+    SET = "set"
+    GET = "get"
+    DELETE = "delete"
 
 
 class _Args(BaseModel):
@@ -76,7 +37,7 @@ class _Args(BaseModel):
 
 
 class SetArgs(_Args):
-    """Arguments of pin_set."""
+    """Arguments of a set: create a block, or update an existing one."""
 
     label: str
     content: str
@@ -86,16 +47,212 @@ class SetArgs(_Args):
 
 
 class GetArgs(_Args):
-    """Arguments of pin_get."""
+    """Arguments of a get: one block, or all without a label."""
 
     label: str | None = None
 
 
 class DeleteArgs(_Args):
-    """Arguments of pin_delete."""
+    """Arguments of a delete."""
 
     label: str
 
+
+_ARGS: dict[Op, type[_Args]] = {Op.SET: SetArgs, Op.GET: GetArgs, Op.DELETE: DeleteArgs}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter as a tool set names it: the name the model uses (wire), the argument it
+    fills (field, of SetArgs, GetArgs or DeleteArgs) and its JSON schema."""
+
+    wire: str
+    field: str
+    schema: Mapping[str, Any]
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One tool of a set: the operation, the name and description the model sees, the
+    parameters."""
+
+    op: Op
+    name: str
+    description: str
+    params: tuple[Param, ...]
+
+    def spec(self) -> Tool:
+        """The function definition sent to the model."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {p.wire: dict(p.schema) for p in self.params},
+                    **({"required": required} if (required := self._required()) else {}),
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+    def _required(self) -> list[str]:
+        return [p.wire for p in self.params if p.required]
+
+    def arguments(self, raw: Mapping[str, Any]) -> _Args:
+        """The model's arguments, named as this tool names them, as the operation's arguments;
+        ValidationError (naming parameters the way the model does) when they do not fit."""
+        by_wire = {p.wire: p.field for p in self.params}
+        unknown = [key for key in raw if key not in by_wire]
+        if unknown:
+            takes = ", ".join(p.wire for p in self.params)
+            raise _Invalid(f"{unknown[0]}: unknown parameter; {self.name} takes {takes}")
+        model = _ARGS[self.op]
+        try:
+            return model.model_validate({by_wire[key]: value for key, value in raw.items()})
+        except ValidationError as error:
+            by_field = {p.field: p.wire for p in self.params}
+
+            def where(loc: tuple[int | str, ...]) -> str:
+                return ".".join(by_field.get(str(part), str(part)) for part in loc) or "arguments"
+
+            problems = "; ".join(f"{where(e['loc'])}: {e['msg']}" for e in error.errors())
+            raise _Invalid(problems) from None
+
+
+class _Invalid(Exception):
+    """Arguments that do not fit a tool; the message says which and why."""
+
+
+Record = Callable[[Block, str], dict[str, Any]]
+
+
+def _pin_record(block: Block, label: str) -> dict[str, Any]:
+    return {
+        label: block.label,
+        "content": block.content,
+        "level": block.level.value,
+        "state": block.state.value,
+        "priority": block.priority,
+    }
+
+
+def _sticky_record(block: Block, label: str) -> dict[str, Any]:
+    """A slot as the Sticky Context design reads it (key, content, priority, pinned), with the
+    level and state pinbot adds."""
+    return {
+        label: block.label,
+        "content": block.content,
+        "priority": block.priority,
+        "pinned": block.state is State.PINNED,
+        "level": block.level.value,
+        "state": block.state.value,
+    }
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """The agent tools under one set of names; `specs` is built once, so every request offers
+    byte-identical definitions."""
+
+    name: str
+    label: str  # the parameter (and the result field) that names a block
+    tools: tuple[ToolDef, ...]
+    record: Record
+    specs: list[Tool] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "specs", [tool.spec() for tool in self.tools])
+
+    def find(self, name: str) -> ToolDef | None:
+        """The tool of this set called name, if any."""
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+
+_SCOPE_NOTE = "Works only on the current speaker's personal blocks, never on shared group blocks."
+_CONTENT = Param("content", "content", {"type": "string"}, required=True)
+_LEVEL = Param(
+    "level",
+    "level",
+    {
+        "type": "string",
+        "enum": ["strong", "context"],
+        "description": "strong: a continuing rule; context: reference material",
+    },
+)
+_PINNED = Param(
+    "pinned", "pinned", {"type": "boolean", "description": "keep until the user removes it"}
+)
+_PRIORITY = Param(
+    "priority", "priority", {"type": "integer", "description": "higher comes first; default 0"}
+)
+
+
+def _label(wire: str, *, required: bool, describe: bool = False) -> Param:
+    schema: dict[str, Any] = {"type": "string"}
+    if describe:
+        schema["description"] = "short name, no spaces"
+    return Param(wire, "label", schema, required)
+
+
+PIN_TOOLS = ToolSet(
+    "pin",
+    "label",
+    (
+        ToolDef(
+            Op.SET,
+            "pin_set",
+            "Create or update a pinned block that is sent with every later request. "
+            + _SCOPE_NOTE
+            + " Pinned blocks cannot be changed.",
+            (_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PINNED, _PRIORITY),
+        ),
+        ToolDef(
+            Op.GET,
+            "pin_get",
+            "Read one pinned block by label, or list them all without a label. " + _SCOPE_NOTE,
+            (_label("label", required=False),),
+        ),
+        ToolDef(
+            Op.DELETE,
+            "pin_delete",
+            "Delete a pinned block by label. Pinned blocks cannot be deleted. " + _SCOPE_NOTE,
+            (_label("label", required=True),),
+        ),
+    ),
+    _pin_record,
+)
+_STICKY_NOTE = "Works only on the current speaker's personal slots, never on shared group slots."
+STICKY_TOOLS = ToolSet(
+    "sticky",
+    "key",
+    (
+        ToolDef(
+            Op.SET,
+            "sticky_set",
+            "Create or update a sticky slot; it is sent with every later request. "
+            + _STICKY_NOTE
+            + " Pinned slots cannot be changed.",
+            (_label("key", required=True, describe=True), _CONTENT, _PRIORITY, _PINNED),
+        ),
+        ToolDef(
+            Op.GET,
+            "sticky_get",
+            "Read one slot (by key) or list all slots (no key). " + _STICKY_NOTE,
+            (_label("key", required=False),),
+        ),
+        ToolDef(
+            Op.DELETE,
+            "sticky_delete",
+            "Remove a slot. Cannot delete pinned slots. " + _STICKY_NOTE,
+            (_label("key", required=True),),
+        ),
+    ),
+    _sticky_record,
+)
+TOOL_SETS: dict[str, ToolSet] = {tools.name: tools for tools in (PIN_TOOLS, STICKY_TOOLS)}
 
 SHARED_REFUSAL = Refused(
     "The tools work only on the speaker's personal blocks; shared group blocks are managed by "
@@ -112,8 +269,19 @@ def tool_message(outcome: Outcome) -> str:
 class PinTools:
     """Runs one tool call for the speaker of a message, over the same operations as /pin."""
 
-    def __init__(self, ops: BlockOps) -> None:
+    def __init__(self, ops: BlockOps, tools: ToolSet = PIN_TOOLS) -> None:
         self._ops = ops
+        self.tools = tools
+        self._handlers: dict[Op, Callable[[Target, Any], Awaitable[Outcome]]] = {
+            Op.SET: self._set,
+            Op.GET: self._get,
+            Op.DELETE: self._delete,
+        }
+
+    @property
+    def specs(self) -> list[Tool]:
+        """The definitions offered to the model."""
+        return self.tools.specs
 
     async def call(self, context: MessageContext, name: str, arguments: str) -> Outcome:
         """The outcome of the call, or the reason it was refused; never raises on bad input."""
@@ -128,23 +296,14 @@ class PinTools:
         target = Target.of(context, shared=False, channel=Channel.TOOL)
         if isinstance(target, Refused):
             return target
+        tool = self.tools.find(name)
+        if tool is None:
+            return Refused(f"there is no tool named '{name}'.")
         try:
-            return await self._dispatch(target, name, raw)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors()
-            )
-            return Refused(f"invalid arguments for {name}: {problems}")
-
-    async def _dispatch(self, target: Target, name: str, raw: dict[str, Any]) -> Outcome:
-        if name == "pin_set":
-            return await self._set(target, SetArgs.model_validate(raw))
-        if name == "pin_get":
-            return await self._get(target, GetArgs.model_validate(raw).label)
-        if name == "pin_delete":
-            label = DeleteArgs.model_validate(raw).label
-            return await self._ops.remove(target, label, protect_pinned=True)
-        return Refused(f"there is no tool named '{name}'.")
+            args = tool.arguments(raw)
+        except _Invalid as invalid:
+            return Refused(f"invalid arguments for {name}: {invalid}")
+        return await self._handlers[tool.op](target, args)
 
     async def _set(self, target: Target, args: SetArgs) -> Outcome:
         """Create the block, or update it if it exists (never a pinned one)."""
@@ -179,21 +338,15 @@ class PinTools:
             )
         return Done(outcome.message + NEXT_TURN)
 
-    async def _get(self, target: Target, label: str | None) -> Outcome:
+    async def _get(self, target: Target, args: GetArgs) -> Outcome:
         blocks = await self._ops.blocks(target)
-        if label is not None:
-            found = find_block(blocks, label)
+        if args.label is not None:
+            found = find_block(blocks, args.label)
             if found is None:
-                return Refused(f"there is no block labelled '{label}'.")
+                return Refused(f"there is no block labelled '{args.label}'.")
             blocks = [found]
-        listed = [
-            {
-                "label": b.label,
-                "content": b.content,
-                "level": b.level.value,
-                "state": b.state.value,
-                "priority": b.priority,
-            }
-            for b in blocks
-        ]
+        listed = [self.tools.record(b, self.tools.label) for b in blocks]
         return Done(json.dumps(listed, ensure_ascii=False))
+
+    async def _delete(self, target: Target, args: DeleteArgs) -> Outcome:
+        return await self._ops.remove(target, args.label, protect_pinned=True)

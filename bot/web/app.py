@@ -222,7 +222,10 @@ class WebPage:
     async def scope(self, request: web.Request) -> web.Response:
         """One group's shared and members' blocks, or one DM's (when shown)."""
         view = await views.scope_view(
-            self.store, request.match_info["key"], show_direct=self.config.show_direct
+            self.store,
+            request.match_info["key"],
+            show_direct=self.config.show_direct,
+            strong_title=self.ops.policy.pins.header_label,
         )
         if view is None:
             return self.render(request, "not_found.html", status=404)

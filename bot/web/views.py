@@ -21,7 +21,7 @@ from bot.core.keys import (
     parse_scope,
     platform_of,
 )
-from bot.core.render import estimate
+from bot.core.render import STRONG_TITLE, estimate
 from storage import Store
 from storage.models import (
     AuditEntry,
@@ -145,8 +145,11 @@ class ScopeView:
     removed: list[str] = field(default_factory=list)  # shared labels with versions, no block
 
 
-async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView | None:
-    """The page of a group or (when shown) DM scope key; None when there is no such page."""
+async def scope_view(
+    store: Store, key: str, *, show_direct: bool, strong_title: str = STRONG_TITLE
+) -> ScopeView | None:
+    """The page of a group or (when shown) DM scope key; None when there is no such page.
+    strong_title is the strong section's title (pins.header_label), which the estimates count."""
     parsed = parse_scope(key)
     if parsed is None or parsed.key != key or parsed.kind is ScopeKind.MEMBER:
         return None  # only keys exactly as the bot reads them
@@ -156,19 +159,21 @@ async def scope_view(store: Store, key: str, *, show_direct: bool) -> ScopeView 
         return None
     blocks = await store.blocks([key])
     if parsed.kind is ScopeKind.DIRECT:
-        return ScopeView(key, parsed.kind, blocks, estimate([], blocks).total)
+        return ScopeView(key, parsed.kind, blocks, estimate([], blocks, strong_title).total)
     by_member: dict[str, list[Block]] = defaultdict(list)
     for block in await store.blocks_with_prefix(members_prefix(key)):
         by_member[block.scope].append(block)
     members = [
-        (scope.removeprefix(members_prefix(key)), own, estimate(blocks, own).total)
+        (scope.removeprefix(members_prefix(key)), own, estimate(blocks, own, strong_title).total)
         for scope, own in by_member.items()
     ]
     present = {label_key(block.label) for block in blocks}
     removed = [
         label for label in await store.labels_with_versions(key) if label_key(label) not in present
     ]
-    return ScopeView(key, parsed.kind, blocks, estimate(blocks, []).total, members, removed)
+    return ScopeView(
+        key, parsed.kind, blocks, estimate(blocks, [], strong_title).total, members, removed
+    )
 
 
 @dataclass(frozen=True)

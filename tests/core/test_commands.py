@@ -40,6 +40,20 @@ from storage.models import Level
         ("add r --", PinCommand(Verb.ADD, label="r")),
         ("add-strong r", PinCommand(Verb.ADD, label="r", level=Level.STRONG)),
         ("shared add r", PinCommand(Verb.ADD, shared=True, label="r")),
+        ("add r x --PINNED", PinCommand(Verb.ADD, label="r", content="x", pinned=True)),
+        (
+            "add r x --Priority 5 --pinned",
+            PinCommand(Verb.ADD, label="r", content="x", pinned=True, priority=5),
+        ),
+        (
+            "add r x --pinned --priority -3",
+            PinCommand(Verb.ADD, label="r", content="x", pinned=True, priority=-3),
+        ),
+        ("add r x --verbose", PinCommand(Verb.ADD, label="r", content="x --verbose")),
+        ("add r use --prio wisely", PinCommand(Verb.ADD, label="r", content="use --prio wisely")),
+        ("add r x --pined 5", PinCommand(Verb.ADD, label="r", content="x --pined 5")),
+        ("add r -- x --prio", PinCommand(Verb.ADD, label="r", content="x --prio")),
+        ("add r x --", PinCommand(Verb.ADD, label="r", content="x --")),
         ("level r strong", PinCommand(Verb.LEVEL, label="r", level=Level.STRONG)),
         ("level r Context", PinCommand(Verb.LEVEL, label="r", level=Level.CONTEXT)),
         ("list", PinCommand(Verb.LIST)),
@@ -92,6 +106,62 @@ def test_parse_errors_show_the_correct_form(text: str, usage: str) -> None:
     result = parse_pin(text)
     assert isinstance(result, ParseError)
     assert usage in result.message
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("add h Eight --priority", "--priority needs a number after it"),
+        ("add h x --priority 5 --priority 6", "--priority is given twice"),
+        ("add h x --pinned --PINNED", "--pinned is given twice"),
+        ("add h x --prio", "'--prio' is not a flag. Did you mean --priority?"),
+        ("add h x --prio 5", "'--prio' is not a flag. Did you mean --priority?"),
+        ("add h x --pined", "'--pined' is not a flag. Did you mean --pinned?"),
+        ("add h x --Pinnned --priority 2", "'--Pinnned' is not a flag. Did you mean --pinned?"),
+        ("add h x --prority 2", "'--prority' is not a flag. Did you mean --priority?"),
+        ("add h x --p", "'--p' is not a flag. Did you mean --pinned or --priority?"),
+    ],
+)
+def test_flags_without_values_repeated_or_misspelled_are_refused(text: str, problem: str) -> None:
+    result = parse_pin(text)
+    assert isinstance(result, ParseError)
+    assert result.message.startswith(problem), result.message
+    assert "put -- after the label: /pin add <label> -- <content>" in result.message
+    assert result.message.endswith("Usage: /pin add <label> <content> [--pinned] [--priority <n>]")
+
+
+def test_a_shared_flag_problem_shows_the_shared_forms() -> None:
+    result = parse_pin("shared add-strong h x --priority")
+    assert isinstance(result, ParseError)
+    assert "/pin shared add-strong <label> -- <content>" in result.message
+    assert "Usage: /pin shared add-strong <label>" in result.message
+
+
+@pytest.mark.parametrize(
+    ("word", "meant"),
+    [
+        ("delete", "remove"),
+        ("del", "remove"),
+        ("rm", "remove"),
+        ("delet", "remove"),
+        ("show", "list"),
+        ("ls", "list"),
+        ("on", "activate"),
+        ("off", "idle"),
+        ("info", "status"),
+        ("stats", "status"),
+        ("lsit", "list"),
+    ],
+)
+def test_synonyms_and_typos_suggest_the_subcommand_meant(word: str, meant: str) -> None:
+    result = parse_pin(f"{word} tone")
+    assert isinstance(result, ParseError)
+    assert f"Did you mean '{meant}'? Usage: /pin {meant}" in result.message
+
+
+def test_a_two_letter_typo_gets_no_guess() -> None:
+    result = parse_pin("of tone")
+    assert isinstance(result, ParseError) and "Did you mean" not in result.message
 
 
 def test_unknown_subcommand_suggests_the_closest() -> None:

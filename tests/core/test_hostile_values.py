@@ -14,7 +14,7 @@ from bot.config import PinsConfig
 from bot.core.blocks import Done, Refused
 from bot.core.context import MessageContext
 from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN, BlockPolicy
-from bot.core.tools import PinTools
+from bot.core.tools import TOOL_SETS, PinTools
 from bot.core.transfer import plan_import
 from bot.llm.openai_backend import _arguments
 from storage import Store
@@ -32,14 +32,24 @@ JSON = st.recursive(
     ),
     max_leaves=8,
 )
-PARAMETERS = ["label", "content", "level", "pinned", "priority", "scope", "extra"]
+PARAMETERS = ["label", "key", "content", "level", "pinned", "priority", "scope", "extra"]
 
 
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    name=st.sampled_from(["pin_set", "pin_get", "pin_delete", "pin_nope"]),
+    name=st.sampled_from(
+        [
+            "pin_set",
+            "pin_get",
+            "pin_delete",
+            "pin_nope",
+            "sticky_set",
+            "sticky_get",
+            "sticky_delete",
+        ]
+    ),
     arguments=st.dictionaries(st.sampled_from(PARAMETERS), JSON, max_size=5) | JSON,
 )
 async def test_any_json_in_any_tool_parameter(
@@ -47,7 +57,8 @@ async def test_any_json_in_any_tool_parameter(
 ) -> None:
     bot = make_bot()
     context = MessageContext.resolve(dm(), PinsConfig(), None)
-    outcome = await PinTools(bot.pins.ops).call(context, name, _arguments(arguments))
+    tools = TOOL_SETS[name.split("_")[0]]
+    outcome = await PinTools(bot.pins.ops, tools).call(context, name, _arguments(arguments))
     assert isinstance(outcome, Done | Refused)
     for block in await store.blocks(["console:direct:42"]):
         assert PRIORITY_MIN <= block.priority <= PRIORITY_MAX

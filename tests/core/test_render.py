@@ -144,3 +144,17 @@ def test_no_content_can_add_or_close_a_block(contents: list[str], user_text: str
         assert len(headers) == len(ends) == len(contents)
         assert text.count(f"[{marker} end {title}]") == 2  # rule text + end
         assert all(c + fake in text for c in contents)
+
+
+def test_the_header_label_names_the_strong_section_only() -> None:
+    items = ordered([], [block(1, "rule"), block(2, "ref", Level.CONTEXT)])
+    title = "STICKY CONTEXT (survives compaction)"
+    default, labelled = render(items, "hi"), render(items, "hi", title)
+    marker = labelled.strong_marker
+    assert labelled.strong.startswith(f"[{marker} {title}]\n{STRONG_RULES}\n")
+    assert f'this section ends with "[{marker} end {title}]"' in labelled.strong
+    assert labelled.strong.endswith(f"[{marker} end {title}]")
+    assert "pinned rules" not in labelled.strong
+    assert labelled.strong == default.strong.replace("pinned rules", title)
+    assert labelled.context == default.context  # the context section keeps its title
+    assert labelled.strong_marker == default.strong_marker  # markers and rules stay

@@ -70,14 +70,14 @@ async def test_idle_blocks_show_when_they_become_due(
         await bot.handle(dm(), "hello")
     status = text_of(await bot.handle(dm(), "/pin status")) or ""
     assert (
-        "idle 'old': deleted once 4 more days and 6 more model calls have passed, "
-        "or in 27 days at the latest"
+        "Idle, not sent:\n- old (strong, idle, priority 0): deleted once 4 more days and 6 more "
+        "model calls have passed, or in 27 days at the latest"
     ) in status
     clock.advance(days=5)
     for _ in range(6):
         await bot.handle(dm(), "hello")
     status = text_of(await bot.handle(dm(), "/pin status")) or ""
-    assert "idle 'old': due: deleted at the next model request here" in status
+    assert "- old (strong, idle, priority 0): due: deleted at the next model request here" in status
     await bot.handle(dm(), "hello")
     assert await bot.store.blocks(["console:direct:42"]) == []
 
@@ -142,3 +142,83 @@ async def test_pin_set_on_an_idle_block_says_it_stays_idle(
     assert "stays idle" in result["content"] and "/pin activate task" in result["content"]
     (block,) = await bot.store.blocks(["console:direct:42"])
     assert (block.content, block.state) == ("New task", State.IDLE)
+
+
+def figures(pattern: str, text: str) -> list[int]:
+    return [int(found.replace(",", "")) for found in re.findall(pattern, text)]
+
+
+async def test_parts_add_up_to_the_total_and_the_total_is_what_is_sent(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    admin, member = group("7"), group("8")
+    await bot.handle(admin, "/pin shared add-strong rule " + "Keep answers short. " * 10)
+    await bot.handle(admin, "/pin shared add ref Project notes: " + "pinbot " * 30)
+    await bot.handle(member, "/pin add mine My own notes")
+    await bot.handle(member, "/pin add-strong nope not allowed")  # refused: a member
+    text = "what now?"
+    await bot.handle(member, text)
+    system, user = fake_openai.messages()[0]["content"], fake_openai.messages()[-1]["content"]
+    sent_chars = (len(system) - len(SYSTEM)) + (len(user) - len(text))
+    for command in ("/pin list", "/pin shared list"):
+        reply = text_of(await bot.handle(member, command))
+        own, other, wrapper, total = figures(r"about ([\d,]+)", reply)
+        assert total == -(-sent_chars // 4)  # exactly the renderer's characters, 4 a token
+        assert total <= own + other + wrapper <= total + 2, reply  # ±1 token a part
+    status = text_of(await bot.handle(member, "/pin status"))
+    (total,) = figures(r"carries about ([\d,]+) tokens", status)
+    parts = figures(r"(?:blocks in this group|shared blocks|counted once\)) about ([\d,]+)", status)
+    assert len(parts) == 3 and total <= sum(parts) <= total + 2, status
+    per_block = figures(r"characters, about ([\d,]+) tokens", status)
+    assert len(per_block) == 3 and sum(per_block) + parts[-1] - total in range(0, 4)
+
+
+async def test_status_lists_every_block_sent_in_the_order_the_model_reads_them(
+    make_bot: BotFactory, clock: FakeClock
+) -> None:
+    bot = make_bot(
+        pins={"enable_in_group": True, "group_shared_admin_ids": ["7"], "max_total_chars": 900}
+    )
+    admin, member = group("7"), group("8")
+    await bot.handle(admin, "/pin shared add-context ref Reference notes")
+    await bot.handle(admin, "/pin shared add-strong house Be kind.")
+    await bot.handle(admin, "/pin shared add-strong top Safety first --priority 100 --pinned")
+    await bot.handle(member, "/pin add mine My notes")
+    await bot.handle(member, "/pin add gone Old notes")
+    await bot.handle(member, "/pin idle gone")
+    status = text_of(await bot.handle(member, "/sticky"))
+    assert status.splitlines()[:7] == [
+        "Sent with every request here, in the order the model reads them (characters of "
+        "content; estimated tokens with the block's boundary lines):",
+        "In the system prompt (strong blocks):",
+        "1. top (shared, strong, pinned, priority 100): 12 characters, about 25 tokens",
+        "2. house (shared, strong, active, priority 0): 8 characters, about 25 tokens",
+        "With your message (context blocks):",
+        "3. ref (shared, context, active, priority 0): 15 characters, about 26 tokens",
+        "4. mine (personal, context, active, priority 0): 8 characters, about 25 tokens",
+    ]
+    assert "Idle, not sent:\n- gone (personal, context, idle, priority 0): deleted once" in status
+    assert "This group's shared blocks: 3 of 20 blocks, 35 of 900 characters" in status
+    assert "Your personal blocks in this group: 2 of 20 blocks, 17 of 900 characters" in status
+    assert "That is within the warning threshold of 1,000 tokens." in status
+    shared_only = text_of(await bot.handle(member, "/sticky shared"))
+    assert "mine" not in shared_only and "gone" not in shared_only and "3. ref" in shared_only
+    assert "Your personal blocks in this group:" not in shared_only
+    carried = r"carries about ([\d,]+)"
+    assert figures(carried, shared_only) == figures(carried, status)
+
+
+async def test_no_figures_when_injection_is_off(make_bot: BotFactory) -> None:
+    bot = make_bot(pins={"allow_prompt_injection": False})
+    await bot.handle(dm(), "/pin add tone Be brief.")
+    await bot.handle(dm(), "/pin add-context old Old notes")
+    await bot.handle(dm(), "/pin idle old")
+    off = "Injection is off (pins.allow_prompt_injection: false)"
+    for command in ("/pin list", "/pin status", "/sticky"):
+        reply = text_of(await bot.handle(dm(), command))
+        assert off in reply and "tokens" not in reply, reply
+    status = text_of(await bot.handle(dm(), "/sticky"))
+    assert "Kept, but not sent:\n1. tone (strong, active, priority 0): 9 characters" in status
+    assert "Idle, not sent:\n- old (context, idle, priority 0): deleted once" in status
+    assert "Your blocks: 2 of 20 blocks, 18 characters" in status

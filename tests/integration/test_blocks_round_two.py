@@ -61,24 +61,21 @@ async def test_status_view_and_sticky_alias(tmp_path: Path) -> None:
         "-100",
     )
     assert code == 0, err
-    first = out.index("Your personal blocks in this group:")
-    shared_only = out.index("This group's shared blocks:", first + 1)
-    personal, rest = out[first:shared_only], out[shared_only:]
-    assert "  blocks: 2 of 20\n" in personal
-    assert f"  characters: {len('Answer formally.') + len('Background for me')} of 2,000" in out
-    assert "  levels: 1 strong, 1 context\n" in personal
-    assert "  states: 1 active, 0 pinned, 1 idle\n" in personal
-    assert "  priorities: note +3\n" in personal
+    sticky, shared_status, sticky_shared = out.split("Sent with every request here")[1:]
+    assert "1. mine (personal, strong, active, priority 0): 16 characters" in sticky
+    assert "2. rule (shared, context, active, priority 0): 19 characters" in sticky
     assert (
-        "  idle 'note': deleted once 7 more days and 10 more model calls have passed, "
-        "or in 30 days at the latest"
-    ) in personal
-    assert "  blocks: 1 of 20\n" in rest and "Every request here carries about " in rest
+        "Idle, not sent:\n- note (personal, context, idle, priority 3): deleted once 7 more days "
+        "and 10 more model calls have passed, or in 30 days at the latest"
+    ) in sticky
+    assert (
+        f"2 of 20 blocks, {len('Answer formally.') + len('Background for me')} of 2,000" in sticky
+    )
+    assert "This group's shared blocks: 1 of 20 blocks, 19 of 2,000 characters" in sticky
+    assert "Every request here carries about " in sticky
     # /pin shared status and /sticky shared show the shared scope alone, identically
-    shared_views = out[out.index("This group's shared blocks:", shared_only + 1) :]
-    assert "Your personal blocks" not in shared_views
-    one, two = shared_views.split("This group's shared blocks:")[1:]
-    assert one == two and "  blocks: 1 of 20\n" in one
+    assert shared_status == sticky_shared and "1. rule (shared" in shared_status
+    assert "Your personal blocks" not in shared_status and "mine" not in shared_status
 
 
 async def test_priorities_by_command_and_flag(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ blocks in the database and the requests a fake OpenAI-compatible server receives
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from storage import Store, open_store
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.pg import fresh_database
 
 PINBOT = str(Path(sys.executable).parent / "pinbot")
@@ -335,4 +336,322 @@ async def test_history_undo_and_restore_at_the_console(tmp_path: Path) -> None:
     assert await stored(tmp_path, "console:direct:42") == [
         ("tone", "Be brief and kind.", "strong", "active"),
         ("other", "filler", "strong", "active"),
+    ]
+
+
+# --- the two designs, exactly (issue 27) ----------------------------------------------------------
+
+
+async def test_flags_are_strict_and_ignore_case(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(
+        config,
+        [
+            "/pin add h Eight --priority",
+            "/pin add g x --priority 5 --priority 6",
+            "/pin add p x --prio 5",
+            "/pin add q x --pined",
+            "/pin add k Keep this --PINNED --Priority 7",
+            "/pin add v run it --verbose",
+            "/pin add lit -- Eight --priority",
+            "/Pin List",
+        ],
+        "--user",
+        "42",
+    )
+    assert code == 0, err
+    usage = "Usage: /pin add <label> <content> [--pinned] [--priority <n>]"
+    literal = "put -- after the label: /pin add <label> -- <content>"
+    assert out.count(usage) == 4 and out.count(literal) == 4
+    assert "--priority needs a number after it" in out
+    assert "--priority is given twice" in out
+    assert "'--prio' is not a flag. Did you mean --priority?" in out
+    assert "'--pined' is not a flag. Did you mean --pinned?" in out
+    assert "Saved strong block 'k', pinned" in out
+    assert "1. k (strong, pinned, priority 7)\nKeep this" in out  # /Pin List works too
+    assert sorted(await stored(tmp_path, "console:direct:42")) == [
+        ("k", "Keep this", "strong", "pinned"),
+        ("lit", "Eight --priority", "strong", "active"),
+        ("v", "run it --verbose", "strong", "active"),
+    ]
+
+
+async def test_hints_name_the_subcommand_meant(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await console(
+        config,
+        [
+            "/pin add tone Be brief.",
+            "/pin delete tone",
+            "/pin show",
+            "/pin off tone",
+            "/pin info",
+            "/pin on tone",
+        ],
+        "--user",
+        "42",
+    )
+    assert code == 0, err
+    assert (
+        "Unknown subcommand 'delete'. Did you mean 'remove'? Usage: /pin remove <label>. "
+        "Send /pin help for the list."
+    ) in out
+    assert "Did you mean 'list'? Usage: /pin list." in out
+    assert "Did you mean 'idle'? Usage: /pin idle <label>." in out
+    assert "Did you mean 'status'? Usage: /pin status." in out
+    assert "Did you mean 'activate'? Usage: /pin activate <label>." in out
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("tone", "Be brief.", "strong", "active")
+    ]
+    code, out, _ = await console(config, ["/pin remove tone"], "--user", "42")
+    assert out == "Removed block 'tone'.\n"
+    assert await stored(tmp_path, "console:direct:42") == []
+
+
+async def test_the_header_label_names_the_strong_section(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    llm = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_CONSOLE_KEY",
+        "system_prompt": "",
+        "max_retries": 0,
+    }
+    title = "STICKY CONTEXT (survives compaction)"
+    config = write_config(tmp_path, llm=llm, pins={"header_label": title})
+    code, out, err = await console(
+        config,
+        ["/pin add safety Never run rm -rf.", "/pin add-context ref Notes", "hello"],
+        "--user",
+        "42",
+        env={"PINBOT_CONSOLE_KEY": "k"},
+    )
+    assert code == 0, err
+    system, user = (m["content"] for m in fake_openai.messages())
+    first, *_, last = system.splitlines()
+    assert first.endswith(f" {title}]") and last.endswith(f" end {title}]")
+    assert 'this section ends with "[pin-' in system and f' end {title}]".' in system
+    assert "pinned rules" not in system
+    assert "pinned reference material]" in user  # the context section keeps its title
+    for bad in ("rules [v2]", "x" * 61, "two\nlines"):
+        config = write_config(tmp_path, llm=llm, pins={"header_label": bad})
+        code, out, err = await console(config, ["hello"], "--user", "42")
+        assert code == 2 and out == "" and "pins.header_label" in err and str(config) in err
+
+
+async def test_sticky_shows_every_block_sent_then_idle_ones_then_the_totals(
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path,
+        pins={
+            "enable_in_group": True,
+            "group_shared_admin_ids": ["7"],
+            "max_total_chars": 900,
+            "token_warning_threshold": 600,
+        },
+    )
+    group = ("--group", "-100123")
+    code, _, err = await console(
+        config,
+        [
+            "/pin shared add-context ref Reference notes",
+            "/pin shared add-strong house Be kind.",
+            "/pin shared add-strong top Safety first --priority 100 --pinned",
+        ],
+        "--user",
+        "7",
+        *group,
+    )
+    assert code == 0, err
+    code, out, err = await console(
+        config,
+        ["/pin add mine My notes", "/pin add gone Old notes", "/pin idle gone", "/sticky"],
+        "--user",
+        "8",
+        *group,
+    )
+    assert code == 0, err
+    view = out[out.index("Sent with every request") :]
+    assert view.splitlines() == [
+        "Sent with every request here, in the order the model reads them (characters of "
+        "content; estimated tokens with the block's boundary lines):",
+        "In the system prompt (strong blocks):",
+        "1. top (shared, strong, pinned, priority 100): 12 characters, about 25 tokens",
+        "2. house (shared, strong, active, priority 0): 8 characters, about 25 tokens",
+        "With your message (context blocks):",
+        "3. ref (shared, context, active, priority 0): 15 characters, about 26 tokens",
+        "4. mine (personal, context, active, priority 0): 8 characters, about 25 tokens",
+        "Idle, not sent:",
+        "- gone (personal, context, idle, priority 0): deleted once 7 more days and 10 more "
+        "model calls have passed, or in 30 days at the latest",
+        "This group's shared blocks: 3 of 20 blocks, 35 of 900 characters (pins.max_total_chars).",
+        "Your personal blocks in this group: 2 of 20 blocks, 17 of 900 characters "
+        "(pins.max_total_chars).",
+        "Every request here carries about 621 tokens of pinned blocks: this group's shared "
+        "blocks about 75, your personal blocks in this group about 25, the wrappers (titles, "
+        "rules, boundaries; counted once) about 521.",
+        "Warning: that is over the warning threshold of 600 tokens; consider shortening, idling "
+        "or removing blocks.",
+    ]
+    code, out, _ = await console(config, ["/pin shared status"], "--user", "8", *group)
+    assert "3. ref (shared" in out and "mine" not in out and "gone" not in out
+    assert "carries about 621 tokens" in out
+
+
+async def test_no_figures_for_blocks_that_are_not_sent(tmp_path: Path) -> None:
+    config = write_config(tmp_path, pins={"allow_prompt_injection": False})
+    code, out, err = await console(
+        config, ["/pin add tone Be brief.", "/pin list", "/pin status", "/sticky"], "--user", "42"
+    )
+    assert code == 0, err
+    off = (
+        "Injection is off (pins.allow_prompt_injection: false): blocks are kept, but none is "
+        "sent to the model, so they add nothing to any request."
+    )
+    assert out.count(off) == 3
+    assert "tokens" not in out
+    assert out.count("1. tone (strong, active, priority 0): 9 characters\n") == 2
+
+
+async def test_a_members_parts_add_up_to_the_total(tmp_path: Path) -> None:
+    config = write_config(tmp_path, pins={"enable_in_group": True, "group_shared_admin_ids": [7]})
+    group = ("--group", "-100123")
+    await console(
+        config,
+        [
+            "/pin shared add-strong rule " + "Keep answers short. " * 10,
+            "/pin shared add ref Project notes: " + "pinbot " * 30,
+        ],
+        "--user",
+        "7",
+        *group,
+    )
+    code, out, err = await console(
+        config, ["/pin add mine My own notes", "/pin list", "/pin status"], "--user", "8", *group
+    )
+    assert code == 0, err
+    assert (
+        "These blocks add about 26 tokens to every request here; with this group's shared "
+        "blocks (about 150) and the wrappers (about 521), every request here carries about 697 "
+        "tokens of pinned blocks."
+    ) in out
+    assert (
+        "Every request here carries about 697 tokens of pinned blocks: this group's shared "
+        "blocks about 150, your personal blocks in this group about 26, the wrappers (titles, "
+        "rules, boundaries; counted once) about 521."
+    ) in out
+    assert "1. rule (shared, strong, active, priority 0): 199 characters, about 72 tokens" in out
+    assert "2. ref (shared, context, active, priority 0): 224 characters, about 78 tokens" in out
+    assert 150 == 72 + 78 and 697 == 150 + 26 + 521  # each part within a token of its sum
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+async def test_the_sticky_context_tools_by_their_documented_names(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    llm = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_CONSOLE_KEY",
+        "system_prompt": "",
+        "max_retries": 0,
+        "agent_tools": True,
+        "tool_names": "sticky",
+    }
+    config = write_config(tmp_path, llm=llm)
+    safety = (
+        "Never delete files without explicit user confirmation. Never run rm -rf. Never "
+        "modify STANDING_ORDERS.md without asking first."
+    )
+    task = "TASK: Migrating database schema v3 to v4. DONE: users, posts tables."
+    fake_openai.script = [
+        tool_calls(
+            (
+                "sticky_set",
+                {"key": "safety-rules", "content": safety, "priority": 100, "pinned": True},
+            ),
+            (
+                "sticky_set",
+                {"key": "active-task", "content": task, "priority": 50, "pinned": False},
+            ),
+            ("sticky_get", {}),
+        ),
+        completion("Both slots are saved."),
+        tool_calls(
+            ("sticky_delete", {"key": "safety-rules"}),
+            ("sticky_delete", {"key": "active-task"}),
+            ("sticky_get", {"key": "safety-rules"}),
+            ("sticky_set", {"key": "x", "content": "y", "level": "strong"}),
+            ("pin_set", {"label": "x", "content": "y"}),
+        ),
+        completion("The safety rules are pinned; I removed the task."),
+    ]
+    code, out, err = await console(
+        config,
+        ["Create the slots", "Now delete both"],
+        "--user",
+        "42",
+        env={"PINBOT_CONSOLE_KEY": "k"},
+    )
+    assert code == 0, err
+    assert out.splitlines() == [
+        "Both slots are saved.",
+        "The safety rules are pinned; I removed the task.",
+    ]
+    offered = fake_openai.requests[0]["tools"]
+    assert [tool["function"]["name"] for tool in offered] == [
+        "sticky_set",
+        "sticky_get",
+        "sticky_delete",
+    ]
+    parameters = [tool["function"]["parameters"] for tool in offered]
+    assert [list(p["properties"]) for p in parameters] == [
+        ["key", "content", "priority", "pinned"],
+        ["key"],
+        ["key"],
+    ]
+    assert [p.get("required") for p in parameters] == [["key", "content"], None, ["key"]]
+    saved, listed = (
+        tool_results(fake_openai.requests[1])[0],
+        tool_results(fake_openai.requests[1])[2],
+    )
+    assert saved.startswith("Saved strong block 'safety-rules', pinned")
+    assert json.loads(listed) == [
+        {
+            "key": "safety-rules",
+            "content": safety,
+            "priority": 100,
+            "pinned": True,
+            "level": "strong",
+            "state": "pinned",
+        },
+        {
+            "key": "active-task",
+            "content": task,
+            "priority": 50,
+            "pinned": False,
+            "level": "strong",
+            "state": "active",
+        },
+    ]
+    second_turn = fake_openai.requests[2]
+    assert f"label=safety-rules]\n{safety}" in second_turn["messages"][0]["content"]
+    refused, removed, one, no_level, other_name = tool_results(fake_openai.requests[3])
+    assert refused == (
+        "Refused: Block 'safety-rules' is pinned; only the user can change or remove it, with /pin."
+    )
+    assert removed == "Removed block 'active-task'."
+    assert [slot["key"] for slot in json.loads(one)] == ["safety-rules"]
+    assert no_level == (
+        "Refused: invalid arguments for sticky_set: level: unknown parameter; sticky_set takes "
+        "key, content, priority, pinned"
+    )
+    assert other_name == "Refused: there is no tool named 'pin_set'."
+    assert await stored(tmp_path, "console:direct:42") == [
+        ("safety-rules", safety, "strong", "pinned")
     ]

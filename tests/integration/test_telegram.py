@@ -261,6 +261,20 @@ async def test_long_replies_are_split_on_lines_and_arrive_whole(
     assert all(line in lines for part in parts for line in part.split("\n"))  # cut at line ends
 
 
+async def test_a_long_sticky_view_is_split_like_any_reply(
+    start_bot: StartBot, store: Store
+) -> None:
+    bot = await start_bot(pins={"max_blocks_per_session": 60})
+    me, chat = user(42), private_chat(42)
+    for i in range(60):
+        await bot.reply_to(message(chat, f"/pin add slot-{i:02d}-{'x' * 12} note {i}", me))
+    expected = text_of(await bot.frontend.pinbot.handle(dm("42", "telegram"), "/sticky"))
+    assert len(expected) > 4096 and expected.count(" characters, about ") == 60
+    parts = await bot.reply_to(message(chat, "/sticky", me), count=2)
+    assert all(len(part) <= 4096 for part in parts)
+    assert "\n".join(parts) == expected  # every line, in order, none cut
+
+
 async def test_slow_model_in_one_chat_does_not_delay_another(
     start_bot: StartBot,
     fake_openai: FakeOpenAI,

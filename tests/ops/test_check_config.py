@@ -91,6 +91,13 @@ async def test_invalid_yaml_keys_are_reported(tmp_path: Path) -> None:
     assert code == 2 and "pins.max_label_lenght" in out
 
 
+async def test_a_bad_header_label_is_refused(tmp_path: Path) -> None:
+    code, out = await check(tmp_path, {"pins": {"header_label": "rules [v2]"}})
+    assert code == 2 and "pins.header_label: must not contain [ or ]" in out
+    code, out = await check(tmp_path, {"pins": {"header_label": "y" * 61}})
+    assert code == 2 and "pins.header_label: is 61 characters long; the limit is 60" in out
+
+
 async def test_access_entries_and_storage_shapes(tmp_path: Path) -> None:
     folder = tmp_path / "a-folder"
     folder.mkdir()

@@ -1,0 +1,75 @@
+"""The agent tools as data: two sets of names over one implementation, with the same refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.config import PinsConfig
+from bot.core.blocks import Done, Refused
+from bot.core.context import MessageContext
+from bot.core.tools import PIN_TOOLS, STICKY_TOOLS, TOOL_SETS, Op, PinTools, ToolSet
+from tests.conftest import BotFactory, dm
+
+
+def test_every_set_offers_every_operation_once() -> None:
+    assert set(TOOL_SETS) == {"pin", "sticky"}
+    for tools in TOOL_SETS.values():
+        assert [tool.op for tool in tools.tools] == list(Op)
+        assert [spec["function"]["name"] for spec in tools.specs] == [
+            f"{tools.name}_{op}" for op in Op
+        ]
+
+
+def test_the_sticky_set_takes_exactly_the_documented_parameters() -> None:
+    schemas = {s["function"]["name"]: s["function"]["parameters"] for s in STICKY_TOOLS.specs}
+    assert {name: list(schema["properties"]) for name, schema in schemas.items()} == {
+        "sticky_set": ["key", "content", "priority", "pinned"],
+        "sticky_get": ["key"],
+        "sticky_delete": ["key"],
+    }
+    assert all(schema["additionalProperties"] is False for schema in schemas.values())
+
+
+def test_the_definitions_are_built_once() -> None:
+    assert PIN_TOOLS.specs is PIN_TOOLS.specs  # the same list in every request of every turn
+
+
+@pytest.mark.parametrize("tools", [PIN_TOOLS, STICKY_TOOLS], ids=lambda t: t.name)
+async def test_both_sets_run_the_same_operations_with_the_same_refusals(
+    make_bot: BotFactory, tools: ToolSet
+) -> None:
+    bot = make_bot()
+    await bot.handle(dm(), "/pin add safety Never run rm -rf --pinned")
+    context = MessageContext.resolve(dm(), PinsConfig(), None)
+    run = PinTools(bot.pins.ops, tools)
+    label = tools.label
+
+    async def call(op: Op, **arguments: object) -> Done | Refused:
+        return await run.call(context, f"{tools.name}_{op}", json.dumps(arguments))
+
+    assert await call(Op.SET, **{label: "task", "content": " Step 2 ", "priority": 5}) == Done(
+        "Saved strong block 'task'. It applies from the next turn."
+    )
+    assert await call(Op.DELETE, **{label: "safety"}) == Refused(
+        "Block 'safety' is pinned; only the user can change or remove it, with /pin."
+    )
+    assert await call(Op.SET, **{label: "safety", "content": "anything"}) == Refused(
+        "Block 'safety' is pinned; only the user can change or remove it, with /pin."
+    )
+    got = await call(Op.GET, **{label: "TASK"})
+    assert isinstance(got, Done)
+    (record,) = json.loads(got.message)
+    assert (record[label], record["content"], record["priority"]) == ("task", "Step 2", 5)
+    assert await call(Op.DELETE, **{label: "task"}) == Done("Removed block 'task'.")
+    other = "label" if label == "key" else "key"
+    refused = await call(Op.DELETE, **{other: "x"})
+    assert isinstance(refused, Refused) and f"{other}: unknown parameter" in refused.reason
+    wrong_type = await call(Op.GET, **{label: 5})
+    assert isinstance(wrong_type, Refused) and f"{label}: Input should be a valid string" in (
+        wrong_type.reason
+    )
+    foreign = "pin_set" if tools is STICKY_TOOLS else "sticky_set"
+    assert await run.call(context, foreign, "{}") == Refused(f"there is no tool named '{foreign}'.")
+    assert [b.label for b in await bot.store.blocks(["console:direct:42"])] == ["safety"]
