@@ -9,10 +9,30 @@ from typing import BinaryIO, TextIO
 from bot.adapters import CONSOLE
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.replies import Reply
+from bot.core.replies import Reply, Sent
 
 PLATFORM = CONSOLE
 PROMPT = "> "
+
+
+class ConsoleMessenger:
+    """Messages the bot posts on its own (a proposal, its outcome) printed to the terminal,
+    numbered, since a console has no chat to post them in."""
+
+    def __init__(self, sink: TextIO) -> None:
+        self._sink = sink
+        self._posted = 0
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        """Print a posted message, as message N."""
+        self._posted += 1
+        self._sink.write(f"[message {self._posted}] {reply.text}\n")
+        return Sent(chat, str(self._posted))
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        """Print what a posted message now says."""
+        self._sink.write(f"[message {sent.message_id} now] {reply.text}\n")
+        return True
 
 
 def console_conversation(user: str, group: str | None, topic: str | None) -> Conversation:
@@ -46,6 +66,7 @@ async def run_console(
     refusal and the next line is served. At a terminal a one-line banner and a prompt are shown;
     piped input gets replies only."""
     source = source or sys.stdin.buffer
+    bot.use_messenger(ConsoleMessenger(sink))
     loop = asyncio.get_running_loop()
     interactive = source.isatty()
     if interactive:

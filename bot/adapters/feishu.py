@@ -21,6 +21,7 @@ from aiohttp import web
 
 from bot.adapters import FEISHU
 from bot.adapters.feishu_api import (
+    CARD_VALUE_KEY,
     FeishuApi,
     FeishuApiError,
     FeishuCredentialsError,
@@ -236,6 +237,36 @@ def _adopt_lark_logger() -> None:
 _RECEIVED: contextvars.ContextVar[list[FeishuMessage] | None] = contextvars.ContextVar(
     "feishu_received", default=None
 )
+CARD_ACTION = "card_action"  # the message_type under which a card tap waits in the inbox
+TAP_ANSWER_TIMEOUT_S = 2.5  # Feishu waits 3 s for a card action's answer
+
+
+def tap_of(data: Any) -> FeishuMessage | None:
+    """A card button tap (lark-oapi's P2CardActionTrigger) as the inbox keeps it: the tapper,
+    the card's chat and message, and the button's data as content; None when it is not a
+    button of ours."""
+    header = getattr(data, "header", None)
+    event = getattr(data, "event", None)
+    operator = getattr(event, "operator", None)
+    context = getattr(event, "context", None)
+    value = getattr(getattr(event, "action", None), "value", None) or {}
+    button = value.get(CARD_VALUE_KEY) if isinstance(value, dict) else None
+    if not isinstance(button, str):
+        return None
+    return FeishuMessage(
+        event_id=str(getattr(header, "event_id", "") or ""),
+        message_id=str(getattr(context, "open_message_id", "") or ""),
+        chat_id=getattr(context, "open_chat_id", None) or None,
+        chat_type="group",  # the bot's cards with buttons are proposals, posted in groups
+        thread_id=None,
+        root_id=None,
+        message_type=CARD_ACTION,
+        content=button,
+        mentions=(),
+        open_id=getattr(operator, "open_id", None) or None,
+        user_id=getattr(operator, "user_id", None) or None,
+        union_id=getattr(operator, "union_id", None) or None,
+    )
 
 
 class FeishuFrontend:
@@ -272,8 +303,10 @@ class FeishuFrontend:
         self.dispatcher = (
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
             .register_p2_im_message_receive_v1(self.on_event)
+            .register_p2_card_action_trigger(self.on_card_action)
             .build()
         )
+        pinbot.use_messenger(self)
 
     @classmethod
     def from_config(cls, pinbot: Pinbot, config: FeishuConfig) -> FeishuFrontend:
@@ -394,7 +427,8 @@ class FeishuFrontend:
         received: list[FeishuMessage] = []
         token = _RECEIVED.set(received)
         try:
-            result = self.dispatcher.do(raw)  # calls on_event synchronously, in this context
+            # Calls on_event and on_card_action synchronously, in this context.
+            result = self.dispatcher.do(raw)
         finally:
             _RECEIVED.reset(token)
         if result.status_code != 200:
@@ -402,13 +436,53 @@ class FeishuFrontend:
             self._refusals.note(request.remote or "unknown", detail)
             status = 401 if ("token" in detail or "signature" in detail) else 400
             return web.json_response({"msg": "refused"}, status=status)
+        taps = [event for event in received if event.message_type == CARD_ACTION]
         try:
             for event in received:
-                await self._record(event)
+                if event.message_type != CARD_ACTION:
+                    await self._record(event)
+            if taps:  # a card action is answered in this response: what the tap does
+                return web.json_response(await self._tap(taps[0]))
         except Exception as error:
             log.error("could not record a Feishu event: %s", error)
             return web.json_response({"msg": "try again"}, status=500)
         return web.Response(body=result.content, status=200, content_type="application/json")
+
+    def on_card_action(self, data: Any) -> Any:
+        """lark-oapi's callback for a card button tap, which Feishu wants answered at once:
+        during a webhook request it is collected and answered by on_webhook; from the long
+        connection (its own thread) it is answered here, with what the bot's loop says."""
+        from lark_oapi.event.callback.model.p2_card_action_trigger import (
+            P2CardActionTriggerResponse as Answer,
+        )
+
+        tap = tap_of(data)
+        received = _RECEIVED.get()
+        if tap is None or received is not None:
+            if tap is not None and received is not None:
+                received.append(tap)
+            return Answer({})
+        loop = self._loop
+        if loop is None:
+            return Answer({})
+        future = asyncio.run_coroutine_threadsafe(self._tap(tap), loop)
+        try:
+            answer = future.result(TAP_ANSWER_TIMEOUT_S)
+        except Exception as error:  # the tap is recorded or not; Feishu shows no toast
+            log.warning("answering a card action failed: %s", error)
+            return Answer({})
+        return Answer(answer)
+
+    async def _tap(self, tap: FeishuMessage) -> dict[str, Any]:
+        """What a card button tap does, as Feishu's card action answer (a toast); a tap that
+        counts is recorded, to be carried out in its chat's order."""
+        tapped = await self.pinbot.tapped(tap.conversation(), tap.content)
+        if tapped is None:
+            return {"toast": {"type": "info", "content": "This button does nothing any more."}}
+        if tapped.command is not None:
+            await self._record(dataclasses.replace(tap, content=tapped.command))
+        kind = "info" if tapped.command is not None else "warning"
+        return {"toast": {"type": kind, "content": tapped.notice}}
 
     def on_event(self, data: Any) -> None:
         """lark-oapi's callback: during a webhook request, collect the event for it to record;
@@ -451,6 +525,11 @@ class FeishuFrontend:
         """Work out an event's answer; it is sent once the event is marked processed (Unavailable,
         and nothing sent, when its processing could not be recorded)."""
         event = FeishuMessage.from_json(pending.payload)
+        if event.message_type == CARD_ACTION:  # its outcome shows in the card: no reply
+            await self.pinbot.handle(
+                event.conversation(), event.content, mentioned=True, redelivered=True
+            )
+            return None
         raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
         text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
         readable = text if raw is not None else None

@@ -37,9 +37,32 @@ def post_content(text: str) -> str:
 
 _AT_TAG = re.compile(r"<(\s*/?\s*at\b)", re.IGNORECASE)
 FENCE = "```"
+CARD_VALUE_KEY = "pinbot"  # where a card button's value holds the button's data
 FENCE_ROOM = 20  # characters kept free in each part to close and reopen a code block
 # Refusals about the chat (bot not in it, no permission, chat gone): plain text would not help.
 CHAT_PROBLEM_CODES = {230002, 230006, 230013, 230017, 230027, 230035}
+
+
+def card_content(reply: Reply) -> str:
+    """An interactive card (JSON 1.0) showing a reply's text literally, with its buttons: each
+    button's value carries its data back in the card action. update_multi lets the card be
+    changed for everyone in the chat once decided."""
+    elements: list[dict[str, Any]] = [
+        {"tag": "div", "text": {"tag": "plain_text", "content": reply.text}}
+    ]
+    if reply.buttons:
+        actions = [
+            {
+                "tag": "button",
+                "text": {"tag": "plain_text", "content": button.text},
+                "type": "primary" if number == 0 else "default",
+                "value": {CARD_VALUE_KEY: button.data},
+            }
+            for number, button in enumerate(reply.buttons)
+        ]
+        elements.append({"tag": "action", "actions": actions})
+    card = {"config": {"wide_screen_mode": True, "update_multi": True}, "elements": elements}
+    return json.dumps(card, ensure_ascii=False)
 
 
 def markdown_content(text: str) -> str:
@@ -162,8 +185,13 @@ class FeishuApi:
             await content(lambda body: self.call("POST", path, body))
 
     async def send(self, chat_id: str, reply: Reply) -> Sent | None:
-        """Post a reply in a chat; the first message sent."""
+        """Post a reply in a chat (one card when it has buttons); the first message sent."""
         path = "/open-apis/im/v1/messages?receive_id_type=chat_id"
+        if reply.buttons is not None:
+            body = {"msg_type": "interactive", "content": card_content(reply)}
+            answer = await self.call("POST", path, {**body, "receive_id": chat_id})
+            message_id = str((answer.get("data") or {}).get("message_id") or "")
+            return Sent(chat_id, message_id) if message_id else None
         first: str | None = None
         for content in self._contents(reply):
             answer = await content(
@@ -175,6 +203,13 @@ class FeishuApi:
     async def edit(self, sent: Sent, reply: Reply) -> bool:
         """Replace a sent message's content with the reply's first part."""
         path = f"/open-apis/im/v1/messages/{sent.message_id}"
+        if reply.buttons is not None:  # a card: changed with PATCH, for everyone in the chat
+            try:
+                await self.call("PATCH", path, {"content": card_content(reply)})
+            except (FeishuApiError, httpx.HTTPError) as error:
+                log.warning("updating Feishu card %s failed: %s", sent.message_id, error)
+                return False
+            return True
         contents = self._contents(reply)
         if not contents:
             return False

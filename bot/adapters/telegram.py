@@ -26,6 +26,7 @@ from telegram import (
     Message,
     MessageEntity,
     Update,
+    User,
 )
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType
 from telegram.error import Conflict, InvalidToken, TelegramError
@@ -33,6 +34,7 @@ from telegram.ext import (
     Application,
     ApplicationBuilder,
     BaseUpdateProcessor,
+    CallbackQueryHandler,
     ContextTypes,
     MessageHandler,
     filters,
@@ -74,7 +76,7 @@ PRIVATE_COMMANDS = [
     BotCommand("help", "What this bot does"),
 ]
 GROUP_COMMANDS = [
-    BotCommand("pin", "Pinned blocks: yours and this group's"),
+    BotCommand("pin", "Pinned blocks: yours, this group's, and proposals to decide"),
     BotCommand("sticky", "Status of pinned blocks here (/pin status)"),
     BotCommand("usage", "Your model usage and what is left of your budget"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
@@ -99,14 +101,22 @@ UNREADABLE_CONTENT = (
 class ChatOrderedUpdates(BaseUpdateProcessor):
     """Processes updates of different chats concurrently and those of one chat in arrival order."""
 
-    def __init__(self, max_concurrent_updates: int = MAX_CONCURRENT_UPDATES) -> None:
+    def __init__(
+        self,
+        max_concurrent_updates: int = MAX_CONCURRENT_UPDATES,
+        at_once: Callable[[Update], Awaitable[None]] | None = None,
+    ) -> None:
         super().__init__(max_concurrent_updates)
         self._locks: weakref.WeakValueDictionary[object, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self.at_once = at_once
 
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        """Await coroutine once every earlier update of the same chat is done."""
+        """Await coroutine once every earlier update of the same chat is done; a button tap is
+        first answered (at_once), without waiting for the chat."""
+        if isinstance(update, Update) and update.callback_query and self.at_once:
+            await self.at_once(update)
         chat = update.effective_chat if isinstance(update, Update) else None
         key: object = chat.id if chat is not None else id(update)
         lock = self._locks.get(key)
@@ -122,11 +132,13 @@ class ChatOrderedUpdates(BaseUpdateProcessor):
         """Nothing to release."""
 
 
-def conversation_of(message: Message) -> Conversation:
-    """The core's view of a Telegram message: chat kind, ids, topic and sender."""
+def conversation_of(message: Message, tapper: User | None = None) -> Conversation:
+    """The core's view of a Telegram message: chat kind, ids, topic and sender (or, for a tap
+    on its buttons, the tapper)."""
     chat = message.chat
-    sender = message.from_user
-    hidden = message.sender_chat is not None or sender is None or sender.id in ANONYMOUS_SENDER_IDS
+    sender = tapper or message.from_user
+    hidden = sender is None or sender.id in ANONYMOUS_SENDER_IDS
+    hidden = hidden or (tapper is None and message.sender_chat is not None)
     sender_id = None if hidden or sender is None else str(sender.id)
     kinds = ("user id",)
     if chat.type == ChatType.PRIVATE:
@@ -175,7 +187,7 @@ class TelegramFrontend:
             ApplicationBuilder()
             .token(token)
             .base_url(config.base_url.rstrip("/"))  # PTB appends the token directly
-            .concurrent_updates(ChatOrderedUpdates())
+            .concurrent_updates(ChatOrderedUpdates(at_once=self.answer_tap))
             .connection_pool_size(SEND_CONNECTIONS)
             .get_updates_read_timeout(config.poll_timeout_s + 10)
             .build()
@@ -195,8 +207,10 @@ class TelegramFrontend:
         self.app.add_handler(
             MessageHandler(filters.UpdateType.MESSAGE & UNREADABLE_CONTENT, self.on_unreadable)
         )
+        self.app.add_handler(CallbackQueryHandler(self.on_tap))
         self.app.add_error_handler(self.on_error)
         self.sender = TelegramSender(self.app.bot, config, sleep, monotonic)
+        pinbot.use_messenger(self)
 
     @classmethod
     def from_config(cls, pinbot: Pinbot, config: TelegramConfig) -> TelegramFrontend:
@@ -309,12 +323,14 @@ class TelegramFrontend:
         chat = _chat_id(data)
         key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
         try:
-            await self.inbox.receive(
+            recorded = await self.inbox.receive(
                 PLATFORM, str(update_id), chat=key, position=update_id, payload=raw
             )
         except Exception as error:  # Telegram delivers it again later
             log.error("could not record update %d: %s", update_id, error)
             return web.Response(status=500)
+        if recorded and "callback_query" in data:  # answered once, by the worker recording it
+            await self.answer_tap(Update.de_json(data, self.app.bot))
         return web.Response(status=200)
 
     async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
@@ -462,6 +478,55 @@ class TelegramFrontend:
             return
         log.info("pinned message %s in chat %s %s", pinned.message_id, message.chat.id, outcome)
 
+    async def answer_tap(self, update: Update) -> None:
+        """Answer a tap on a button at once (the tapper's button stops spinning): what it does,
+        or why it counts for nothing."""
+        query = update.callback_query
+        if query is None:
+            return
+        message = query.message
+        if not isinstance(message, Message):
+            notice = "This message is too old for its buttons; use /pin shared proposals."
+        else:
+            tapped = await self.pinbot.tapped(
+                conversation_of(message, query.from_user),
+                query.data or "",
+                self._admin_lookup(message, conversation_of(message, query.from_user)),
+            )
+            notice = tapped.notice if tapped else "This button does nothing any more."
+        try:
+            await query.answer(notice)
+        except TelegramError as error:
+            log.warning("answering a button tap failed: %s", error)
+
+    async def on_tap(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Carry out a tap (answered already) in its chat's order: a shared admin's decision on
+        a proposal, whose outcome replaces the message's buttons."""
+        query = update.callback_query
+        message = query.message if query else None
+        if query is None or not isinstance(message, Message):
+            return
+        conversation = conversation_of(message, query.from_user)
+        platform_admin = self._admin_lookup(message, conversation)
+        tapped = await self.pinbot.tapped(conversation, query.data or "", platform_admin)
+        if tapped is None or tapped.command is None:
+            return
+        deferred = _DEFERRED.get()
+        try:
+            reply = await self.pinbot.handle(
+                conversation,
+                tapped.command,
+                mentioned=True,
+                platform_admin=platform_admin,
+                redelivered=deferred is not None,
+            )
+        except Unavailable:
+            if deferred is None:
+                raise
+            deferred.lost = True
+            return
+        log.info("tap %r in chat %s: %s", query.data, message.chat.id, reply.text if reply else "")
+
     async def check_pinned_messages(self, now: datetime) -> None:
         """Telegram sends nothing when a message is unpinned: ask getChat of each group whose
         pinned message is a block, and idle the block where the chat has none pinned now."""
@@ -584,12 +649,12 @@ class TelegramFrontend:
         self, message: Message, conversation: Conversation
     ) -> Callable[[], Awaitable[bool | None]] | None:
         """How the core asks whether the sender administers this group (None outside groups)."""
-        sender = message.from_user
-        if conversation.kind is not ChatKind.GROUP or conversation.sender_id is None or not sender:
+        sender = conversation.sender_id
+        if conversation.kind is not ChatKind.GROUP or sender is None:
             return None
 
         async def is_admin() -> bool | None:
-            return await self._is_group_admin(message, sender.id)
+            return await self._is_group_admin(message, int(sender))
 
         return is_admin
 
@@ -643,6 +708,8 @@ def _chat_id(update: dict[str, Any]) -> int | None:
     itself: building python-telegram-bot's objects twice per update costs more than the rest of
     receiving it."""
     for value in update.values():
+        if isinstance(value, dict) and isinstance(value.get("message"), dict):
+            value = value["message"]  # a callback query: the chat of the message tapped
         chat = value.get("chat") if isinstance(value, dict) else None
         if isinstance(chat, dict) and isinstance(chat.get("id"), int):
             return int(chat["id"])

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from telegram import Bot, Message, ReplyParameters
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, ReplyParameters
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
 from bot.adapters.kit import Sent, Sleep, formatted_or_plain
@@ -58,6 +58,14 @@ def _refused_formatting(part: Part) -> Callable[[Exception], bool]:
     return refused
 
 
+def keyboard(reply: Reply) -> InlineKeyboardMarkup | None:
+    """A reply's buttons as an inline keyboard in one row (None when it has none)."""
+    if not reply.buttons:
+        return None
+    row = [InlineKeyboardButton(b.text, callback_data=b.data) for b in reply.buttons]
+    return InlineKeyboardMarkup([row])
+
+
 class TelegramSender:
     """Sends and edits the bot's messages."""
 
@@ -102,10 +110,14 @@ class TelegramSender:
     async def send(self, chat: str, reply: Reply) -> Sent | None:
         """Post reply in chat (a chat id); the first message sent, or None if none went."""
         first: Message | None = None
-        for part in self.parts(reply):
+        parts = self.parts(reply)
+        for number, part in enumerate(parts, 1):
+            markup = keyboard(reply) if number == len(parts) else None  # under the last part
 
-            async def post(part: Part) -> Message:
-                return await self._bot.send_message(chat, part[0], entities=list(part[1]) or None)
+            async def post(part: Part, markup: InlineKeyboardMarkup | None = markup) -> Message:
+                return await self._bot.send_message(
+                    chat, part[0], entities=list(part[1]) or None, reply_markup=markup
+                )
 
             sent = await self._deliver(chat, part, post)
             first = first or sent
@@ -117,7 +129,11 @@ class TelegramSender:
 
         async def change(part: Part) -> bool:
             await self._bot.edit_message_text(
-                part[0], sent.chat, int(sent.message_id), entities=list(part[1]) or None
+                part[0],
+                sent.chat,
+                int(sent.message_id),
+                entities=list(part[1]) or None,
+                reply_markup=keyboard(reply),  # none: the buttons go
             )
             return True
 

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bot.config import Config
@@ -31,7 +32,8 @@ from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
 from bot.core.pins import PinService
 from bot.core.policy import BlockPolicy
-from bot.core.replies import Reply
+from bot.core.proposals import ADMINS_ONLY, parse_tap
+from bot.core.replies import Messenger, Reply
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel, TextSink
@@ -46,6 +48,15 @@ UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 HOUSEKEEPING_INTERVAL = timedelta(hours=1)
 # A thinking indicator: a context manager that runs while the model works on a turn.
 Thinking = Callable[[], AbstractAsyncContextManager[None]]
+
+
+@dataclass(frozen=True)
+class Tapped:
+    """What a tap on one of the bot's buttons does: the notice the tapper sees at once, and the
+    command that carries it out in the chat's order (None: nothing to carry out)."""
+
+    notice: str
+    command: str | None
 
 
 class Pinbot:
@@ -67,7 +78,9 @@ class Pinbot:
         self.usage = UsageLedger(
             store, config.budgets, clock, llm=config.llm, pricing=config.pricing
         )
-        self.chat = ChatService(store, self.pins.ops, config, model, self.usage, clock)
+        self.chat = ChatService(
+            store, self.pins.ops, config, model, self.usage, clock, self.pins.proposals
+        )
         self.bot_username = bot_username
         limits = config.limits
         self._pin_commands = RateLimiter(store, "pin", limits.pin_commands_per_minute, clock)
@@ -131,6 +144,34 @@ class Pinbot:
         if refusal := context.admission.refusal:
             return f"not taken: {refusal}"
         return await self.chat_pin.pinned(context, text, message_id=message_id, author=author)
+
+    def use_messenger(self, messenger: Messenger) -> None:
+        """Post and update messages of the bot's own (proposals) through messenger."""
+        self.pins.proposals.messenger = messenger
+
+    async def tapped(
+        self,
+        conversation: Conversation,
+        data: str,
+        platform_admin: AdminLookup | None = None,
+    ) -> Tapped | None:
+        """A tap on a button of the bot's (conversation: who tapped, where), answered at once:
+        the notice to show the tapper, and the command that carries the tap out in the chat's
+        order (None when the tap counts for nothing). None for a button that is not ours."""
+        parsed = parse_tap(data)
+        if parsed is None:
+            return None
+        context = MessageContext.resolve(
+            conversation, self.config.pins, platform_admin, self.config.access
+        )
+        if refusal := context.admission.refusal or context.speaker.refusal:
+            return Tapped(refusal, None)
+        if await self.pins.proposals.may_decide(context):
+            return Tapped(ADMINS_ONLY, None)
+        approve, number = parsed
+        verb = "approve" if approve else "reject"
+        notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
+        return Tapped(notice, f"/pin shared {verb} {number}")
 
     async def chat_pin_groups(self, platform: str) -> list[tuple[str, str]]:
         """(group scope, chat id) of every group of platform that has a pinned-message block."""

@@ -18,6 +18,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
+from bot.core.proposals import Proposals
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
 from bot.core.tools import TOOL_SETS, PinTools, tool_message
@@ -42,11 +43,12 @@ class ChatService:
         model: ChatModel,
         usage: UsageLedger,
         clock: Clock = utc_now,
+        proposals: Proposals | None = None,
     ) -> None:
         self._store = store
         self._usage = usage
         self._lifecycle = Lifecycle(store, ops.policy, clock)
-        self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names])
+        self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names], proposals)
         self._config = config
         self._model = model
         self._clock = clock
@@ -171,7 +173,7 @@ class ChatService:
         # stable, cacheable request), the last round forbidding calls with tool_choice "none".
         offered = llm.agent_tools and context.speaker.pins_on
         rounds = llm.max_tool_rounds if offered else 0
-        tools = self._tools.specs if offered else None
+        tools = self._tools.offered(context) if offered else None
         messages = request.messages
         said: list[str] = []  # what the model wrote beside its tool calls
         for round_number in range(rounds + 1):

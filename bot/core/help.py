@@ -53,6 +53,8 @@ admins may change them.
 /pin shared history <label>                 A shared block's versions, newest first
 /pin shared undo                            Take back the last change to the shared blocks
 /pin shared restore <label> [version]       Bring back a version of a shared block
+/pin shared proposals                       The model's proposals waiting for a decision
+/pin shared approve <n>  /  reject <n>      Decide one (shared admins; or tap its buttons)
 /pin shared help                            This text
 
 On Telegram, when the operator turns it on, a message a shared admin pins in the group becomes \

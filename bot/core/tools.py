@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
 from bot.core.context import MessageContext
+from bot.core.conversation import ChatKind
+from bot.core.proposals import Proposals
 from bot.llm.base import Tool
 from storage.models import Block, Channel, Level, State
 
@@ -30,6 +32,7 @@ class Op(StrEnum):
     SET = "set"
     GET = "get"
     DELETE = "delete"
+    PROPOSE = "propose"
 
 
 class _Args(BaseModel):
@@ -58,7 +61,22 @@ class DeleteArgs(_Args):
     label: str
 
 
-_ARGS: dict[Op, type[_Args]] = {Op.SET: SetArgs, Op.GET: GetArgs, Op.DELETE: DeleteArgs}
+class ProposeArgs(_Args):
+    """Arguments of a proposal: a shared block to add, or the new content of one."""
+
+    label: str
+    content: str
+    level: Literal["strong", "context"] | None = None
+    priority: int | None = None
+    reason: str = ""
+
+
+_ARGS: dict[Op, type[_Args]] = {
+    Op.SET: SetArgs,
+    Op.GET: GetArgs,
+    Op.DELETE: DeleteArgs,
+    Op.PROPOSE: ProposeArgs,
+}
 
 
 @dataclass(frozen=True)
@@ -161,14 +179,17 @@ class ToolSet:
     label: str  # the parameter (and the result field) that names a block
     tools: tuple[ToolDef, ...]
     record: Record
+    propose: ToolDef  # offered besides the others in groups where pins work
     specs: list[Tool] = field(init=False, compare=False, repr=False)
+    group_specs: list[Tool] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "specs", [tool.spec() for tool in self.tools])
+        object.__setattr__(self, "group_specs", [*self.specs, self.propose.spec()])
 
     def find(self, name: str) -> ToolDef | None:
         """The tool of this set called name, if any."""
-        return next((tool for tool in self.tools if tool.name == name), None)
+        return next((tool for tool in (*self.tools, self.propose) if tool.name == name), None)
 
 
 _SCOPE_NOTE = "Works only on the current speaker's personal blocks, never on shared group blocks."
@@ -187,6 +208,18 @@ _PINNED = Param(
 )
 _PRIORITY = Param(
     "priority", "priority", {"type": "integer", "description": "higher comes first; default 0"}
+)
+
+
+_REASON = Param(
+    "reason",
+    "reason",
+    {"type": "string", "description": "one short sentence: why the group should keep this"},
+)
+_PROPOSE_NOTE = (
+    "Propose a shared block for this group, or new content for an existing one: the proposal "
+    "is posted in the group and the group's shared admins approve or reject it. Use it for what "
+    "the whole group agreed and should keep (a decision, a convention, a deadline)."
 )
 
 
@@ -223,6 +256,12 @@ PIN_TOOLS = ToolSet(
         ),
     ),
     _pin_record,
+    ToolDef(
+        Op.PROPOSE,
+        "pin_propose",
+        _PROPOSE_NOTE,
+        (_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PRIORITY, _REASON),
+    ),
 )
 _STICKY_NOTE = "Works only on the current speaker's personal slots, never on shared group slots."
 STICKY_TOOLS = ToolSet(
@@ -251,6 +290,12 @@ STICKY_TOOLS = ToolSet(
         ),
     ),
     _sticky_record,
+    ToolDef(
+        Op.PROPOSE,
+        "sticky_propose",
+        _PROPOSE_NOTE.replace("block", "slot"),
+        (_label("key", required=True, describe=True), _CONTENT, _LEVEL, _PRIORITY, _REASON),
+    ),
 )
 TOOL_SETS: dict[str, ToolSet] = {tools.name: tools for tools in (PIN_TOOLS, STICKY_TOOLS)}
 
@@ -269,9 +314,12 @@ def tool_message(outcome: Outcome) -> str:
 class PinTools:
     """Runs one tool call for the speaker of a message, over the same operations as /pin."""
 
-    def __init__(self, ops: BlockOps, tools: ToolSet = PIN_TOOLS) -> None:
+    def __init__(
+        self, ops: BlockOps, tools: ToolSet = PIN_TOOLS, proposals: Proposals | None = None
+    ) -> None:
         self._ops = ops
         self.tools = tools
+        self._proposals = proposals
         self._handlers: dict[Op, Callable[[Target, Any], Awaitable[Outcome]]] = {
             Op.SET: self._set,
             Op.GET: self._get,
@@ -280,8 +328,14 @@ class PinTools:
 
     @property
     def specs(self) -> list[Tool]:
-        """The definitions offered to the model."""
+        """The definitions offered to the model in a private chat."""
         return self.tools.specs
+
+    def offered(self, context: MessageContext) -> list[Tool]:
+        """The definitions offered to the model for this message: in a group where pins work
+        (and proposals can be made), the proposal tool too."""
+        group = context.conversation.kind is ChatKind.GROUP
+        return self.tools.group_specs if group and self._proposals else self.tools.specs
 
     async def call(self, context: MessageContext, name: str, arguments: str) -> Outcome:
         """The outcome of the call, or the reason it was refused; never raises on bad input."""
@@ -303,7 +357,21 @@ class PinTools:
             args = tool.arguments(raw)
         except _Invalid as invalid:
             return Refused(f"invalid arguments for {name}: {invalid}")
+        if isinstance(args, ProposeArgs):
+            return await self._propose(context, args)
         return await self._handlers[tool.op](target, args)
+
+    async def _propose(self, context: MessageContext, args: ProposeArgs) -> Outcome:
+        if self._proposals is None or context.conversation.kind is not ChatKind.GROUP:
+            return Refused("proposals are for a group's shared blocks; use the set tool here.")
+        return await self._proposals.propose(
+            context,
+            args.label,
+            args.content,
+            level=Level(args.level) if args.level else None,
+            priority=args.priority,
+            reason=args.reason,
+        )
 
     async def _set(self, target: Target, args: SetArgs) -> Outcome:
         """Create the block, or update it if it exists (never a pinned one)."""

@@ -16,10 +16,12 @@ from tests.conftest import BotFactory, dm
 def test_every_set_offers_every_operation_once() -> None:
     assert set(TOOL_SETS) == {"pin", "sticky"}
     for tools in TOOL_SETS.values():
-        assert [tool.op for tool in tools.tools] == list(Op)
-        assert [spec["function"]["name"] for spec in tools.specs] == [
+        assert [tool.op for tool in (*tools.tools, tools.propose)] == list(Op)
+        # In a private chat the model is offered no proposals; in a group every operation.
+        assert [spec["function"]["name"] for spec in tools.group_specs] == [
             f"{tools.name}_{op}" for op in Op
         ]
+        assert tools.specs == tools.group_specs[:-1]
 
 
 def test_the_sticky_set_takes_exactly_the_documented_parameters() -> None:

@@ -30,6 +30,7 @@ class FakeFeishu:
         self.replies: list[dict[str, Any]] = []
         self.posted: list[dict[str, Any]] = []  # messages sent to a chat, not as a reply
         self.edits: list[dict[str, Any]] = []
+        self.card_updates: list[dict[str, Any]] = []  # PATCH im/v1/messages/:id (cards)
         self.auth_headers: list[str] = []
         self.reply_errors: list[dict[str, Any]] = []
         self.tokens = itertools.count(1)
@@ -147,6 +148,14 @@ class FakeFeishu:
             {"code": 0, "msg": "success", "data": {"items": [self.messages[message_id]]}}
         )
 
+    async def _patch(self, request: web.Request) -> web.Response:
+        """im/v1/messages/:message_id (PATCH): a sent card updated for everyone."""
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        body = await request.json()
+        self.card_updates.append({"message_id": request.match_info["message_id"], **body})
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
     async def wait_for_replies(self, count: int, timeout: float = 10) -> None:
         async def waiter() -> None:
             async with self._changed:
@@ -170,6 +179,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._post)
         app.router.add_put("/open-apis/im/v1/messages/{message_id}", self._edit)
         app.router.add_get("/open-apis/im/v1/messages/{message_id}", self._message)
+        app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
         self._runner, self.port = await serve(app)
         return self
 
@@ -233,6 +243,43 @@ def receive_event(
             },
         },
     }
+
+
+def card_action(
+    value: dict[str, Any],
+    *,
+    open_id: str,
+    user_id: str = "",
+    chat_id: str = "oc_group",
+    message_id: str = "om_card",
+    event_id: str | None = None,
+    token: str = VERIFICATION_TOKEN,
+) -> dict[str, Any]:
+    """A `card.action.trigger` callback as Feishu POSTs it when a card button is tapped."""
+    number = next(_ids)
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id or f"ev_card_{number}",
+            "token": token,
+            "create_time": "1767225600000",
+            "event_type": "card.action.trigger",
+            "tenant_key": "tenant_1",
+            "app_id": APP_ID,
+        },
+        "event": {
+            "operator": {"tenant_key": "tenant_1", "user_id": user_id, "open_id": open_id},
+            "token": f"c-{number}",
+            "action": {"value": value, "tag": "button"},
+            "host": "im_message",
+            "context": {"open_message_id": message_id, "open_chat_id": chat_id},
+        },
+    }
+
+
+def card_text(content: str) -> str:
+    """The text of a card the bot sent (its first element)."""
+    return str(json.loads(content)["elements"][0]["text"]["content"])
 
 
 def mention(key: str, open_id: str, name: str) -> dict[str, Any]:

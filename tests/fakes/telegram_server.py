@@ -49,6 +49,7 @@ class FakeTelegram:
     def __init__(self) -> None:
         self.pinned: dict[int, dict[str, Any] | None] = {}  # getChat's pinned_message
         self.calls: list[tuple[str, dict[str, Any]]] = []  # answered successfully
+        self.returned: list[tuple[str, dict[str, Any], Any]] = []  # each call and its result
         self.failed: list[tuple[str, dict[str, Any]]] = []
         self.updates: list[dict[str, Any]] = []
         self.chat_types: dict[int, str] = {}
@@ -98,6 +99,10 @@ class FakeTelegram:
             if method == "sendMessage" and (chat_id is None or params.get("chat_id") == chat_id)
         ]
 
+    def results(self, method: str) -> list[tuple[dict[str, Any], Any]]:
+        """(params, result) of each successful call of method, in order."""
+        return [(params, result) for name, params, result in self.returned if name == method]
+
     def called(self, method: str) -> list[dict[str, Any]]:
         return [params for name, params in self.calls if name == method]
 
@@ -142,6 +147,8 @@ class FakeTelegram:
                 self.first_sent_at.setdefault(int(params["chat_id"]), time.perf_counter())
             await self._notify()
         result = await self._result(method, params)
+        if method != "getUpdates":
+            self.returned.append((method, params, result))
         return web.json_response({"ok": True, "result": result})
 
     async def _result(self, method: str, params: dict[str, Any]) -> Any:
@@ -320,6 +327,20 @@ def message(
     if reply_to is not None:
         body["reply_to_message"] = reply_to
     return {kind: body}
+
+
+def tap(chat: dict[str, Any], tapper: dict[str, Any], posted: dict[str, Any], data: str) -> Any:
+    """A callback_query update: tapper taps the button with data under the bot's message posted
+    (its message_id and text)."""
+    message = {
+        "message_id": posted["message_id"],
+        "date": 0,
+        "chat": chat,
+        "from": BOT_USER,
+        "text": posted["text"],
+    }
+    query = {"id": f"q{data}{tapper['id']}", "from": tapper, "chat_instance": "ci", "data": data}
+    return {"callback_query": {**query, "message": message}}
 
 
 async def _serve_forever() -> None:

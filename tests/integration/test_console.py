@@ -655,3 +655,78 @@ async def test_the_sticky_context_tools_by_their_documented_names(
     assert await stored(tmp_path, "console:direct:42") == [
         ("safety-rules", safety, "strong", "pinned")
     ]
+
+
+# --- proposals (issue 30) ----------------------------------------------------------------------
+
+
+async def test_the_model_proposes_and_an_admin_approves_or_rejects_at_the_console(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    llm = {
+        "backend": "openai",
+        "base_url": fake_openai.base_url,
+        "api_key_env": "PINBOT_CONSOLE_KEY",
+        "system_prompt": "",
+        "max_retries": 0,
+        "agent_tools": True,
+    }
+    pins = {"enable_in_group": True, "group_shared_admin_ids": ["7"], "max_pending_proposals": 2}
+    config = write_config(tmp_path, llm=llm, pins=pins)
+    group = ["--group", "-100", "--user"]
+    env = {"PINBOT_CONSOLE_KEY": "k"}
+    propose = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed today"}
+    fake_openai.script = [
+        tool_calls(
+            ("pin_propose", propose),
+            ("pin_propose", {"label": "style", "content": "Use British spelling."}),
+            ("pin_propose", {"label": "third", "content": "One too many."}),
+            ("pin_propose", {"label": "bad label", "content": "x"}),
+        ),
+        completion("I proposed it."),
+    ]
+    code, out, err = await console(config, ["Let's keep the deadline"], *group, "42", env=env)
+    assert code == 0, err
+    assert "[message 1] Proposal #1 for this group's shared blocks:" in out
+    assert "New block 'deadline':\nRelease on Friday.\nReason: agreed today" in out
+    assert out.rstrip().endswith("I proposed it.")
+    offered = [tool["function"]["name"] for tool in fake_openai.requests[0]["tools"]]
+    assert offered == ["pin_set", "pin_get", "pin_delete", "pin_propose"]
+    results = tool_results(fake_openai.requests[1])
+    assert results[0].startswith("Proposal #1 is posted in the group and waits")
+    assert "already has 2 pending proposals" in results[2]
+    assert results[3].startswith("Refused: A label cannot contain spaces")
+    assert await stored(tmp_path, "console:group:-100") == []  # nothing until an admin decides
+    # A member sees the proposals but may not decide; the admin approves one, rejects the other.
+    code, out, err = await console(
+        config,
+        ["/pin shared proposals", "/pin shared approve 1"],
+        *group,
+        "42",
+        env=env,
+    )
+    assert "#1 add 'deadline': Release on Friday. Reason: agreed today (expires in 24 h)" in out
+    assert "Only shared admins may change this group's shared blocks" in out
+    code, out, err = await console(
+        config,
+        ["/pin shared approve 1", "/pin shared approve 1", "/pin shared reject 2", "/pin undo"],
+        *group,
+        "7",
+        env=env,
+    )
+    assert code == 0, err
+    assert "Approved proposal #1. Saved context block 'deadline'." in out
+    assert "Proposal #1 was approved already." in out
+    assert "Rejected proposal #2; nothing changed." in out
+    assert await stored(tmp_path, "console:group:-100") == [
+        ("deadline", "Release on Friday.", "context", "active")
+    ]
+    async with await open_test_store(tmp_path) as store:
+        (version,) = await store.versions("console:group:-100", "deadline")
+        assert version.actor == "7" and version.channel.value == "proposal"
+        assert version.origin is not None and version.origin.proposal == 1
+        (entry,) = await store.audit_log("console:group:-100", 5)
+        assert entry.actor == "7" and entry.origin is not None and entry.origin.proposal == 1
+    code, out, err = await console(config, ["/pin shared undo"], *group, "7", env=env)
+    assert "Undid add" in out and "'deadline'" in out
+    assert await stored(tmp_path, "console:group:-100") == []

@@ -20,6 +20,7 @@ from bot.adapters.kit import RefusalLog, Sent
 from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
+from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from tests.conftest import make_config
 from tests.fakes.clock import FakeClock
@@ -29,6 +30,8 @@ from tests.fakes.feishu_server import (
     BOT_OPEN_ID,
     VERIFICATION_TOKEN,
     FakeFeishu,
+    card_action,
+    card_text,
     encrypt,
     mention,
     receive_event,
@@ -36,6 +39,7 @@ from tests.fakes.feishu_server import (
     url_verification,
 )
 from tests.fakes.http import free_port
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
 ENCRYPT_KEY = "encrypt-key-value"
 BOT = mention("@_user_1", BOT_OPEN_ID, "pinbot")
@@ -81,7 +85,9 @@ async def start_feishu(
     async def fake_sleep(seconds: float) -> None:
         fake_feishu.slept.append(seconds)
 
-    async def start(*, encrypt_key: str = "", on: Store | None = None, **sections: Any) -> Harness:
+    async def start(
+        *, encrypt_key: str = "", on: Store | None = None, model: Any = None, **sections: Any
+    ) -> Harness:
         feishu = {
             "app_id": APP_ID,
             "base_url": fake_feishu.base_url,
@@ -89,7 +95,7 @@ async def start_feishu(
             **sections.pop("feishu", {}),
         }
         config = make_config(feishu=feishu, **sections)
-        pinbot = Pinbot(config, on or store, OfflineChatModel(), clock=clock)
+        pinbot = Pinbot(config, on or store, model or OfflineChatModel(), clock=clock)
         frontend = FeishuFrontend(
             pinbot,
             config.feishu,
@@ -515,3 +521,57 @@ async def test_a_reply_without_content_pins_the_parent_fetched_by_id(
     )
     assert "im:message.group_msg" in texts[-1]
     assert len(await bot.store.blocks([mine])) == 2
+
+
+async def test_a_proposal_card_and_an_admins_card_action(
+    start_feishu: Any, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
+    llm = {
+        "backend": "openai",
+        "base_url": server.base_url,
+        "api_key_env": "PINBOT_TEST_KEY",
+        "max_retries": 0,
+        "agent_tools": True,
+    }
+    propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
+    server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    pins = {"enable_in_group": True, "group_shared_admin_ids": ["ou_admin"]}
+    try:
+        bot = await start_feishu(model=model, llm=llm, pins=pins)
+        group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
+        await bot.send(receive_event("@_user_1 keep the standup time", mentions=[BOT], **group))
+        (card,) = [p for p in fake_feishu.posted if p["msg_type"] == "interactive"]
+        assert card["receive_id"] == "oc_group"
+        assert "Proposal #1" in card_text(card["content"])
+        buttons = json.loads(card["content"])["elements"][1]["actions"]
+        assert [b["value"] for b in buttons] == [
+            {"pinbot": "pinbot:proposal:approve:1"},
+            {"pinbot": "pinbot:proposal:reject:1"},
+        ]
+        approve = buttons[0]["value"]
+        # A member's tap: a toast, nothing recorded, nothing changed.
+        status, answer = await bot.post(
+            card_action(approve, open_id="ou_user1", message_id="om_sent_1")
+        )
+        assert status == 200 and "Only this group's shared admins" in answer["toast"]["content"]
+        # A forged callback is refused like a forged event.
+        status, _ = await bot.post(card_action(approve, open_id="ou_admin", token="forged"))
+        assert status == 401
+        # The admin's tap, delivered twice: one toast each, one change, one card update.
+        tapped = card_action(approve, open_id="ou_admin", message_id="om_sent_1", event_id="ev_t")
+        for _ in range(2):
+            status, answer = await bot.post(tapped)
+            assert status == 200 and answer["toast"]["content"] == "Approving proposal #1…"
+        await bot.frontend.idle()
+        blocks = await bot.store.blocks(["feishu:group:oc_group"])
+        assert [(b.label, b.content) for b in blocks] == [("standup", "Standup at 9:30.")]
+        (update,) = fake_feishu.card_updates
+        assert update["message_id"] == "om_sent_1"
+        shown = json.loads(update["content"])
+        assert len(shown["elements"]) == 1  # the buttons are gone
+        assert card_text(update["content"]).endswith("Approved by ou_admin: saved.")
+    finally:
+        await server.stop()

@@ -29,7 +29,7 @@ from storage import Store
 from tests.conftest import dm, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.fakes.telegram_server import (
     BOT_USER,
     TOKEN,
@@ -38,6 +38,7 @@ from tests.fakes.telegram_server import (
     message,
     private_chat,
     service,
+    tap,
     user,
 )
 from tests.pg import fresh_database
@@ -1013,3 +1014,116 @@ async def test_replies_that_cannot_be_pinned_are_refused_with_the_reason(
     (reply,) = await bot.reply_to(topic)
     assert "needs content after its label" in reply
     assert await blocks(store, "telegram:direct:42") == []
+
+
+# --- proposals (issue 30) ----------------------------------------------------------------------
+
+
+def proposing_model(
+    server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, *proposals: dict[str, Any]
+) -> tuple[OpenAIChatModel, dict[str, Any]]:
+    """The real OpenAI client against the fake server, scripted to propose each of proposals
+    (one turn each) and then answer."""
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
+    llm = {
+        "backend": "openai",
+        "base_url": server.base_url,
+        "api_key_env": "PINBOT_TEST_KEY",
+        "max_retries": 0,
+        "agent_tools": True,
+    }
+    server.script = []
+    for proposal in proposals:
+        server.script += [tool_calls(("pin_propose", proposal)), completion("Proposed.")]
+    return OpenAIChatModel.from_config(make_config(llm=llm).llm), llm
+
+
+async def test_a_proposal_is_posted_with_buttons_and_an_admins_tap_applies_it(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    propose = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed today"}
+    model, llm = proposing_model(fake_openai, monkeypatch, propose)
+    bot = await start_bot(model, pins=ADMIN_PINS, llm=llm)
+    chat = group_chat(GROUP)
+    await bot.reply_to(message(chat, "@pin_bot keep the deadline", user(42)))
+    (posted,) = [p for p in fake_telegram.sent(GROUP) if "reply_markup" in p]
+    assert "Proposal #1" in posted["text"] and "Release on Friday." in posted["text"]
+    (row,) = posted["reply_markup"]["inline_keyboard"]
+    assert [(b["text"], b["callback_data"]) for b in row] == [
+        ("Approve", "pinbot:proposal:approve:1"),
+        ("Reject", "pinbot:proposal:reject:1"),
+    ]
+    assert await blocks(store, GROUP_KEY) == []
+    sent_id = await posted_id(fake_telegram, posted)
+    shown = {"message_id": sent_id, "text": posted["text"]}
+    # A member's tap: a notice, and nothing changes.
+    fake_telegram.push(tap(chat, user(42), shown, "pinbot:proposal:approve:1"))
+    await bot.settle()
+    (answer,) = fake_telegram.called("answerCallbackQuery")
+    assert "Only this group's shared admins" in answer["text"]
+    assert await blocks(store, GROUP_KEY) == [] and fake_telegram.called("editMessageText") == []
+    # The admin taps Approve twice: one change, one edit, the buttons replaced by the outcome.
+    fake_telegram.push(tap(chat, user(7), shown, "pinbot:proposal:approve:1"))
+    fake_telegram.push(tap(chat, user(7), shown, "pinbot:proposal:approve:1"))
+    await bot.settle()
+    answers = [a["text"] for a in fake_telegram.called("answerCallbackQuery")]
+    assert answers[1:] == ["Approving proposal #1…"] * 2
+    assert await blocks(store, GROUP_KEY) == [("deadline", "Release on Friday.", "context")]
+    (edit,) = fake_telegram.called("editMessageText")
+    assert edit["message_id"] == sent_id and "reply_markup" not in edit
+    assert edit["text"].endswith("Approved by 7: saved.")
+    (version,) = await store.versions(GROUP_KEY, "deadline")
+    assert version.actor == "7" and version.origin is not None and version.origin.proposal == 1
+
+
+async def posted_id(fake_telegram: FakeTelegram, posted: dict[str, Any]) -> int:
+    """The message id the fake server gave a sent message (its calls and results in order)."""
+    for params, result in fake_telegram.results("sendMessage"):
+        if params is posted:
+            return int(result["message_id"])
+    raise AssertionError("not sent")
+
+
+async def test_expired_and_stale_proposals_are_refused_once_and_say_so(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, llm = proposing_model(
+        fake_openai,
+        monkeypatch,
+        {"label": "rules", "content": "Be kind and brief."},
+        {"label": "later", "content": "Will expire."},
+    )
+    bot = await start_bot(model, pins=ADMIN_PINS, llm=llm)
+    chat = group_chat(GROUP)
+    await bot.reply_to(message(chat, "/pin shared add rules Be kind.", user(7)))
+    await bot.reply_to(message(chat, "@pin_bot make the rules stricter", user(42)))
+    # The block changes after the proposal to replace it: approving it would lose that change.
+    await bot.reply_to(message(chat, "/pin shared edit rules Be kind, always.", user(7)))
+    (reply,) = await bot.reply_to(message(chat, "/pin shared approve 1", user(7)))
+    assert "changed after this was asked for" in reply
+    assert (await blocks(store, GROUP_KEY))[0][1] == "Be kind, always."
+    edits = fake_telegram.called("editMessageText")
+    assert len(edits) == 1 and "Approved by 7, but not saved" in edits[0]["text"]
+    # A proposal past pins.proposal_ttl_hours: a tap says it expired and updates its message.
+    await bot.reply_to(message(chat, "@pin_bot note something", user(42)))
+    clock.advance(hours=25)
+    posted = [p for p in fake_telegram.sent(GROUP) if "reply_markup" in p][-1]
+    shown = {"message_id": await posted_id(fake_telegram, posted), "text": posted["text"]}
+    fake_telegram.push(tap(chat, user(7), shown, "pinbot:proposal:approve:2"))
+    await bot.settle()
+    edits = fake_telegram.called("editMessageText")
+    assert len(edits) == 2 and edits[1]["text"].endswith(
+        "Expired without a decision; nothing changed."
+    )
+    assert [b[0] for b in await blocks(store, GROUP_KEY)] == ["rules"]
+    (reply,) = await bot.reply_to(message(chat, "/pin shared approve 2", user(7)))
+    assert "was expired already" in reply

@@ -24,13 +24,14 @@ from storage import Store
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, FakeFeishu
 from tests.fakes.feishu_server import receive_event as feishu_event
 from tests.fakes.http import free_port
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.fakes.telegram_server import (
     TOKEN,
     FakeTelegram,
     group_chat,
     message,
     private_chat,
+    tap,
     user,
 )
 from tests.pg import PgCluster, fresh_database
@@ -405,3 +406,60 @@ async def until_async(nothing_left: Callable[[], Awaitable[object]]) -> None:
     async with asyncio.timeout(WAIT_S):
         while await nothing_left() is not None:
             await asyncio.sleep(0.02)
+
+
+async def test_one_tap_delivered_to_two_workers_applies_once(
+    start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
+) -> None:
+    proposal = {"label": "deadline", "content": "Release on Friday."}
+    fake_openai.script = [tool_calls(("pin_propose", proposal)), completion("Proposed.")]
+    cluster = await start_cluster(
+        "telegram",
+        2,
+        telegram=telegram_settings(fake_telegram),
+        llm={
+            "backend": "openai",
+            "base_url": fake_openai.base_url,
+            "timeout_s": 30,
+            "agent_tools": True,
+        },
+        pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]},
+    )
+    chat = group_chat(-1009)
+    ask = {"update_id": next(_update_ids), **message(chat, "@pin_bot keep it", user(42))}
+    assert await cluster.post(ask, HEADERS) == 200
+
+    def posted() -> list[tuple[dict[str, Any], Any]]:
+        return [(p, r) for p, r in fake_telegram.results("sendMessage") if "reply_markup" in p]
+
+    await fake_telegram.wait_for(lambda: bool(posted()), WAIT_S)
+    (params, result) = posted()[0]
+    shown = {"message_id": result["message_id"], "text": params["text"]}
+    tapped = {
+        "update_id": next(_update_ids),
+        **tap(
+            chat, user(7), shown, params["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        ),
+    }
+    statuses = await asyncio.gather(*(cluster.post_to(i, tapped, HEADERS) for i in (0, 1)))
+    assert statuses == [200, 200]
+    await fake_telegram.wait_for(lambda: bool(fake_telegram.called("editMessageText")), WAIT_S)
+    # A later message of the chat is answered after the tap: by then every copy is done.
+    later = {"update_id": next(_update_ids), **message(chat, "/pin shared list", user(42))}
+    assert await cluster.post(later, HEADERS) == 200
+    await fake_telegram.wait_for(
+        lambda: any(
+            "deadline" in s["text"] for s in fake_telegram.sent(-1009) if "reply_markup" not in s
+        ),
+        WAIT_S,
+    )
+    assert len(fake_telegram.called("answerCallbackQuery")) == 1, cluster.logs()
+    (edit,) = fake_telegram.called("editMessageText")
+    assert edit["text"].endswith("Approved by 7: saved.")
+    store = await Store.open(url=pg_url)
+    try:
+        blocks = await store.blocks(["telegram:group:-1009"])
+        assert [(b.label, b.content) for b in blocks] == [("deadline", "Release on Friday.")]
+        assert len(await store.versions("telegram:group:-1009", "deadline")) == 1
+    finally:
+        await store.close()

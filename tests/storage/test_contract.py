@@ -27,7 +27,9 @@ from storage.models import (
     Level,
     Limits,
     NewBlock,
+    NewProposal,
     Origin,
+    ProposalStatus,
     State,
     UsageTotals,
 )
@@ -419,3 +421,45 @@ async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> Non
     assert [g.key for g in groups] == ["p:group:1"]
     of_group = await store.usage_days("2026-01-02", group_key="p:group:1")
     assert [(d, t.prompt_tokens) for d, t in of_group] == [("2026-01-02", 1)]
+
+
+async def test_proposals_are_numbered_limited_decided_once_and_moved(open_store: Opener) -> None:
+    store = await open_store()
+    later = NOW + timedelta(hours=24)
+
+    def proposal(label: str, scope: str = "p:group:1") -> NewProposal:
+        return NewProposal(scope, label, "content", None, None, "why", "42")
+
+    first = await store.add_proposal(proposal("a"), now=NOW, expires_at=later, max_pending=2)
+    second = await store.add_proposal(proposal("b"), now=NOW, expires_at=later, max_pending=2)
+    assert (first and first.number, second and second.number) == (1, 2)
+    assert await store.add_proposal(proposal("c"), now=NOW, expires_at=later, max_pending=2) is None
+    other = await store.add_proposal(
+        proposal("a", "p:group:2"), now=NOW, expires_at=later, max_pending=2
+    )
+    assert other is not None and other.number == 1  # numbers are per group
+    # Two decisions at once (two store instances: two workers): exactly one counts.
+    again = await open_store()
+    decided = await asyncio.gather(
+        store.decide_proposal("p:group:1", 1, ProposalStatus.REJECTED, by="7", outcome="", now=NOW),
+        again.decide_proposal("p:group:1", 1, ProposalStatus.REJECTED, by="8", outcome="", now=NOW),
+    )
+    assert sorted(decided) == [False, True]
+    assert [p.number for p in await store.pending_proposals("p:group:1")] == [2]
+    # An approval's block change marks its proposal applied in the same transaction.
+    change = Change("7", Channel.PROPOSAL, Origin(proposal=2))
+    await store.insert_block(
+        new("b", "p:group:1"), now=NOW, limits=TWENTY, change=change, audited=True
+    )
+    applied = await store.proposal("p:group:1", 2)
+    assert applied is not None and applied.status is ProposalStatus.APPLIED
+    assert applied.decided_by == "7"
+    await store.add_proposal(proposal("d"), now=NOW, expires_at=later, max_pending=2)
+    await store.set_proposal_message("p:group:1", 3, "-100", "55")
+    # A migrated group keeps its proposals; a transfer copies them.
+    await store.move_group(
+        "p:group:1", "p:group:9", members_prefix="p:group:1::", sessions_prefix="p:group:1:"
+    )
+    moved = await store.proposal("p:group:9", 3)
+    assert moved is not None and moved.message_id == "55" and moved.status is ProposalStatus.PENDING
+    assert len((await store.dump())["proposals"]) == 4
