@@ -19,6 +19,7 @@ SDIST_FILES = (
     "docs/user-guide.md",
     "docs/operator-guide.md",
     "docs/design.md",
+    "docs/designs.md",
     "docs/performance.md",
 )
 FORBIDDEN = [

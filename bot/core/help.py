@@ -18,7 +18,7 @@ message, in this chat only.
 /pin level <label> strong|context    Change a block's level
 /pin priority <label> <n>            Change a block's priority (higher is sent first)
 /pin list                            Show your blocks
-/pin status                          Slots, characters, tokens per request, idle clean-up
+/pin status                          Each block sent, its characters and tokens; idle clean-up
 /pin edit <label> <new content>      Replace a block's content
 /pin remove <label>                  Delete a block
 /pin idle|activate|pin|unpin <label> Pause, resume, keep or release a block
@@ -38,7 +38,7 @@ Shared blocks apply whenever anyone speaks in this group. Everyone may view them
 admins may change them.
 
 /pin shared list                            Show the group's shared blocks
-/pin shared status                          Slots, characters and tokens of the shared blocks
+/pin shared status                          Each shared block sent, its characters and tokens
 /pin shared add <label> <content>           Add a shared context block
 /pin shared add-strong <label> <content>    Add a shared strong block
 /pin shared add-context <label> <content>   Add a shared context block

@@ -222,3 +222,24 @@ async def test_no_figures_when_injection_is_off(make_bot: BotFactory) -> None:
     assert "Kept, but not sent:\n1. tone (strong, active, priority 0): 9 characters" in status
     assert "Idle, not sent:\n- old (context, idle, priority 0): deleted once" in status
     assert "Your blocks: 2 of 20 blocks, 18 characters" in status
+
+
+async def test_a_list_of_blocks_none_of_which_is_sent(make_bot: BotFactory) -> None:
+    bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    await bot.handle(dm(), "/pin add old Old notes")
+    await bot.handle(dm(), "/pin idle old")
+    assert text_of(await bot.handle(dm(), "/pin list")).endswith(
+        "\nNone of these blocks is sent to the model now: idle blocks are not."
+    )
+    await bot.handle(group("7"), "/pin shared add rule Be kind.")
+    await bot.handle(group("8"), "/pin add mine My notes")
+    await bot.handle(group("8"), "/pin idle mine")
+    listing = text_of(await bot.handle(group("8"), "/pin list"))
+    (total,) = figures(r"carries about ([\d,]+) tokens", listing)
+    shared, wrapper = figures(r"\(about ([\d,]+)\)", listing)
+    assert "None of these blocks is sent to the model now: idle blocks are not.\n" in listing
+    assert total <= shared + wrapper <= total + 1
+    shared_listing = text_of(await bot.handle(group("8"), "/pin shared list"))
+    assert "These blocks add about " in shared_listing and "your personal blocks" not in (
+        shared_listing
+    )

@@ -657,6 +657,57 @@ async def test_the_sticky_context_tools_by_their_documented_names(
     ]
 
 
+async def test_whoami_says_what_each_role_may_do_and_offers_only_missing_roles(
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path,
+        pins={
+            "enable_in_group": True,
+            "group_shared_admin_ids": ["console:group:-100123::u:7"],
+            "group_strong_user_ids": [8],
+        },
+    )
+    group = ("--group", "-100123")
+    said: dict[str, str] = {}
+    for user in ("7", "8", "9"):
+        code, out, err = await console(config, ["/whoami"], "--user", user, *group)
+        assert code == 0, err
+        said[user] = out
+    admin, strong, member = said["7"], said["8"], said["9"]
+    assert (
+        "Pins here: on. You are a shared admin: you may add and change your own strong and "
+        "context blocks here, and add, change and remove this group's shared blocks with every "
+        "/pin shared command."
+    ) in admin
+    assert "To make you" not in admin and "::u:" not in admin
+    assert (
+        "Pins here: on. You are a strong user: you may add and change your own strong and "
+        "context blocks here, and view this group's shared blocks (/pin shared list, status and "
+        "log). Changing shared blocks needs a shared admin."
+    ) in strong
+    assert (
+        "To make you a shared admin, add one of these to pins.group_shared_admin_ids:\n"
+        "  in every enabled group: 8\n"
+        "  in this group only: console:group:-100123::u:8"
+    ) in strong
+    assert "pins.group_strong_user_ids" not in strong
+    assert (
+        "Pins here: on. You are a member: you may add and change your own context blocks here, "
+        "remove or clear any of your own, and view this group's shared blocks (/pin shared "
+        "list, status and log). Strong blocks need a strong user or a shared admin."
+    ) in member
+    assert (
+        "To make you a shared admin, add one of these to pins.group_shared_admin_ids (for a "
+        "strong user, to pins.group_strong_user_ids):\n"
+        "  in every enabled group: 9\n"
+        "  in this group only: console:group:-100123::u:9"
+    ) in member
+    code, out, _ = await console(config, ["/whoami"], "--user", "9")
+    assert "You are a DM user: you may add, change and remove your own blocks here" in out
+    assert "To make you" not in out
+
+
 # --- proposals (issue 30) ----------------------------------------------------------------------
 
 

@@ -14,7 +14,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_dist.py")]
-DOCS = ["docs/user-guide.md", "docs/operator-guide.md", "docs/design.md", "docs/performance.md"]
+DOCS = [
+    "docs/user-guide.md",
+    "docs/operator-guide.md",
+    "docs/design.md",
+    "docs/designs.md",
+    "docs/performance.md",
+]
 GOOD_WHEEL = [
     "bot/__init__.py",
     "bot/cli/__init__.py",
