@@ -9,11 +9,19 @@ from datetime import datetime
 from typing import Protocol
 
 from storage.buckets import TokenBuckets
-from storage.dialect import Database
-from storage.models import PendingUpdate
+from storage.dialect import Database, Row, Step
+from storage.models import Arrival, PendingUpdate
 from storage.rows import ts
 
 _DROP = "DELETE FROM chat_leases WHERE chat = ? AND owner = ?"
+_WAITING = "SELECT seq, platform, payload FROM inbox WHERE chat = {chat} AND done_at IS NULL "
+_FIRST = _WAITING.format(chat="?") + "ORDER BY position, seq LIMIT 1"
+
+
+def _pending(rows: list[list[Row]], step: int) -> PendingUpdate | None:
+    """The update a chain's step read, if that step ran and found one."""
+    found = rows[step] if len(rows) > step else []
+    return PendingUpdate(int(found[0][0]), found[0][1], found[0][2]) if found else None
 
 
 class DeliveryStore(Protocol):
@@ -52,60 +60,76 @@ class DeliveryStore(Protocol):
         """Stop being a live worker: this worker's chats and sole role go to the others."""
         await self._db.leave()
 
-    async def record_update(
-        self, platform: str, event_id: str, *, chat: str, position: int, payload: str, now: datetime
-    ) -> bool:
-        """Record an update as it arrives; False if this event was recorded before (a repeated
-        delivery, to any worker, which must not be processed again)."""
-        changed = await self._db.execute(
-            "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            *(platform, event_id, chat, position, payload, ts(now)),
-        )
-        return changed == 1
-
-    async def claim_chat(self, chat: str, *, now: datetime) -> bool:
-        """Take the chat's lease for this worker unless another live worker holds it; True when
-        this worker holds it now."""
-        rows = await self._db.returning(
+    def _claim(self, chat: str, now: datetime) -> Step:
+        """The statement taking the chat's lease for this worker unless another live worker
+        holds it; it returns a row when this worker holds it now."""
+        return Step(
             "INSERT INTO chat_leases (chat, owner, since) VALUES (?, ?, ?) "
             "ON CONFLICT (chat) DO UPDATE SET owner = excluded.owner, since = excluded.since "
             "WHERE chat_leases.owner = excluded.owner "
             f"OR chat_leases.owner NOT IN ({self._db.live_workers(self._worker)}) RETURNING owner",
-            *(chat, self._worker, ts(now)),
+            (chat, self._worker, ts(now)),
         )
-        return bool(rows)
+
+    async def record_update(
+        self, platform: str, event_id: str, *, chat: str, position: int, payload: str, now: datetime
+    ) -> Arrival:
+        """Record an update as it arrives, committed on return, and in the same transaction take
+        its chat for this worker unless another live worker holds it; then read the chat's first
+        waiting update. Arrival.recorded is False for an event recorded before (a repeated
+        delivery, to any worker, which must not be processed again); Arrival.first is the
+        chat's first waiting update when this worker holds the chat now."""
+        found = await self._db.chain(
+            Step(
+                "INSERT INTO inbox (platform, event_id, chat, position, payload, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING seq",
+                (platform, event_id, chat, position, payload, ts(now)),
+            ),
+            self._claim(chat, now),
+            Step(_FIRST, (chat,)),
+        )
+        return Arrival(bool(found[0]), _pending(found, 2))
+
+    async def claim_chat(self, chat: str, *, now: datetime) -> bool:
+        """Take the chat's lease for this worker unless another live worker holds it; True when
+        this worker holds it now."""
+        claim = self._claim(chat, now)
+        return bool(await self._db.returning(claim.sql, *claim.args))
 
     async def next_update(self, chat: str) -> PendingUpdate | None:
         """The chat's first unprocessed update in order, if any."""
-        row = await self._db.fetchrow(
-            "SELECT seq, platform, payload FROM inbox WHERE chat = ? AND done_at IS NULL "
-            "ORDER BY position, seq LIMIT 1",
-            chat,
-        )
-        return PendingUpdate(int(row[0]), row[1], row[2]) if row else None
+        return _pending([await self._db.fetch(_FIRST, chat)], 0)
 
-    async def finish_update(self, seq: int, *, now: datetime) -> None:
-        """Mark an update processed."""
-        await self._db.execute("UPDATE inbox SET done_at = ? WHERE seq = ?", ts(now), seq)
+    async def finish_update(self, seq: int, *, now: datetime) -> PendingUpdate | None:
+        """Mark an update processed; then, in the same transaction, read its chat's next
+        unprocessed update in order, if any."""
+        found = await self._db.chain(
+            Step("UPDATE inbox SET done_at = ? WHERE seq = ? RETURNING chat", (ts(now), seq)),
+            Step(
+                _WAITING.format(chat="(SELECT chat FROM inbox WHERE seq = ?)")
+                + "ORDER BY position, seq LIMIT 1",
+                (seq,),
+            ),
+        )
+        return _pending(found, 1)
 
     async def release_chat(self, chat: str) -> bool:
         """Give up the chat's lease unless updates of it wait; True when this worker no longer
         holds it (released, or taken over), False when updates wait and the lease is still ours.
 
         The lease row is locked first: an update recorded meanwhile is either seen waiting
-        here, or its worker's claim waits for this release and then takes the chat."""
-        async with self._db.transaction() as tx:
-            owner = await tx.fetchval(
-                f"SELECT owner FROM chat_leases WHERE chat = ?{self._db.for_update}", chat
-            )
-            waiting = await tx.fetchval(
-                "SELECT 1 FROM inbox WHERE chat = ? AND done_at IS NULL LIMIT 1", chat
-            )
-            if waiting:
-                return bool(owner != self._worker)
-            await tx.execute(_DROP, chat, self._worker)
-        return True
+        by the statement after the lock, or its worker's claim waits for this release and then
+        takes the chat."""
+        found = await self._db.chain(
+            Step(f"SELECT owner FROM chat_leases WHERE chat = ?{self._db.for_update}", (chat,)),
+            Step(
+                f"{_DROP} AND NOT EXISTS (SELECT 1 FROM inbox WHERE chat = ? AND done_at IS NULL) "
+                "RETURNING owner",
+                (chat, self._worker, chat),
+            ),
+        )
+        held = bool(found[0]) and found[0][0][0] == self._worker
+        return not held or bool(found[1])
 
     async def drop_lease(self, chat: str) -> None:
         """Give up the chat's lease whatever waits (another worker will take the chat up)."""

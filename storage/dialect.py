@@ -3,8 +3,10 @@ locks, column types, the schema version's bookkeeping and how a worker proves it
 
 Statements are written once, with `?` placeholders and `IN (?*)` for a list parameter. Besides
 reads and single writes, a `Database` runs atomic batches (`write`: one round trip to SQLite's
-thread) and transactions holding per-scope locks: PostgreSQL's READ COMMITTED would let two
-writers both see a scope below its limit, so writes that a limit guards lock their scope first.
+thread), chains of statements in one transaction that return their rows (`chain`: the same one
+round trip there, one transaction on PostgreSQL) and transactions holding per-scope locks:
+PostgreSQL's READ COMMITTED would let two writers both see a scope below its limit, so writes
+that a limit guards lock their scope first.
 """
 
 from __future__ import annotations
@@ -104,6 +106,14 @@ class Database(Executor):
     async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
         """Run steps atomically, holding the locks of the scopes named; with guard, the steps
         after the first run only if the first changed a row. Returns the first's count."""
+
+    @abc.abstractmethod
+    async def chain(self, *steps: Step) -> list[list[Row]]:
+        """Run steps in one transaction, each only while the one before it returned a row
+        (writes return theirs with RETURNING); the rows of each step that ran. Every statement
+        after the first sees what the transaction's earlier statements and other committed
+        transactions wrote (PostgreSQL: each takes a new snapshot, and a lock a statement took
+        is held to the end)."""
 
     @abc.abstractmethod
     def transaction(self, *locks: str) -> contextlib.AbstractAsyncContextManager[Executor]:
@@ -280,6 +290,29 @@ class SqliteDatabase(_SqliteExecutor, Database):
                 )
         return changed
 
+    async def chain(self, *steps: Step) -> list[list[Row]]:
+        async with self._write_lock:
+            with _sqlite_faults():
+                found: list[list[Row]] = await self._connection._execute(  # type: ignore[no-untyped-call]
+                    self._run_chain, steps
+                )
+        return found
+
+    def _run_chain(self, steps: Sequence[Step]) -> list[list[Row]]:  # in aiosqlite's thread
+        raw = self._connection._conn
+        found: list[list[Row]] = []
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            for step in steps:
+                found.append(raw.execute(*_sqlite_args(step.sql, step.args)).fetchall())
+                if not found[-1]:
+                    break
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raise
+        raw.execute("COMMIT")
+        return found
+
     def _run(self, steps: Sequence[Step], guard: bool) -> int:  # in aiosqlite's thread
         raw = self._connection._conn
 
@@ -386,6 +419,14 @@ class _PgExecutor(Executor):
             await self._connection.executemany(_pg_sql(sql), rows)
 
 
+async def _keep_session(connection: object) -> None:
+    """What a pooled connection needs before its next use: nothing. asyncpg by default resets a
+    connection's session as it goes back to the pool (advisory locks, cursors, LISTEN,
+    settings), a round trip and a transaction per statement; pinbot's pooled connections take
+    none of those (transactions' locks end with them, and the session locks of liveness and
+    migrations live on connections of their own). An open transaction is still rolled back."""
+
+
 class PostgresDatabase(_PgExecutor, Database):
     """A pool of asyncpg connections; a worker's liveness rides on a connection of its own."""
 
@@ -409,7 +450,9 @@ class PostgresDatabase(_PgExecutor, Database):
     async def open(cls, url: str) -> PostgresDatabase:
         """Connect to the database at url."""
         with _pg_faults():
-            pool = await asyncpg.create_pool(url, min_size=1, max_size=POOL_SIZE)
+            pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=POOL_SIZE, reset=_keep_session
+            )
         return cls(pool, url)
 
     async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
@@ -427,6 +470,15 @@ class PostgresDatabase(_PgExecutor, Database):
             for step in steps[1:] if first or not guard else ():
                 await run(step)
         return first
+
+    async def chain(self, *steps: Step) -> list[list[Row]]:
+        found: list[list[Row]] = []
+        async with self.transaction() as tx:
+            for step in steps:
+                found.append(await tx.fetch(step.sql, *step.args))
+                if not found[-1]:
+                    break
+        return found
 
     @contextlib.asynccontextmanager
     async def transaction(self, *locks: str) -> AsyncIterator[Executor]:
@@ -464,13 +516,16 @@ class PostgresDatabase(_PgExecutor, Database):
 
     @contextlib.asynccontextmanager
     async def migrating(self) -> AsyncIterator[None]:
+        # On a connection of its own, closed after: the lock goes with it, whatever happens
+        # (pooled connections go back to the pool as they are, see _keep_session).
         with _pg_faults():
-            async with self._connection.acquire() as connection:
+            connection = await asyncpg.connect(self._url)
+        try:
+            with _pg_faults():
                 await connection.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
-                try:
-                    yield
-                finally:
-                    await connection.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+            yield
+        finally:
+            await connection.close()
 
     async def join(self, worker: int, sole: str | None) -> None:
         with _pg_faults():

@@ -282,6 +282,15 @@ class PendingUpdate:
     payload: str
 
 
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """An update as it was recorded: whether it was new (not a repeated delivery), and the
+    chat's first waiting update when the worker that recorded it holds the chat now."""
+
+    recorded: bool
+    first: PendingUpdate | None
+
+
 class ProposalStatus(StrEnum):
     """Where a proposal stands: waiting for a shared admin, or decided (and how)."""
 

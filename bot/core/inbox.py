@@ -3,10 +3,11 @@ order, by whichever worker holds the chat.
 
 Platforms are answered as soon as an update is recorded, so with several workers the next update
 of a chat can reach any of them first; ordering comes from the store, not from arrival at a lock.
-A worker that records an update tries to take the chat's lease and, if it gets it, processes the
-chat's waiting updates until none is left. A worker that ends (stopped or killed) leaves its
-chats to the others, which look for abandoned chats every `storage.takeover_check_s`, and
-run the periodic jobs that are due at the same pace.
+A worker that records an update tries to take the chat's lease in the same transaction and, if it
+gets it, processes the chat's waiting updates until none is left (marking one processed reads
+the next in the same transaction: a message costs the store few round trips). A worker that
+ends (stopped or killed) leaves its chats to the others, which look for abandoned chats every
+`storage.takeover_check_s`, and run the periodic jobs that are due at the same pace.
 """
 
 from __future__ import annotations
@@ -105,23 +106,24 @@ class Inbox:
     ) -> bool:
         """Record an update (committed on return: the platform may be answered) and have its
         chat processed; False for a repeated delivery, which is not processed again."""
-        recorded = await self._store.record_update(
+        arrival = await self._store.record_update(
             platform, event_id, chat=chat, position=position, payload=payload, now=self._clock()
         )
-        if recorded:
-            self.wake(chat)
+        if arrival.recorded:
+            self.wake(chat, arrival.first)
         else:
             log.info("repeated delivery of %s event %s ignored", platform, event_id)
-        return recorded
+        return arrival.recorded
 
-    def wake(self, chat: str) -> None:
-        """Process the chat's waiting updates here, unless this worker already is."""
+    def wake(self, chat: str, first: PendingUpdate | None = None) -> None:
+        """Process the chat's waiting updates here, unless this worker already is. first: the
+        chat's first waiting update, read while this worker took the chat (None: take it)."""
         if self._stopping:
             return
         if chat in self._draining:
             self._again.add(chat)
             return
-        self._draining[chat] = asyncio.create_task(self._drain(chat))
+        self._draining[chat] = asyncio.create_task(self._drain(chat, first))
 
     async def take_up_abandoned(self) -> None:
         """Process the chats whose updates wait while no live worker holds them."""
@@ -148,12 +150,15 @@ class Inbox:
         worker = await self._store.register_worker(now=self._clock())
         log.warning("registered again as worker %d", worker)
 
-    async def _drain(self, chat: str) -> None:
+    async def _drain(self, chat: str, first: PendingUpdate | None) -> None:
         try:
             while True:
                 self._again.discard(chat)
-                if await self._store.claim_chat(chat, now=self._clock()):
-                    await self._process_waiting(chat)
+                if first is not None:  # the chat was taken as its update was recorded
+                    await self._process_waiting(chat, first)
+                elif await self._store.claim_chat(chat, now=self._clock()):
+                    await self._process_waiting(chat, await self._store.next_update(chat))
+                first = None
                 if chat not in self._again:
                     return
         except Exception:
@@ -163,18 +168,19 @@ class Inbox:
         finally:
             del self._draining[chat]
 
-    async def _process_waiting(self, chat: str) -> None:
-        """Process the chat's updates in order until none waits (or this worker stops)."""
+    async def _process_waiting(self, chat: str, pending: PendingUpdate | None) -> None:
+        """Process the chat's updates in order, starting with pending (the first waiting, as
+        read), until none waits (or this worker stops)."""
         while True:
             if self._stopping:
                 await self._store.drop_lease(chat)
                 return
             if not self._store.worker_live:
                 return  # the others may hold the chat now; the watcher registers again
-            pending = await self._store.next_update(chat)
             if pending is None:
                 if await self._store.release_chat(chat):
                     return
+                pending = await self._store.next_update(chat)  # recorded meanwhile
                 continue
             deliver = None
             try:
@@ -190,6 +196,6 @@ class Inbox:
                 return  # the lease stays: the watcher takes the chat up again
             except Exception:  # one bad update must not hold up the chat
                 log.exception("processing update %d of chat %s failed", pending.seq, chat)
-            await self._store.finish_update(pending.seq, now=self._clock())
-            if deliver is not None:
+            pending = await self._store.finish_update(pending.seq, now=self._clock())
+            if deliver is not None:  # sent while the chat is still held: replies stay in order
                 await deliver()

@@ -210,16 +210,17 @@ async def test_each_update_is_recorded_once_by_all_processes(open_store: Opener)
             for _ in range(3)
         )
     )
-    assert sum(recorded) == 1
+    assert sum(arrival.recorded for arrival in recorded) == 1
     pending = await stores[1].next_update("c")
     assert pending is not None and pending.platform == "feishu"
-    await stores[2].finish_update(pending.seq, now=NOW)
+    assert await stores[2].finish_update(pending.seq, now=NOW) is None
     assert await stores[0].next_update("c") is None
     assert await stores[0].forget_updates_before(NOW + timedelta(seconds=1)) == 1
     # Forgotten long after processing: only then may the id come again as new.
-    assert await stores[0].record_update(
+    again = await stores[0].record_update(
         "feishu", "ev_1", chat="c", position=0, payload="", now=NOW
     )
+    assert again.recorded
 
 
 async def test_a_chats_updates_come_by_position_then_arrival(open_store: Opener) -> None:
@@ -228,10 +229,32 @@ async def test_a_chats_updates_come_by_position_then_arrival(open_store: Opener)
         await store.record_update("p", event, chat="c", position=position, payload=event, now=NOW)
     await store.record_update("p", "other", chat="d", position=1, payload="other", now=NOW)
     seen = []
-    while (pending := await store.next_update("c")) is not None:
+    pending = await store.next_update("c")
+    while pending is not None:  # marking one processed reads the next
         seen.append(pending.payload)
-        await store.finish_update(pending.seq, now=NOW)
+        pending = await store.finish_update(pending.seq, now=NOW)
     assert seen == ["a", "b", "u5", "u7"]
+    assert await store.next_update("d") is not None
+
+
+async def test_recording_an_update_takes_its_chat_and_reads_the_first_waiting(
+    open_store: Opener,
+) -> None:
+    first, second = await open_store(), await open_store()
+    await first.register_worker(now=NOW)
+    early = await first.record_update("p", "5", chat="c", position=5, payload="five", now=NOW)
+    assert early.recorded and early.first is not None and early.first.payload == "five"
+    later = await first.record_update("p", "3", chat="c", position=3, payload="three", now=NOW)
+    assert later.first is not None and later.first.payload == "three"  # by position
+    repeated = await first.record_update("p", "3", chat="c", position=3, payload="", now=NOW)
+    assert not repeated.recorded and repeated.first is None
+    if first.kind == "SQLite":  # one process serves a SQLite database
+        return
+    await second.register_worker(now=NOW)
+    taken = await second.record_update("p", "7", chat="c", position=7, payload="", now=NOW)
+    assert taken.recorded and taken.first is None  # the first worker holds the chat
+    assert not await first.release_chat("c")
+    assert await second.abandoned_chats(10) == []
 
 
 async def test_a_chat_is_held_by_one_live_worker(open_store: Opener) -> None:
@@ -254,7 +277,7 @@ async def test_a_chat_is_held_by_one_live_worker(open_store: Opener) -> None:
     assert await second.abandoned_chats(10) == ["c"]  # its own: it checks it still works on it
     pending = await second.next_update("c")
     assert pending is not None
-    await second.finish_update(pending.seq, now=NOW)
+    assert await second.finish_update(pending.seq, now=NOW) is None
     assert await second.release_chat("c")
     assert await second.abandoned_chats(10) == []
 

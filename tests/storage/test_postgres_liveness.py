@@ -20,8 +20,9 @@ async def test_a_worker_that_loses_its_liveness_knows_and_registers_again(pg_url
     try:
         first = await store.register_worker(now=NOW)
         await other.register_worker(now=NOW)
-        await store.record_update("p", "1", chat="c", position=0, payload="", now=NOW)
-        assert store.worker_live and await store.claim_chat("c", now=NOW)
+        arrival = await store.record_update("p", "1", chat="c", position=0, payload="", now=NOW)
+        assert store.worker_live and arrival.first is not None  # it took the chat
+        assert await store.claim_chat("c", now=NOW)
         admin = await asyncpg.connect(pg_url)
         try:  # the server ends the liveness session, as a network failure would
             assert await admin.fetchval(
