@@ -42,6 +42,7 @@ from telegram.ext import (
 
 from bot.adapters import TELEGRAM
 from bot.adapters.kit import RefusalLog, Sent, with_backoff
+from bot.adapters.telegram_http import AiohttpRequest
 from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env, telegram_token_problem
@@ -64,8 +65,8 @@ PROBE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
 MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
-# httpcore walks every pooled connection on each request: a small pool keeps sends cheap while
-# many chats wait, and 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s).
+# 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s); a small pool also
+# kept httpx's sends cheap while many chats waited (it walked every pooled connection).
 SEND_CONNECTIONS = 8
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
@@ -183,13 +184,17 @@ class TelegramFrontend:
         self._conflict_reported_at: float | None = None
         self._refusals = RefusalLog("Telegram", monotonic)
         self.inbox = pinbot.inbox(self._process_recorded)
+        self._requests = (  # sending, and getUpdates
+            AiohttpRequest(SEND_CONNECTIONS),
+            AiohttpRequest(1, read_timeout=config.poll_timeout_s + 10),
+        )
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
             .token(token)
             .base_url(config.base_url.rstrip("/"))  # PTB appends the token directly
             .concurrent_updates(ChatOrderedUpdates(at_once=self.answer_tap))
-            .connection_pool_size(SEND_CONNECTIONS)
-            .get_updates_read_timeout(config.poll_timeout_s + 10)
+            .request(self._requests[0])
+            .get_updates_request(self._requests[1])
             .build()
         )
         self.app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self.on_migrate))
@@ -233,6 +238,14 @@ class TelegramFrontend:
         A rejected token, a wrong base URL, a port in use or a second poller raise ConfigError
         naming what to fix; failures that waiting can fix (network, timeouts, a failing gateway)
         are retried."""
+        try:
+            await self._start()
+        except BaseException:  # nothing is left open by a start that failed
+            for request in self._requests:
+                await request.shutdown()
+            raise
+
+    async def _start(self) -> None:
         await self._connect()
         self.pinbot.bot_username = self.app.bot.username
         await self._register_commands()
