@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench import (
     baseline,
@@ -38,6 +38,7 @@ def _settings(quick: bool) -> dict[str, Any]:
             "json_single_turns": 20,
             "commands": 200,
             "workers": (20, 10),
+            "cpu": (10, 5),
             "web": (1_000, 10),
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
@@ -49,6 +50,7 @@ def _settings(quick: bool) -> dict[str, Any]:
         "json_single_turns": 5,
         "commands": 1_000,
         "workers": (50, 20),
+        "cpu": (200, 10),
         "web": (100_000, 40),
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
@@ -150,24 +152,39 @@ def median_of_pages(results: list[dict[str, Any]]) -> dict[str, Any]:
 def measure_workers(
     folder: Path, settings: dict[str, Any], runs: int, cluster: PgCluster
 ) -> dict[str, Any]:
-    """Committed /pin add per second through the webhook path: SQLite in one process against
-    PostgreSQL with 1 and 2 workers."""
-    chats, adds = settings["workers"]
-    results = [
-        workers.run(
-            folder / f"workers-{run}",
-            chats,
-            adds,
-            (_database(cluster, f"workers_one_{run}"), _database(cluster, f"workers_two_{run}")),
-        )
-        for run in range(runs)
-    ]
-    figures: dict[str, Any] = {name: median_of([r[name] for r in results]) for name in results[0]}
-    sqlite_rate = figures["sqlite_1_process"]["adds_per_s"]
-    one, two = (figures[f"postgres_{n}"]["adds_per_s"] for n in ("1_worker", "2_workers"))
+    """Messages answered per second through the webhook path, worker CPU and PostgreSQL
+    transactions per message: `/pin add` on SQLite in one process and on PostgreSQL with 1 and 2
+    workers, and chat turns on PostgreSQL with 1 worker (one worker on a core of its own where
+    the machine has two)."""
+    chats, per_chat = settings["workers"]
+    one_core = workers.can_pin()
+
+    def setup(name: str, run: int) -> workers.Setup:
+        database = None if name.startswith("sqlite") else _database(cluster, f"{name}_{run}")
+        two = name == "postgres_2_workers"
+        kind: Literal["pin", "chat"] = "chat" if name.endswith("_chat") else "pin"
+        pinned = one_core and not two
+        return workers.Setup("webhook", kind, 2 if two else 1, database, pinned=pinned)
+
+    names = (
+        "sqlite_1_process",
+        "postgres_1_worker",
+        "postgres_2_workers",
+        "postgres_1_worker_chat",
+    )
+    results = {
+        name: [
+            workers.measure(setup(name, run), folder / f"workers-{name}-{run}", chats, per_chat)
+            for run in range(runs)
+        ]
+        for name in names
+    }
+    figures: dict[str, Any] = {name: median_of(found) for name, found in results.items()}
+    sqlite_rate = figures["sqlite_1_process"]["messages_per_s"]
+    one, two = (figures[f"postgres_{n}"]["messages_per_s"] for n in ("1_worker", "2_workers"))
     return {
         "chats": chats,
-        "adds_per_chat": adds,
+        "messages_per_chat": per_chat,
         **figures,
         "two_workers_over_one": round(_ratio(two, one), 2),
         "two_workers_over_sqlite": round(_ratio(two, sqlite_rate), 2),
@@ -233,6 +250,27 @@ def _baseline_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     ]
 
 
+def _message_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Issue 31 items 1 and 2: CPU per `/pin add` against the baseline, PostgreSQL transactions
+    per `/pin add`."""
+    found = []
+    versus = report["cpu_vs_baseline"]
+    for mode in ("polling", "webhook") if versus["available"] else ():
+        ratio = versus[f"{mode}_pin"]["ours_over_baseline"]
+        found.append(
+            (
+                f"CPU per /pin add in {mode} mode <= 0.8x {versus['baseline']}'s",
+                ratio <= 0.8,
+                f"{ratio}x",
+            )
+        )
+    transactions = report["workers"]["postgres_1_worker"]["transactions_per_message"]
+    found.append(
+        ("PostgreSQL transactions per /pin add <= 6", transactions <= 6, f"{transactions}")
+    )
+    return found
+
+
 def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """Each target of the benchmark issues: its name, whether it is met, and the figure."""
     largest, smallest = report["turns"][-1], report["turns"][0]
@@ -240,6 +278,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     ours = largest["ours"]
     return [
         *_baseline_targets(report),
+        *_message_targets(report),
         (
             "turn p50 <= 2x single aiosqlite query (largest store)",
             ours["p50_us"] <= 2 * largest["b_single_aiosqlite"]["p50_us"],
@@ -351,16 +390,36 @@ def print_table(report: dict[str, Any]) -> None:
     else:
         print(f"Against {versus['baseline']}: not in this checkout (a shallow clone)")
     w = report["workers"]
+    pg_pin, pg_chat = w["postgres_1_worker"], w["postgres_1_worker_chat"]
     print(
-        f"Webhook workers ({w['chats']} chats x {w['adds_per_chat']} /pin add, posted, recorded, "
-        f"processed, replied): SQLite 1 process {w['sqlite_1_process']['adds_per_s']:,}/s; "
-        f"PostgreSQL 1 worker {w['postgres_1_worker']['adds_per_s']:,}/s, 2 workers "
-        f"{w['postgres_2_workers']['adds_per_s']:,}/s ({w['two_workers_over_one']}x one worker, "
-        f"{w['two_workers_over_sqlite']}x SQLite); "
-        f"{w['postgres_1_worker']['transactions_per_message']} PostgreSQL transactions a message; "
-        f"worker CPU per message {w['sqlite_1_process']['worker_cpu_ms_per_message']} ms "
-        f"(SQLite), {w['postgres_1_worker']['worker_cpu_ms_per_message']} ms (PostgreSQL)"
+        f"Webhook workers ({w['chats']} chats x {w['messages_per_chat']} messages, posted, "
+        f"recorded, processed, replied), /pin add: SQLite 1 process "
+        f"{w['sqlite_1_process']['messages_per_s']:,}/s; PostgreSQL 1 worker "
+        f"{pg_pin['messages_per_s']:,}/s, 2 workers "
+        f"{w['postgres_2_workers']['messages_per_s']:,}/s "
+        f"({w['two_workers_over_one']}x one worker, {w['two_workers_over_sqlite']}x SQLite). "
+        f"PostgreSQL transactions a message: {pg_pin['transactions_per_message']} (/pin add), "
+        f"{pg_chat['transactions_per_message']} (chat turn); worker CPU a message "
+        f"{w['sqlite_1_process']['worker_cpu_ms_per_message']} ms (/pin add, SQLite), "
+        f"{pg_pin['worker_cpu_ms_per_message']} ms (/pin add, PostgreSQL), "
+        f"{pg_chat['worker_cpu_ms_per_message']} ms (chat turn, PostgreSQL)"
     )
+    cpu = report["cpu_vs_baseline"]
+    if cpu["available"]:
+        where = "the bot on a core of its own" if cpu["pinned"] else "unpinned"
+        pairs = [
+            (f"{mode} {what}", cpu[f"{mode}_{kind}"])
+            for mode in ("polling", "webhook")
+            for kind, what in (("pin", "/pin add"), ("chat", "chat turn"))
+        ]
+        print(
+            f"Bot CPU per message in ms against {cpu['baseline']} (SQLite, median of "
+            f"{cpu['runs']} alternating runs, {where}): "
+            + "; ".join(
+                f"{name} {f['ours']} against {f['baseline']} ({f['ours_over_baseline']}x)"
+                for name, f in pairs
+            )
+        )
     h = report["head_of_line"]
     print(
         f"Head-of-line: {h['list_chats']} simultaneous /pin list, p50 {h['p50_ms']} ms, "
@@ -430,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
                 settings["commands"],
                 settings["baseline_runs"],
                 lambda name: _database(cluster, name),
+            )
+            chats, per_chat = settings["cpu"]
+            report["cpu_vs_baseline"] = baseline.cpu_against(
+                folder, chats, per_chat, settings["baseline_runs"]
             )
         finally:
             cluster.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import statistics
@@ -16,6 +17,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from bench import workers
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "5d1093f"  # the release before the storage was written once (issue 24)
@@ -75,8 +78,8 @@ def alternating(runs: int, measure: Callable[[Path, int], float], old: Path) -> 
         theirs.append(measure(old, run))
     median_ours, median_old = statistics.median(ours), statistics.median(theirs)
     return {
-        "ours": round(median_ours, 1),
-        "baseline": round(median_old, 1),
+        "ours": round(median_ours, 3),
+        "baseline": round(median_old, 3),
         "ours_over_baseline": round(median_ours / median_old, 3) if median_old else 0.0,
     }
 
@@ -105,3 +108,25 @@ def commands_against(
             "sqlite": alternating(runs, sqlite, old),
             "postgres": alternating(runs, postgres, old),
         }
+
+
+def cpu_against(folder: Path, chats: int, per_chat: int, runs: int) -> dict[str, Any]:
+    """The bot process's CPU milliseconds per message, this tree against BASELINE, alternating
+    runs: `pinbot telegram` on SQLite in polling and in webhook mode, answering `/pin add` and
+    chat turns (a fake model); the bot on one core and everything else on the other where the
+    machine has two (bench.workers)."""
+    with tree_of(BASELINE) as old:
+        if old is None:
+            return {"baseline": BASELINE, "available": False}
+        pinned = workers.can_pin()
+        figures: dict[str, Any] = {}
+        for mode, kind in itertools.product(("polling", "webhook"), ("pin", "chat")):
+
+            def cpu(tree: Path, run: int, mode: Any = mode, kind: Any = kind) -> float:
+                setup = workers.Setup(mode, kind, tree=tree, pinned=pinned)
+                place = folder / f"cpu-{mode}-{kind}-{'old' if tree == old else 'ours'}-{run}"
+                figures = workers.measure(setup, place, chats, per_chat)
+                return float(figures["worker_cpu_ms_per_message"])
+
+            figures[f"{mode}_{kind}"] = alternating(runs, cpu, old)
+        return {"baseline": BASELINE, "available": True, "runs": runs, "pinned": pinned, **figures}

@@ -1,114 +1,215 @@
-"""Webhook workers: committed `/pin add` per second through the whole webhook path (posted
-update → recorded → processed in its chat's order → reply received by a fake Bot API), with
-SQLite in one process and PostgreSQL with 1 and 2 worker processes, and the PostgreSQL
-transactions each message costs."""
+"""Real `pinbot telegram` processes under load: `/pin add` commands or chat turns from many DM
+chats, answered through the whole path (a fake Bot API and a fake model in the benchmark's
+process), in polling mode or as webhook workers behind a round-robin balancer, on SQLite or on
+PostgreSQL. Each run reports messages answered per second, the bot processes' own CPU time per
+message (utime + stime over the run, startup excluded) and, on PostgreSQL, the transactions each
+message costs. A run can use an earlier commit's tree (bench.baseline) and can put the bot on one
+core and everything else on the other, which steadies CPU figures on a shared machine."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
+import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import asyncpg
 import yaml
 
-from storage import Store
 from tests.fakes.http import free_port
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
 from tests.workers import Cluster, Worker
 
+ROOT = Path(__file__).resolve().parents[1]
 SECRET = "bench-webhook-secret"
 HEADERS = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
 DB_ENV = "PINBOT_BENCH_DB"
+MODEL_KEY_ENV = "PINBOT_BENCH_MODEL_KEY"
 WAIT_S = 300
+FIRST_CHAT = 1000
+BOT_CORE, OTHER_CORE = 1, 0  # with pinning: the bot here, the rest (us, the fakes) there
+SETTLE_S = 0.2  # between two reads of PostgreSQL's transaction count while it still moves
+# Runs any tree's CLI: that tree's packages come first on the path.
+_CLI = "import sys; from bot.cli import main; sys.exit(main())"
 
 
-async def _transactions(url: str) -> int:
-    """Transactions committed in the database so far (stats are final once backends exit)."""
-    connection = await asyncpg.connect(url)
-    try:
-        value = await connection.fetchval(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        )
-    finally:
-        await connection.close()
-    return int(value)
+@dataclass(frozen=True)
+class Setup:
+    """What one run measures: how updates arrive, what the messages are, how many bot
+    processes (webhook only), which database (a PostgreSQL URL, else SQLite), which tree, and
+    whether the processes are pinned to cores."""
+
+    mode: Literal["polling", "webhook"] = "webhook"
+    kind: Literal["pin", "chat"] = "pin"
+    processes: int = 1
+    url: str | None = None
+    tree: Path = ROOT
+    pinned: bool = False
 
 
-async def _run(
-    folder: Path, name: str, processes: int, chats: int, adds: int, url: str | None
-) -> dict[str, Any]:
-    telegram = await FakeTelegram().start()
-    storage = {"url_env": DB_ENV} if url else {"path": str(folder / f"{name}.sqlite3")}
+def text_of(kind: str, n: int) -> str:
+    """The n-th message a chat sends: a `/pin add` of a new label, or a line for the model."""
+    return f"/pin add note{n} bench text {n}" if kind == "pin" else f"hello {n}, what is new?"
+
+
+def _settings(setup: Setup, folder: Path, telegram: str, model: str | None) -> dict[str, Any]:
+    storage = {"url_env": DB_ENV} if setup.url else {"path": str(folder / "bot.sqlite3")}
+    settings: dict[str, Any] = {
+        "storage": storage,
+        "telegram": {"base_url": telegram, "mode": setup.mode, "poll_timeout_s": 1},
+        "pins": {"max_blocks_per_session": 1000},
+        # Limits on but never reached: their cost is part of every message.
+        "limits": {"pin_commands_per_minute": 10_000, "model_turns_per_minute": 10_000},
+    }
+    if model is not None:
+        settings["llm"] = {
+            "backend": "openai",
+            "base_url": model,
+            "model": "fake-model",
+            "api_key_env": MODEL_KEY_ENV,
+            "max_retries": 0,
+        }
+    return settings
+
+
+def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> list[Worker]:
+    env = {
+        DB_ENV: setup.url or "",
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_WEBHOOK_SECRET": SECRET,
+        MODEL_KEY_ENV: "bench-model-key",
+        "PYTHONPATH": str(setup.tree),
+    }
+    cpus = {BOT_CORE} if setup.pinned else None
     workers = []
-    for index in range(processes):
+    for index in range(setup.processes if setup.mode == "webhook" else 1):
+        settings = _settings(setup, folder, telegram, model)
         port = free_port()
-        settings = {
-            "storage": storage,
-            "telegram": {
-                "base_url": telegram.base_url,
-                "mode": "webhook",
+        if setup.mode == "webhook":
+            settings["telegram"] |= {
                 "webhook_port": port,
                 "webhook_path": "/hook",
                 "webhook_url": "https://bench.example.test/hook",
-            },
-            "pins": {"max_blocks_per_session": 1000},
-            # Limits on but never reached: their cost is part of every message.
-            "limits": {"pin_commands_per_minute": 10_000},
-        }
-        config = folder / f"{name}-{index}.yaml"
+            }
+        config = folder / f"bot-{index}.yaml"
         config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-        env = {DB_ENV: url or "", "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}
-        workers.append(Worker(["telegram", "--config", str(config)], env, port, "/hook"))
-    for worker in workers:  # started one after the other: the first applies migrations
-        await worker.start()
-    cluster = Cluster(workers)
-    cluster.session = aiohttp.ClientSession()
+        command = (sys.executable, "-c", _CLI)
+        args = ["telegram", "--config", str(config)]
+        workers.append(Worker(args, env, port, "/hook", command=command, cwd=setup.tree, cpus=cpus))
+    return workers
+
+
+@contextlib.contextmanager
+def _pinned(on: bool) -> Iterator[None]:
+    """This process (the load, the fakes) on the other core than the bot's while on."""
+    if not on:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {OTHER_CORE})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def can_pin() -> bool:
+    """Whether this machine has the two cores pinning puts the bot and the rest on."""
+    return {BOT_CORE, OTHER_CORE} <= os.sched_getaffinity(0)
+
+
+async def transactions(url: str) -> int:
+    """Transactions committed in the database so far, read once no other session is connected
+    (a session's counts reach the statistics when it ends) and the count has settled."""
+    connection = await asyncpg.connect(url)
+    try:
+        last = -1
+        while True:
+            others = await connection.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid != pg_backend_pid()"
+            )
+            value = int(
+                await connection.fetchval(
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                )
+            )
+            if not others and value == last:
+                return value - 1  # this read's own transaction
+            last = value
+            await asyncio.sleep(SETTLE_S)
+    finally:
+        await connection.close()
+
+
+async def _post_in_order(cluster: Cluster, kind: str, chats: int, per_chat: int) -> None:
+    """Each chat posts its messages one after the other, the next once the previous is
+    acknowledged, as Telegram delivers them."""
     update_ids = itertools.count(1)
 
     async def chat(uid: int) -> None:
-        for n in range(adds):
-            update = message(private_chat(uid), f"/pin add note{n} bench text {n}", user(uid))
+        for n in range(per_chat):
+            update = message(private_chat(uid), text_of(kind, n), user(uid))
             assert await cluster.post({"update_id": next(update_ids), **update}, HEADERS) == 200
 
-    before = await _transactions(url) if url else 0
-    total = chats * adds
-    cpu_before = sum(worker.cpu_seconds() for worker in workers)
-    started = time.perf_counter()
+    await asyncio.gather(*(chat(FIRST_CHAT + c) for c in range(chats)))
+
+
+async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[str, Any]:
+    folder.mkdir(parents=True, exist_ok=True)
+    telegram = await FakeTelegram().start()
+    model = await FakeOpenAI().start() if setup.kind == "chat" else None
+    workers = _workers(setup, folder, telegram.base_url, model.base_url if model else None)
+    cluster = Cluster(workers)
+    total = chats * per_chat
     try:
-        await asyncio.gather(*(chat(1000 + c) for c in range(chats)))
+        for worker in workers:  # one after the other: the first applies migrations
+            await worker.start()
+        cluster.session = aiohttp.ClientSession()
+        before = await transactions(setup.url) if setup.url else 0
+        cpu_before = sum(worker.cpu_seconds() for worker in workers)
+        started = time.perf_counter()
+        if setup.mode == "webhook":
+            await _post_in_order(cluster, setup.kind, chats, per_chat)
+        else:  # every message waits for the bot's next poll, as Telegram keeps them
+            for n, c in itertools.product(range(per_chat), range(chats)):
+                uid = FIRST_CHAT + c
+                telegram.push(message(private_chat(uid), text_of(setup.kind, n), user(uid)))
         await telegram.wait_for(lambda: len(telegram.sent()) >= total, WAIT_S)
         elapsed = time.perf_counter() - started
         cpu = sum(worker.cpu_seconds() for worker in workers) - cpu_before
     finally:
         for worker in workers:
-            await worker.stop()
-        await cluster.session.close()
+            if worker.process is not None:
+                await worker.stop()
+        if cluster.session is not None:
+            await cluster.session.close()
         await telegram.stop()
-    async with await Store.open(folder / f"{name}.sqlite3", url=url) as store:
-        scopes = [f"telegram:direct:{1000 + c}" for c in range(chats)]
-        saved = len(await store.blocks(scopes))
-    assert saved == total, f"{saved} of {total} adds saved"
+        if model is not None:
+            await model.stop()
+    expected = "Saved " if setup.kind == "pin" else "reply "
+    answered = sum(params["text"].startswith(expected) for params in telegram.sent())
+    assert answered == total, f"{answered} of {total} messages answered as expected"
     result: dict[str, Any] = {
-        "adds_per_s": round(total / elapsed),
-        "worker_cpu_ms_per_message": round(cpu * 1000 / total, 2),
+        "messages_per_s": round(total / elapsed),
+        "worker_cpu_ms_per_message": round(cpu * 1000 / total, 3),
     }
-    if url:
-        result["transactions_per_message"] = round((await _transactions(url) - before) / total, 1)
+    if setup.url:
+        result["transactions_per_message"] = round(
+            (await transactions(setup.url) - before) / total, 2
+        )
     return result
 
 
-def run(
-    folder: Path, chats: int, adds: int, databases: tuple[str, str]
-) -> dict[str, dict[str, Any]]:
-    """The three set-ups, one after the other, on fresh stores (databases: two empty
-    PostgreSQL URLs)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return {
-        "sqlite_1_process": asyncio.run(_run(folder, "sqlite", 1, chats, adds, None)),
-        "postgres_1_worker": asyncio.run(_run(folder, "pg1", 1, chats, adds, databases[0])),
-        "postgres_2_workers": asyncio.run(_run(folder, "pg2", 2, chats, adds, databases[1])),
-    }
+def measure(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[str, Any]:
+    """One run of setup on a fresh store: chats DM chats send per_chat messages each."""
+    with _pinned(setup.pinned):
+        return asyncio.run(_run(setup, folder, chats, per_chat))

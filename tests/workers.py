@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +23,39 @@ START_S = 180
 
 
 class Worker:
-    """One `pinbot` process serving webhooks on its own port."""
+    """One `pinbot` process serving webhooks on its own port. command runs it (default: the
+    installed `pinbot`; the benchmark runs an earlier commit's tree); with cpus, the process
+    runs on those cores only."""
 
-    def __init__(self, args: list[str], env: dict[str, str], port: int, path: str) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        port: int,
+        path: str,
+        *,
+        command: Sequence[str] = (PINBOT,),
+        cwd: Path | None = None,
+        cpus: set[int] | None = None,
+    ) -> None:
         self.args, self.env, self.port = args, env, port
+        self.command, self.cwd, self.cpus = list(command), cwd, cpus
         self.url = f"http://127.0.0.1:{port}{path}"
         self.process: asyncio.subprocess.Process | None = None
         self.log: list[str] = []
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        cpus = self.cpus
         self.process = await asyncio.create_subprocess_exec(
-            PINBOT,
+            *self.command,
             *self.args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, **self.env},
+            cwd=self.cwd,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         started = asyncio.Event()
         self._reader = asyncio.create_task(self._read(started))

@@ -202,8 +202,10 @@ class FakeTelegram:
         self.confirmed = max(self.confirmed, offset - 1)
         await self._notify()
 
+        limit = int(params.get("limit") or 100)  # Telegram hands out at most 100 at once
+
         def pending() -> list[dict[str, Any]]:
-            return [u for u in self.updates if u["update_id"] >= offset]
+            return [u for u in self.updates if u["update_id"] >= offset][:limit]
 
         if not pending() and float(params.get("timeout") or 0) > 0:
             # Answer early when nothing comes: Telegram may, and it keeps shutdowns quick.
