@@ -36,7 +36,7 @@ MODEL_KEY_ENV = "PINBOT_BENCH_MODEL_KEY"
 WAIT_S = 300
 FIRST_CHAT = 1000
 BOT_CORE, OTHER_CORE = 1, 0  # with pinning: the bot here, the rest (us, the fakes) there
-SETTLE_S = 0.2  # between two reads of PostgreSQL's transaction count while it still moves
+PUBLISH_S = 1.2  # PostgreSQL publishes a session's statistics at most once a second
 # Runs any tree's CLI: that tree's packages come first on the path.
 _CLI = "import sys; from bot.cli import main; sys.exit(main())"
 
@@ -126,28 +126,39 @@ def can_pin() -> bool:
     return {BOT_CORE, OTHER_CORE} <= os.sched_getaffinity(0)
 
 
-async def transactions(url: str) -> int:
-    """Transactions committed in the database so far, read once no other session is connected
-    (a session's counts reach the statistics when it ends) and the count has settled."""
-    connection = await asyncpg.connect(url)
-    try:
-        last = -1
-        while True:
-            others = await connection.fetchval(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid != pg_backend_pid()"
-            )
-            value = int(
-                await connection.fetchval(
-                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+class Transactions:
+    """Reads of the transactions other sessions committed in a database. PostgreSQL 15
+    publishes a session's counts at most once a second, once idle, and when it ends; these
+    reads' own transactions are published at once (pg_stat_force_next_flush) and left out."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._own = 0  # this object's reads published so far
+
+    async def read(self, *, alone: bool) -> int:
+        """The count once it has settled: with alone (the bot has stopped), once no other
+        session is connected; else once the others have been idle long enough to publish what
+        they did (their periodic checks go on meanwhile and count towards the run, as they are
+        part of its cost)."""
+        connection = await asyncpg.connect(self._url)
+        try:
+            last = -1
+            while True:
+                row = await connection.fetchrow(
+                    "SELECT (SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid != pg_backend_pid()), "
+                    "(SELECT xact_commit FROM pg_stat_database "
+                    "WHERE datname = current_database()), pg_stat_force_next_flush()"
                 )
-            )
-            if not others and value == last:
-                return value - 1  # this read's own transaction
-            last = value
-            await asyncio.sleep(SETTLE_S)
-    finally:
-        await connection.close()
+                assert row is not None
+                others, value = row[0], int(row[1]) - self._own
+                self._own += 1
+                if (not alone or not others) and value == last:
+                    return value
+                last = value
+                await asyncio.sleep(PUBLISH_S)
+        finally:
+            await connection.close()
 
 
 async def _post_in_order(cluster: Cluster, kind: str, chats: int, per_chat: int) -> None:
@@ -174,7 +185,8 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
         for worker in workers:  # one after the other: the first applies migrations
             await worker.start()
         cluster.session = aiohttp.ClientSession()
-        before = await transactions(setup.url) if setup.url else 0
+        counter = Transactions(setup.url) if setup.url else None
+        before = await counter.read(alone=False) if counter else 0
         cpu_before = sum(worker.cpu_seconds() for worker in workers)
         started = time.perf_counter()
         if setup.mode == "webhook":
@@ -202,9 +214,9 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
         "messages_per_s": round(total / elapsed),
         "worker_cpu_ms_per_message": round(cpu * 1000 / total, 3),
     }
-    if setup.url:
+    if counter is not None:
         result["transactions_per_message"] = round(
-            (await transactions(setup.url) - before) / total, 2
+            (await counter.read(alone=True) - before) / total, 2
         )
     return result
 
