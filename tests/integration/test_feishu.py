@@ -22,7 +22,7 @@ from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from tests.conftest import make_config
+from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import (
     APP_ID,
@@ -527,14 +527,8 @@ async def test_a_proposal_card_and_an_admins_card_action(
     start_feishu: Any, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = await FakeOpenAI().start()
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
-    llm = {
-        "backend": "openai",
-        "base_url": server.base_url,
-        "api_key_env": "PINBOT_TEST_KEY",
-        "max_retries": 0,
-        "agent_tools": True,
-    }
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = agent_llm(server.base_url)
     propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
     server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
     model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
