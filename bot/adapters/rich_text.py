@@ -180,10 +180,8 @@ class _Renderer:
         that wait for them."""
         if not self.line_start:
             return
-        if self.length and self.pending:
-            blank = "".join(c.rest for c in self.containers if c.is_quote and c.used)
-            blank = blank.rstrip()
-            self._emit(("\n" + blank) * (self.pending - 1) + "\n")
+        if self.length and self.pending:  # a blank line between blocks shows no `>`: the
+            self._emit("\n" * self.pending)  # source need not have had one there
         self.pending = 0
         for container in self.containers:
             piece = container.rest if container.used else container.first

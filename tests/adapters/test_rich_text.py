@@ -46,7 +46,7 @@ def test_headings_lists_quotes_and_rules() -> None:
     assert spans == [("bold", "Title"), ("quote", "said")]
     nested = render("> a\n> > b\n>\n> c", TELEGRAM)
     assert nested.text == "a\n\n> b\n\nc" and [s.kind for s in nested.spans] == ["quote"]
-    assert render("> a\n> > b", FEISHU).text == "> a\n>\n> > b"
+    assert render("> a\n> > b", FEISHU).text == "> a\n\n> > b"
 
 
 def test_links_keep_only_http_https_and_mailto() -> None:
