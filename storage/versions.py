@@ -32,9 +32,12 @@ _COLUMNS = (
     "level, state, priority, created_at, undone_by"
 )
 INSERT = f"INSERT INTO block_versions ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+# Everything older than the label's newest `keep`: one index seek finds the cut, and nothing is
+# deleted (or read) while the label has fewer versions, as it has on most changes.
 _KEEP_NEWEST = (
-    "DELETE FROM block_versions WHERE scope = ? AND label_key = ? AND id NOT IN "
-    "(SELECT id FROM block_versions WHERE scope = ? AND label_key = ? ORDER BY id DESC LIMIT ?)"
+    "DELETE FROM block_versions WHERE scope = ? AND label_key = ? AND id <= "
+    "(SELECT id FROM block_versions WHERE scope = ? AND label_key = ? "
+    "ORDER BY id DESC LIMIT 1 OFFSET ?)"
 )
 
 
@@ -73,7 +76,9 @@ def recorded(rows_: Sequence[tuple[Any, ...]], keep: int) -> tuple[Step, ...]:
         return ()
     labels = sorted({(row[1], row[2]) for row in rows_})
     trims = [Step(_KEEP_NEWEST, (scope, key, scope, key, keep)) for scope, key in labels]
-    return (Step(INSERT, list(rows_), many=True), *trims)
+    # One row (most changes) as a plain statement: a batch costs asyncpg a round trip more.
+    insert = Step(INSERT, rows_[0]) if len(rows_) == 1 else Step(INSERT, list(rows_), many=True)
+    return (insert, *trims)
 
 
 _SELECT = (
