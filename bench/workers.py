@@ -136,10 +136,12 @@ class Transactions:
         self._own = 0  # this object's reads published so far
 
     async def read(self, *, alone: bool) -> int:
-        """The count once it has settled: with alone (the bot has stopped), once no other
-        session is connected; else once the others have been idle long enough to publish what
-        they did (their periodic checks go on meanwhile and count towards the run, as they are
-        part of its cost)."""
+        """With alone (the bot has stopped): the count once no other session is connected and
+        it has settled. Else the count once the others have been idle long enough to publish
+        what they did so far (their periodic checks go on, and count towards the run as part of
+        its cost, so it never settles)."""
+        if not alone:
+            await asyncio.sleep(PUBLISH_S)
         connection = await asyncpg.connect(self._url)
         try:
             last = -1
@@ -153,7 +155,7 @@ class Transactions:
                 assert row is not None
                 others, value = row[0], int(row[1]) - self._own
                 self._own += 1
-                if (not alone or not others) and value == last:
+                if not alone or (not others and value == last):
                     return value
                 last = value
                 await asyncio.sleep(PUBLISH_S)
