@@ -132,20 +132,17 @@ class UsageStore(Protocol):
         if kept:
             assert window is not None and limit is not None
             await usage_sums.keep(self._db, window, first_day)
-        for kind, key, where, order in (
-            ("sender", "sender", "AND sender != '' ", "platform, sender"),  # '': group only
-            ("group", "group_key", "AND group_key != '' ", "group_key"),
-        ):
+        for kind, (key, order) in usage_sums.KINDS.items():
             if kept:
                 assert window is not None and limit is not None
                 ranked = await usage_sums.ranking(self._db, kind, window, first_day, limit)
                 if ranked is not None:  # else another process moved the window meanwhile
                     report.append(ranked)
                     continue
-            rows = await self._db.fetch(
-                f"SELECT platform, {key}, {SUMS} FROM usage WHERE day >= ? {where}"
-                f"GROUP BY platform, {key} "
-                f"ORDER BY SUM(prompt_tokens + completion_tokens) DESC, {order} LIMIT ?",
+            rows = await self._db.fetch(  # '' is no sender (a group's own) or no group (a DM)
+                f"SELECT platform, {key}, {SUMS} FROM usage WHERE day >= ? AND {key} != '' "
+                f"GROUP BY platform, {key} ORDER BY SUM(prompt_tokens + completion_tokens) "
+                f"DESC, {', '.join(key if name == 'key' else name for name in order)} LIMIT ?",
                 *(first_day, NO_LIMIT if limit is None else limit),
             )
             report.append([UsageRow(row[0], row[1], totals(row[2:])) for row in rows])

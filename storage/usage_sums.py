@@ -33,8 +33,8 @@ SUMS = ", ".join(f"COALESCE(SUM({count}), 0)" for count in COUNTS)
 _CASTS = ", ".join(
     f"CAST(? AS {'DOUBLE PRECISION' if count == 'cost' else 'BIGINT'})" for count in COUNTS
 )
-# Each kind of top list: the column its key is, and the rows that have one.
-KINDS = {"sender": "sender", "group": "group_key"}
+# Each kind of top list: the column of usage its key is, and the order of equal tokens.
+KINDS = {"sender": ("sender", ("platform", "key")), "group": ("group_key", ("key", "platform"))}
 _ADDED = ", ".join(f"{count} = {{table}}.{count} + excluded.{count}" for count in COUNTS)
 _WINDOW_COLUMNS = f"span, kind, platform, key, {', '.join(COUNTS)}, tokens"
 _WINDOW_ADD = (
@@ -60,8 +60,7 @@ TABLES = [
         tokens {{count}} NOT NULL,
         PRIMARY KEY (span, kind, platform, key)
     ){{without_rowid}}""",
-    "CREATE INDEX usage_window_ranking ON usage_window_sums (span, kind, tokens DESC, platform, "
-    "key)",
+    "CREATE INDEX usage_window_ranking ON usage_window_sums (span, kind, tokens DESC)",
 ]
 
 
@@ -116,12 +115,13 @@ async def days(db: Database, first_day: str) -> list[tuple[str, Row]]:
 async def ranking(
     db: Database, kind: str, span: int, first_day: str, limit: int
 ) -> list[UsageRow] | None:
-    """The kept window's top list of kind (most tokens first, then by key), at most limit;
+    """The kept window's top list of kind (most tokens first, then as KINDS says), at most limit;
     None when the window does not begin on first_day."""
     window = "(SELECT first_day FROM usage_windows WHERE span = ?) = ?"
     rows = await db.fetch(
         f"SELECT platform, key, {', '.join(COUNTS)} FROM usage_window_sums "
-        f"WHERE span = ? AND kind = ? AND {window} ORDER BY tokens DESC, platform, key LIMIT ?",
+        f"WHERE span = ? AND kind = ? AND {window} "
+        f"ORDER BY tokens DESC, {', '.join(KINDS[kind][1])} LIMIT ?",
         *(span, kind, span, first_day, limit),
     )
     if not rows and await _first_day(db, span) != first_day:
@@ -176,7 +176,7 @@ async def keep(db: Database, span: int, first_day: str) -> None:
 
 async def _add_days(tx: Executor, span: int, low: str, high: str | None, sign: str) -> None:
     """Add (sign '') or take away (sign '-') the usage of the days [low, high) to the window."""
-    for kind, column in KINDS.items():
+    for kind, (column, _) in KINDS.items():
         sums = ", ".join(f"{sign}COALESCE(SUM({count}), 0)" for count in COUNTS)
         await tx.execute(
             f"INSERT INTO usage_window_sums ({_WINDOW_COLUMNS}) SELECT CAST(? AS INTEGER), "
@@ -190,7 +190,7 @@ async def _add_days(tx: Executor, span: int, low: str, high: str | None, sign: s
 
 async def _forget_gone(tx: Executor, span: int, low: str, first_day: str) -> None:
     """Drop from the window the keys whose every row was in the days [low, first_day) it lost."""
-    for kind, column in KINDS.items():
+    for kind, (column, _) in KINDS.items():
         await tx.execute(
             "DELETE FROM usage_window_sums WHERE span = ? AND kind = ? AND (platform, key) IN "
             f"(SELECT platform, {column} FROM usage WHERE day >= ? AND day < ?) AND NOT EXISTS "
