@@ -21,6 +21,7 @@ from bench import (
     headofline,
     layers,
     memory,
+    pages,
     prefix,
     turn,
     web,
@@ -42,6 +43,14 @@ def _settings(quick: bool) -> dict[str, Any]:
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
             "baseline_runs": 1,
+            "pages": {
+                "scopes": 1_000,
+                "usage_shapes": [(100, 30), (300, 10)],
+                "requests": 5,
+                "adds": 100,
+                "add_runs": 1,
+                "add_scopes": 100,
+            },
         }
     return {
         "scopes": [1_000, 10_000, 100_000],
@@ -53,6 +62,14 @@ def _settings(quick: bool) -> dict[str, Any]:
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
         "baseline_runs": 5,
+        "pages": {
+            "scopes": 100_000,
+            "usage_shapes": [(2_000, 300), (20_000, 30)],
+            "requests": 40,
+            "adds": 1_000,
+            "add_runs": 5,
+            "add_scopes": 10_000,
+        },
     }
 
 
@@ -271,6 +288,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             report["web"]["list_p95_ms"] <= 100,
             f"{report['web']['list_p95_ms']} ms at {report['web']['blocks']:,} blocks",
         ),
+        *pages.targets(report["pages"]),
         (
             "RSS growth <= 50 MB",
             report["memory"]["growth_mib"] * 1.048576 <= 50,
@@ -378,6 +396,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"Web page on {web_figures['scopes']:,} scopes / {web_figures['blocks']:,} blocks, "
         f"p50/p95 ms: {shown}"
     )
+    pages.print_table(report["pages"])
     m = report["memory"]
     print(
         f"Memory: peak RSS {m['empty_store_mib']} MiB empty, {m['full_store_mib']} MiB with "
@@ -430,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
                 settings["commands"],
                 settings["baseline_runs"],
                 lambda name: _database(cluster, name),
+            )
+            report["pages"] = pages.run(
+                folder, settings["pages"], lambda name: _database(cluster, name), cluster.data
             )
         finally:
             cluster.stop()

@@ -41,6 +41,7 @@ async def ours(path: Path, count: int, scopes: int, url: str | None = None) -> f
                 text = f"/pin {verb} {label}" + ("" if verb == "remove" else f" {CONTENT}")
                 reply = await bot.handle(conversations[user], text)
                 assert reply is not None and reply.outcome is Result.DONE, reply
+        await store.catch_up_search()  # the indexing the commands caused (SQLite batches it)
     finally:
         await store.close()
     return 3 * count / (time.perf_counter() - start)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from storage import Store
 from storage.models import label_key
+from storage.search import PG_SEARCH_INDEX
 
 BLOCKS_PER_SCOPE = 10
 PLATFORM = "bench"
@@ -88,7 +89,8 @@ def rows(
 
 
 def build_sqlite(path: Path, scopes: int, scope_for: Callable[[int], str] = scope_of) -> None:
-    """Create a pinbot database at path holding `scopes` scopes of 10 blocks."""
+    """Create a pinbot database at path holding `scopes` scopes of 10 blocks, indexed for
+    search as a running pinbot keeps it."""
     asyncio.run(_create_schema(path))
     with sqlite3.connect(path) as db:
         db.executemany(
@@ -96,16 +98,25 @@ def build_sqlite(path: Path, scopes: int, scope_for: Callable[[int], str] = scop
             "created_at, updated_at, idle_since, idle_calls) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             rows(scopes, scope_for=scope_for),
         )
+    asyncio.run(_catch_up_search(path))
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def build_postgres(url: str, scopes: int) -> None:
+async def _catch_up_search(path: Path) -> None:
+    store = await Store.open(path)
+    try:
+        await store.catch_up_search()
+    finally:
+        await store.close()
+
+
+def build_postgres(url: str, scopes: int, scope_for: Callable[[int], str] = scope_of) -> None:
     """Fill the (empty) PostgreSQL database at url with the same blocks as build_sqlite."""
-    asyncio.run(_fill_postgres(url, scopes))
+    asyncio.run(_fill_postgres(url, scopes, scope_for))
 
 
-async def _fill_postgres(url: str, scopes: int) -> None:
+async def _fill_postgres(url: str, scopes: int, scope_for: Callable[[int], str]) -> None:
     import asyncpg
 
     from storage.rows import BLOCK_INSERT_COLUMNS
@@ -114,11 +125,14 @@ async def _fill_postgres(url: str, scopes: int) -> None:
     await store.close()
     connection = await asyncpg.connect(url)
     try:
+        # The search index is built once after the copy, as the schema step builds it.
+        await connection.execute("DROP INDEX IF EXISTS blocks_search")
         await connection.copy_records_to_table(
             "blocks",
-            records=rows(scopes),
+            records=rows(scopes, scope_for=scope_for),
             columns=list(BLOCK_INSERT_COLUMNS),
         )
+        await connection.execute(PG_SEARCH_INDEX)
         await connection.execute("ANALYZE blocks")
     finally:
         await connection.close()

@@ -63,6 +63,11 @@ _FTS5 = (
 )
 
 
+PG_SEARCH_INDEX = (
+    "CREATE INDEX blocks_search ON blocks USING gin (label gin_trgm_ops, content gin_trgm_ops)"
+)
+
+
 async def create_index(tx: Executor, db: Database) -> None:
     """The search index of blocks, when this database can have one (schema step 15); without,
     a warning says why and searches scan."""
@@ -80,16 +85,12 @@ async def create_index(tx: Executor, db: Database) -> None:
         return
     reason = await tx.attempt("CREATE EXTENSION IF NOT EXISTS pg_trgm")
     if reason is None:
-        await tx.execute(
-            "CREATE INDEX blocks_search ON blocks USING gin (label gin_trgm_ops, "
-            "content gin_trgm_ops)"
-        )
+        await tx.execute(PG_SEARCH_INDEX)
         return
     log.warning(
         "search scans every block: the PostgreSQL extension pg_trgm could not be created "
-        "(%s). To index it later, as a user who may: CREATE EXTENSION pg_trgm; CREATE INDEX "
-        "blocks_search ON blocks USING gin (label gin_trgm_ops, content gin_trgm_ops);",
-        reason,
+        "(%s). To index it later, as a user who may: CREATE EXTENSION pg_trgm; %s;",
+        *(reason, PG_SEARCH_INDEX),
     )
 
 
