@@ -7,7 +7,7 @@ shown as `**` vanishes once it closes, so the text jumps under the reader's eyes
 
 from __future__ import annotations
 
-import telegramify_markdown
+from bot.adapters.rich_text import TELEGRAM, render
 
 CORPUS = [
     "**bold _both_ bold** then more words to stream **and more**",
@@ -25,7 +25,7 @@ def measure() -> dict[str, int]:
     for text in CORPUS:
         previous = ""
         for end in range(CHUNK, len(text) + 1, CHUNK):
-            shown, _ = telegramify_markdown.convert(text[:end])
+            shown = render(text[:end], TELEGRAM).text
             previews += 1
             if previous and not shown.startswith(previous.rstrip()):
                 rewrites += 1

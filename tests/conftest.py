@@ -87,6 +87,21 @@ async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     await server.stop()
 
 
+TEST_KEY_ENV = "PINBOT_TEST_KEY"
+
+
+def agent_llm(base_url: str) -> dict[str, Any]:
+    """llm settings for the real OpenAI client against a fake server, with the agent tools on
+    (the key is read from TEST_KEY_ENV, which the test sets)."""
+    return {
+        "backend": "openai",
+        "base_url": base_url,
+        "api_key_env": TEST_KEY_ENV,
+        "max_retries": 0,
+        "agent_tools": True,
+    }
+
+
 NO_RATE_LIMITS = {"pin_commands_per_minute": 0, "model_turns_per_minute": 0}
 
 

@@ -21,12 +21,12 @@ from aiohttp import web
 
 from bot.adapters import FEISHU
 from bot.adapters.feishu_api import (
-    CARD_VALUE_KEY,
     FeishuApi,
     FeishuApiError,
     FeishuCredentialsError,
     FeishuTransientError,
 )
+from bot.adapters.feishu_format import CARD_VALUE_KEY
 from bot.adapters.kit import RefusalLog, Sent, with_backoff
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, FeishuConfig, secret_from_env

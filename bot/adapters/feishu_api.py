@@ -1,19 +1,19 @@
 """Feishu's OpenAPI as the bot uses it: one pooled async HTTP client with the tenant access token
 fetched and refreshed on the event loop, replies as `post` messages (literal text, or the
-model's Markdown in an `md` element with a literal fallback), sending and editing messages."""
+model's Markdown built from styled text, link and code block elements, bot/adapters/
+feishu_format.py, with a literal fallback), sending and editing messages."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
+from bot.adapters.feishu_format import card_content, formatted_posts, post_content
 from bot.adapters.kit import Sent, formatted_or_plain
 from bot.config import FeishuConfig
 from bot.core.replies import Reply, split_message
@@ -27,66 +27,8 @@ TOKEN_REFRESH_MARGIN_S = 300
 _EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
 DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
 
-
-def post_content(text: str) -> str:
-    """A `post` message body whose every line is a literal text element: nothing in text can
-    become a mention or markup."""
-    lines = [[{"tag": "text", "text": line}] for line in text.split("\n")]
-    return json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
-
-
-_AT_TAG = re.compile(r"<(\s*/?\s*at\b)", re.IGNORECASE)
-FENCE = "```"
-CARD_VALUE_KEY = "pinbot"  # where a card button's value holds the button's data
-FENCE_ROOM = 20  # characters kept free in each part to close and reopen a code block
 # Refusals about the chat (bot not in it, no permission, chat gone): plain text would not help.
 CHAT_PROBLEM_CODES = {230002, 230006, 230013, 230017, 230027, 230035}
-
-
-def card_content(reply: Reply) -> str:
-    """An interactive card (JSON 1.0) showing a reply's text literally, with its buttons: each
-    button's value carries its data back in the card action. update_multi lets the card be
-    changed for everyone in the chat once decided."""
-    elements: list[dict[str, Any]] = [
-        {"tag": "div", "text": {"tag": "plain_text", "content": reply.text}}
-    ]
-    if reply.buttons:
-        actions = [
-            {
-                "tag": "button",
-                "text": {"tag": "plain_text", "content": button.text},
-                "type": "primary" if number == 0 else "default",
-                "value": {CARD_VALUE_KEY: button.data},
-            }
-            for number, button in enumerate(reply.buttons)
-        ]
-        elements.append({"tag": "action", "actions": actions})
-    card = {"config": {"wide_screen_mode": True, "update_multi": True}, "elements": elements}
-    return json.dumps(card, ensure_ascii=False)
-
-
-def markdown_content(text: str) -> str:
-    """A `post` body with one `md` element: Feishu shows the model's Markdown formatted. `<at>`
-    tags are broken up (a zero-width space after the '<'), so model text can never mention
-    anyone."""
-    safe = _AT_TAG.sub("<\u200b\\1", text)
-    return json.dumps(
-        {"zh_cn": {"title": "", "content": [[{"tag": "md", "text": safe}]]}}, ensure_ascii=False
-    )
-
-
-def markdown_parts(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Markdown split on lines into parts under limit; a code block cut by a split is closed at
-    the end of one part and reopened (with its language) at the start of the next."""
-    parts, reopen = [], ""
-    for piece in split_message(text, limit - FENCE_ROOM):
-        part, fence = reopen + piece, ""
-        for line in part.split("\n"):
-            if line.lstrip().startswith(FENCE):
-                fence = "" if fence else line.strip()
-        parts.append(f"{part}\n{FENCE}" if fence else part)
-        reopen = f"{fence}\n" if fence else ""
-    return [part for part in parts if part.strip()]
 
 
 class FeishuApi:
@@ -222,16 +164,16 @@ class FeishuApi:
 
     def _contents(self, reply: Reply) -> list[Callable[[Poster], Awaitable[dict[str, Any]]]]:
         """Each part of a reply as a function that posts it with the poster given: literal text,
-        or (formatted) an `md` post sent again as literal text if Feishu refuses it."""
+        or (formatted) a styled post sent again as literal text if Feishu refuses it."""
 
         def literal(part: str) -> Callable[[Poster], Awaitable[dict[str, Any]]]:
             return lambda post: post({"msg_type": "post", "content": post_content(part)})
 
-        def formatted(part: str) -> Callable[[Poster], Awaitable[dict[str, Any]]]:
+        def formatted(content: str, plain: str) -> Callable[[Poster], Awaitable[dict[str, Any]]]:
             async def send(post: Poster) -> dict[str, Any]:
                 return await formatted_or_plain(
-                    lambda: post({"msg_type": "post", "content": markdown_content(part)}),
-                    lambda: literal(part)(post),
+                    lambda: post({"msg_type": "post", "content": content}),
+                    lambda: literal(plain)(post),
                     refused_formatting=_refused_formatting,
                     where="a Feishu reply",
                 )
@@ -239,7 +181,7 @@ class FeishuApi:
             return send
 
         if reply.formatted:
-            return [formatted(part) for part in markdown_parts(reply.text)]
+            return [formatted(*post) for post in formatted_posts(reply.text, MESSAGE_LIMIT)]
         return [literal(part) for part in split_message(reply.text, MESSAGE_LIMIT) if part.strip()]
 
 

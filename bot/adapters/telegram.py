@@ -15,7 +15,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from aiohttp import web
@@ -55,6 +55,7 @@ from storage.errors import Unavailable
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PLATFORM = TELEGRAM
 # Telegram sends these as `from` when the real sender is hidden behind a chat.
@@ -405,8 +406,8 @@ class TelegramFrontend:
         conversation = conversation_of(message)
         stream = StreamedReply(self.sender, message)
         deferred = _DEFERRED.get()
-        try:
-            reply = await self.pinbot.handle(
+        reply = await _unless_lost(
+            self.pinbot.handle(
                 conversation,
                 self._without_mention(message.text),
                 mentioned=self._mentions_me(message),
@@ -418,10 +419,8 @@ class TelegramFrontend:
                 redelivered=deferred is not None,
                 replied=self._replied_lookup(message),
             )
-        except Unavailable:
-            if deferred is None:
-                raise
-            deferred.lost = True
+        )
+        if isinstance(reply, _Lost):
             return
         if reply and reply.text:
             await _send(deferred, functools.partial(stream.finish, reply))
@@ -433,18 +432,16 @@ class TelegramFrontend:
         if message is None:
             return
         deferred = _DEFERRED.get()
-        try:
-            reply = await self.pinbot.handle(
+        reply = await _unless_lost(
+            self.pinbot.handle(
                 conversation_of(message),
                 None,
                 mentioned=self._mentions_me(message),
                 replied_to_bot=self._replies_to_me(message),
                 redelivered=deferred is not None,
             )
-        except Unavailable:
-            if deferred is None:
-                raise
-            deferred.lost = True
+        )
+        if isinstance(reply, _Lost):
             return
         if reply and reply.text:
             await _send(deferred, functools.partial(self.sender.reply, message, reply))
@@ -462,19 +459,16 @@ class TelegramFrontend:
         readable = pinned if isinstance(pinned, Message) else None
         text = (readable.text or readable.caption) if readable else None
         author = readable.from_user if readable else None
-        deferred = _DEFERRED.get()
-        try:
-            outcome = await self.pinbot.chat_pinned(
+        outcome = await _unless_lost(
+            self.pinbot.chat_pinned(
                 conversation,
                 text,
                 message_id=str(pinned.message_id),
                 author=str(author.id) if author else None,
                 platform_admin=self._admin_lookup(message, conversation),
             )
-        except Unavailable:
-            if deferred is None:
-                raise
-            deferred.lost = True
+        )
+        if isinstance(outcome, _Lost):
             return
         log.info("pinned message %s in chat %s %s", pinned.message_id, message.chat.id, outcome)
 
@@ -512,18 +506,16 @@ class TelegramFrontend:
         if tapped is None or tapped.command is None:
             return
         deferred = _DEFERRED.get()
-        try:
-            reply = await self.pinbot.handle(
+        reply = await _unless_lost(
+            self.pinbot.handle(
                 conversation,
                 tapped.command,
                 mentioned=True,
                 platform_admin=platform_admin,
                 redelivered=deferred is not None,
             )
-        except Unavailable:
-            if deferred is None:
-                raise
-            deferred.lost = True
+        )
+        if isinstance(reply, _Lost):
             return
         log.info("tap %r in chat %s: %s", query.data, message.chat.id, reply.text if reply else "")
 
@@ -550,13 +542,8 @@ class TelegramFrontend:
             old, new = message.migrate_from_chat_id, message.chat.id
         else:
             return
-        deferred = _DEFERRED.get()
-        try:
-            moved = await self.pinbot.move_group(PLATFORM, str(old), str(new))
-        except Unavailable:
-            if deferred is None:
-                raise
-            deferred.lost = True  # moved by the update's next processing
+        moved = await _unless_lost(self.pinbot.move_group(PLATFORM, str(old), str(new)))
+        if isinstance(moved, _Lost):
             return
         log.info("group %s migrated to %s: %d block(s) moved", old, new, moved)
 
@@ -693,6 +680,24 @@ class _Deferred:
 _DEFERRED: contextvars.ContextVar[_Deferred | None] = contextvars.ContextVar(
     "telegram_deferred", default=None
 )
+
+
+class _Lost:
+    """An update from the inbox whose processing could not be recorded: nothing is sent for it,
+    and its next processing answers it."""
+
+
+async def _unless_lost(work: Awaitable[T]) -> T | _Lost:
+    """work's result; for an update from the inbox whose work finds the database unreachable,
+    a _Lost (the update stays waiting); elsewhere Unavailable goes up."""
+    try:
+        return await work
+    except Unavailable:
+        deferred = _DEFERRED.get()
+        if deferred is None:
+            raise
+        deferred.lost = True
+        return _Lost()
 
 
 async def _send(deferred: _Deferred | None, send: Deliver) -> None:

@@ -84,8 +84,8 @@ class ChatService:
     ) -> Reply:
         """Send text to the model with the speaker's blocks and history; returns its answer.
 
-        A failed model call (or one that answers nothing) is a failed reply of one short
-        English line, and leaves no history.
+        A failed model call (or one that answers nothing, or only whitespace) is a failed reply
+        of one short English line, and leaves no history.
         """
         session = self.history_key(context.conversation)
         async with self._lock(session):
@@ -106,7 +106,7 @@ class ChatService:
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
                 return Reply.failed(error.user_message)
-            if not answer:
+            if not answer.strip():  # blank shows as nothing: no message at all on a platform
                 return Reply.refused(stopped) if stopped else Reply.failed(NO_ANSWER)
             await self._store.append_turn(session, text, answer, now=self._clock())
             if stopped:  # what the model already answered stands; the budget stopped the rest

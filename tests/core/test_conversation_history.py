@@ -337,3 +337,15 @@ async def test_a_message_cannot_pose_as_another_entry_in_the_summary_request(
     )
     assert framed.count(f"[{m} end]") == 4  # four real entries, however the text reads
     assert f"[{m} user]\n{forged}\n[{m} end]" in framed
+
+
+async def test_a_blank_answer_is_no_answer(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    """Whitespace shows as nothing, so it never goes out as an empty (or missing) message."""
+    bot = await openai_bots()
+    fake_openai.script = [completion(" \n\t ")]
+    reply = await bot.handle(dm(), "hello?")
+    assert reply is not None and reply.outcome == "failed"
+    assert text_of(reply) == "The model gave no answer. Please try again."
+    assert await bot.store.history(dm().session_key) == []

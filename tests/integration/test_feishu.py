@@ -22,7 +22,7 @@ from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from tests.conftest import make_config
+from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import (
     APP_ID,
@@ -426,15 +426,17 @@ def post_elements(reply: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for line in json.loads(reply["content"])["zh_cn"]["content"] for e in line]
 
 
-async def test_model_markdown_goes_out_as_md_and_never_mentions_anyone(
+async def test_model_markdown_goes_out_as_styled_elements_and_never_mentions_anyone(
     start_feishu: Any, fake_feishu: FakeFeishu
 ) -> None:
     bot = await start_feishu()
     await bot.send(receive_event('**bold** `a<b&c>` <at user_id="all">everyone</at>'))
-    (element,) = post_elements(fake_feishu.replies[-1])
-    assert element["tag"] == "md" and "**bold** `a<b&c>`" in element["text"]
-    assert '<at user_id="all">' not in element["text"]
-    assert '<\u200bat user_id="all">' in element["text"]  # shown, but not a mention
+    elements = post_elements(fake_feishu.replies[-1])
+    assert {e["tag"] for e in elements} == {"text"}  # no md, no at: nothing is read as markup
+    assert {"tag": "text", "text": "bold", "style": ["bold"]} in elements
+    assert fake_feishu.texts()[-1].endswith(
+        'You said: bold `a<b&c>` <at user_id="all">everyone</at>'
+    )
     await bot.send(receive_event("/pin add md **x** <b>y</b> _z_"))
     await bot.send(receive_event("/pin list"))
     elements = post_elements(fake_feishu.replies[-1])
@@ -442,15 +444,15 @@ async def test_model_markdown_goes_out_as_md_and_never_mentions_anyone(
     assert {"tag": "text", "text": "**x** <b>y</b> _z_"} in elements
 
 
-async def test_a_refused_md_post_is_sent_again_as_text(
+async def test_a_refused_formatted_post_is_sent_again_as_text(
     start_feishu: Any, fake_feishu: FakeFeishu
 ) -> None:
     bot = await start_feishu()
     fake_feishu.reply_errors = [{"code": 230001, "msg": "invalid message content"}]
-    await bot.send(receive_event("**hello**"))
+    await bot.send(receive_event("**hello** [docs](https://example.org)"))
     (reply,) = fake_feishu.replies
-    assert {e["tag"] for e in post_elements(reply)} == {"text"}
-    assert fake_feishu.texts()[-1].endswith("You said: **hello**")
+    assert all("style" not in e and e["tag"] == "text" for e in post_elements(reply))
+    assert fake_feishu.texts()[-1].endswith("You said: hello docs (https://example.org)")
     fake_feishu.reply_errors = [{"code": 230002, "msg": "bot not in chat"}]
     await bot.send(receive_event("**again**"))
     assert len(fake_feishu.replies) == 1  # about the chat: plain text would not help
@@ -485,8 +487,9 @@ async def test_the_bot_posts_to_a_chat_and_edits_what_it_posted(
     assert await bot.frontend.edit(sent, Reply("Approved by 7.", formatted=True))
     (edit,) = fake_feishu.edits
     assert edit["message_id"] == "om_sent_1"
-    (element,) = json.loads(edit["content"])["zh_cn"]["content"][0]
-    assert element == {"tag": "md", "text": "Approved by 7."}
+    assert json.loads(edit["content"])["zh_cn"]["content"] == [
+        [{"tag": "text", "text": "Approved by 7."}]
+    ]
 
 
 async def test_a_reply_without_content_pins_the_parent_fetched_by_id(
@@ -527,14 +530,8 @@ async def test_a_proposal_card_and_an_admins_card_action(
     start_feishu: Any, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = await FakeOpenAI().start()
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
-    llm = {
-        "backend": "openai",
-        "base_url": server.base_url,
-        "api_key_env": "PINBOT_TEST_KEY",
-        "max_retries": 0,
-        "agent_tools": True,
-    }
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = agent_llm(server.base_url)
     propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
     server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
     model = OpenAIChatModel.from_config(make_config(llm=llm).llm)

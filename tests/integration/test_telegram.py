@@ -26,7 +26,7 @@ from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
 from storage import Store
-from tests.conftest import dm, make_config, text_of
+from tests.conftest import TEST_KEY_ENV, agent_llm, dm, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
@@ -1024,14 +1024,8 @@ def proposing_model(
 ) -> tuple[OpenAIChatModel, dict[str, Any]]:
     """The real OpenAI client against the fake server, scripted to propose each of proposals
     (one turn each) and then answer."""
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test-secret")
-    llm = {
-        "backend": "openai",
-        "base_url": server.base_url,
-        "api_key_env": "PINBOT_TEST_KEY",
-        "max_retries": 0,
-        "agent_tools": True,
-    }
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = agent_llm(server.base_url)
     server.script = []
     for proposal in proposals:
         server.script += [tool_calls(("pin_propose", proposal)), completion("Proposed.")]
@@ -1127,3 +1121,31 @@ async def test_expired_and_stale_proposals_are_refused_once_and_say_so(
     assert [b[0] for b in await blocks(store, GROUP_KEY)] == ["rules"]
     (reply,) = await bot.reply_to(message(chat, "/pin shared approve 2", user(7)))
     assert "was expired already" in reply
+
+
+async def test_a_tap_is_answered_while_the_chat_waits_for_the_model(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, llm = proposing_model(
+        fake_openai, monkeypatch, {"label": "deadline", "content": "Release on Friday."}
+    )
+    bot = await start_bot(model, pins=ADMIN_PINS, llm=llm)
+    chat = group_chat(GROUP)
+    await bot.reply_to(message(chat, "@pin_bot keep the deadline", user(42)))
+    posted = [p for p in fake_telegram.sent(GROUP) if "reply_markup" in p][-1]
+    shown = {"message_id": await posted_id(fake_telegram, posted), "text": posted["text"]}
+    # The next turn of the chat waits on the model; the admin taps meanwhile.
+    fake_openai.release = asyncio.Event()
+    fake_telegram.push(message(chat, "@pin_bot and one more thing", user(42)))
+    await fake_openai.wait_for_requests(3)
+    fake_telegram.push(tap(chat, user(7), shown, "pinbot:proposal:approve:1"))
+    await fake_telegram.wait_for(lambda: bool(fake_telegram.called("answerCallbackQuery")))
+    assert fake_telegram.called("answerCallbackQuery")[0]["text"] == "Approving proposal #1…"
+    assert await blocks(store, GROUP_KEY) == []  # applied in the chat's order: after the turn
+    fake_openai.release.set()
+    await bot.settle()
+    assert await blocks(store, GROUP_KEY) == [("deadline", "Release on Friday.", "context")]
