@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from storage import Store
+from storage import Store, usage_sums
 from storage.models import label_key
 from storage.search import PG_SEARCH_INDEX
 
@@ -109,6 +109,13 @@ async def _catch_up_search(path: Path) -> None:
         await store.catch_up_search()
     finally:
         await store.close()
+
+
+async def usage_summed(store: Store) -> None:
+    """Make the store's usage sums again from its usage rows, after rows were written straight
+    into the table (as a schema step or a transfer makes them again)."""
+    async with store._db.transaction() as tx:
+        await usage_sums.rebuild(tx)
 
 
 def build_postgres(url: str, scopes: int, scope_for: Callable[[int], str] = scope_of) -> None:

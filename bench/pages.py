@@ -36,7 +36,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from bot.web import views
-from storage import Store, usage_sums
+from storage import Store
 from storage.rows import BLOCK_COLUMNS
 from storage.usage_sums import COUNTS, SUMS
 
@@ -113,8 +113,7 @@ async def _fill_usage(store: Store, rows: list[tuple[Any, ...]], url: str | None
             await connection.execute("ANALYZE usage")
         finally:
             await connection.close()
-    async with store._db.transaction() as tx:  # as a schema step or a transfer does
-        await usage_sums.rebuild(tx)
+    await data.usage_summed(store)
 
 
 async def _old_usage_view(store: Store, first_day: str) -> None:
