@@ -36,6 +36,17 @@ async def _database(where: dict[str, str]) -> Database:
     return await connect(path=where["path"], url=where.get("url"))
 
 
+async def _insert_block(
+    db: Database, scope: str, label: str, key: str, content: str, created: int
+) -> None:
+    """A strong active block written straight into the table, as an earlier release had it."""
+    await db.execute(
+        "INSERT INTO blocks (scope, label, label_key, content, level, state, created_at, "
+        "updated_at) VALUES (?, ?, ?, ?, 'strong', 'active', ?, ?)",
+        *(scope, label, key, content, created, created),
+    )
+
+
 def test_steps_are_numbered_consecutively() -> None:
     assert sorted(STEPS) == list(range(1, LATEST + 1))
 
@@ -93,14 +104,7 @@ async def test_the_label_keys_step_keeps_the_older_of_two_look_alikes(
     try:
         await migrate(db, target=4)
         for label, created in (("Ｔｏｎｅ", 1), ("tone", 2), ("Other", 3), ("TONE~2", 4)):
-            await db.execute(
-                "INSERT INTO blocks (scope, label, label_key, content, level, state, "
-                "created_at, updated_at) VALUES ('s', ?, ?, 'c', 'strong', 'active', ?, ?)",
-                label,
-                label.casefold(),
-                created,
-                created,
-            )
+            await _insert_block(db, "s", label, label.casefold(), "c", created)
     finally:
         await db.close()
     with caplog.at_level("WARNING", logger="storage.schema"):
@@ -118,11 +122,7 @@ async def test_step_15_indexes_blocks_and_sums_usage_in_place(
     try:
         await migrate(db, target=14)
         for n, content in enumerate(("Answer briefly.", "日本語で答える", "Cite 100%_ sources")):
-            await db.execute(
-                "INSERT INTO blocks (scope, label, label_key, content, level, state, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, 'strong', 'active', ?, ?)",
-                *(f"t:group:{n}", f"l{n}", f"l{n}", content, n, n),
-            )
+            await _insert_block(db, f"t:group:{n}", f"l{n}", f"l{n}", content, n)
         for sender, day, group, tokens in (
             ("5", "2026-01-01", "t:group:1", 10),
             ("6", "2026-01-02", "", 30),
