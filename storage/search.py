@@ -161,9 +161,11 @@ class SearchIndex:
                     "WHERE id <= ? AND indexed = 1",
                     last,
                 )
+                # Each noted block looked up by id: as a join, SQLite walks every block up to
+                # the last noted id and looks for its note.
                 await tx.execute(
-                    "INSERT INTO blocks_search (rowid, label, content) SELECT b.id, b.label, "
-                    f"b.content FROM {_NOTED} n JOIN blocks b ON b.id = n.id WHERE n.id <= ?",
+                    "INSERT INTO blocks_search (rowid, label, content) SELECT id, label, content "
+                    f"FROM blocks WHERE id IN (SELECT id FROM {_NOTED} WHERE id <= ?)",
                     last,
                 )
                 done += await tx.execute(f"DELETE FROM {_NOTED} WHERE id <= ?", last)
