@@ -6,7 +6,8 @@ beside the query the page ran before (the scan), in the same run:
   20,000 users over 30 days; also what the first view of a window costs (its sums made) and the
   first view after the day changes (the window moved by a day);
 - search (what the page asks: groups' scopes, at most 100 results) on 1,000,000 blocks for a
-  term in no block, a common term, a term in 0.5% of the blocks and a two-character term;
+  term in no block, a common term, a term in 0.5% of the blocks, a two-character term and a
+  term in almost no block made of common trigrams;
 - committed `/pin add` per second through the real command path, with the search index and on
   the same store with the index dropped, alternating runs (SQLite's includes the batched
   indexing its changes cause)."""
@@ -45,7 +46,15 @@ GROUPS = 10_000
 WINDOWS = (1, 7, 30)
 MARKER = "zqxmarker"  # the medium term: put into MARKED_SHARE of the blocks
 MARKED_SHARE = 0.005
-TERMS = {"rare": "block7 nothing", "common": "project", "medium": MARKER, "two_chars": "pr"}
+TERMS = {
+    "rare": "block7 nothing",
+    "common": "project",
+    "medium": MARKER,
+    "two_chars": "pr",
+    # In almost no block, but each of its trigrams is in most: the index cannot narrow it down.
+    "common_trigrams": "note rule note rule note rule",
+}
+SLOW_ASKS = 5  # times the last term is asked: a scan of every block, each time
 CONTENT = "Keep answers short and cite the source of every figure you give, please. " * 2
 # The queries the pages ran before this change, as they were: the per-day chart summed every
 # usage row of the window; search scanned every block, leaving DM scopes out by pattern.
@@ -187,10 +196,9 @@ async def _search_on(store: Store, url: str | None, requests: int) -> dict[str, 
         escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         pattern = f"%{escaped}%"
         old_args = (pattern, pattern, "%:direct:%", "%:direct:%", views.SEARCH_RESULTS)
-        new, found = await _timed(requests, partial(views.search, store, term, show_direct=False))
-        old, rows = await _timed(
-            max(requests // 4, 3), partial(_old_search, store, old_sql, old_args)
-        )
+        asks = requests if name != "common_trigrams" else SLOW_ASKS  # seconds an ask at 1M
+        new, found = await _timed(asks, partial(views.search, store, term, show_direct=False))
+        old, rows = await _timed(max(asks // 4, 3), partial(_old_search, store, old_sql, old_args))
         assert [b.id for b in found] == [row[0] for row in rows], f"not the same for {name}"
         figures[name] = {"term": term, "results": len(found), **_with_ratio(new, old)}
     return figures
