@@ -26,7 +26,7 @@ def _work(count: int, scopes: int) -> list[tuple[int, str]]:
     return [(i % scopes, f"bench{i}") for i in range(count)]
 
 
-async def _pinbot(path: Path, url: str | None) -> tuple[Pinbot, Store]:
+async def pinbot(path: Path, url: str | None) -> tuple[Pinbot, Store]:
     """A Pinbot on the store at path (or the PostgreSQL database at url), room for every block."""
     store = await open_store(path=str(path), url=url)
     config = parse_config({"pins": {"max_blocks_per_session": 1000}})
@@ -56,7 +56,7 @@ async def ours(path: Path, count: int, scopes: int, url: str | None = None) -> f
     """Commands per second: /pin add, then /pin edit, then /pin remove of each block (on the
     PostgreSQL database at url when given). The edit sends the content the block already has,
     as the earlier releases' benchmark did, so that it compares with them: it commits nothing."""
-    bot, store = await _pinbot(path, url)
+    bot, store = await pinbot(path, url)
     work = _work(count, scopes)
     conversations = _conversations(work)
     start = time.perf_counter()
@@ -74,7 +74,7 @@ async def each_verb(
 ) -> dict[str, dict[str, float]]:
     """Per verb, committed commands per second and this process's CPU milliseconds per command:
     /pin add of each block, then /pin edit to new content, then /pin remove."""
-    bot, store = await _pinbot(path, url)
+    bot, store = await pinbot(path, url)
     work = _work(count, scopes)
     conversations = _conversations(work)
     figures = {}

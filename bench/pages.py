@@ -29,13 +29,10 @@ from typing import Any
 
 import asyncpg
 
-from bench import data
+from bench import commands, data
 from bench.stats import percentile
-from bot.config import parse_config
-from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import Result
-from bot.llm.offline import OfflineChatModel
 from bot.web import views
 from storage import Store
 from storage.rows import BLOCK_COLUMNS
@@ -235,10 +232,7 @@ async def _adds(
     """count committed /pin add (new labels, 100 DM chats), then the SQLite index brought up to
     date: per second, and CPU per add of this process (and of the PostgreSQL server)."""
     url = where if isinstance(where, str) else None
-    store = await Store.open(where if isinstance(where, Path) else "", url=url)
-    bot = Pinbot(
-        parse_config({"pins": {"max_blocks_per_session": 1000}}), store, OfflineChatModel()
-    )
+    bot, store = await commands.pinbot(where if isinstance(where, Path) else Path(), url)
     # New chats each run: ten commands a chat stay under the rate limit, which PostgreSQL keeps
     # in the database from run to run.
     users = [f"{run}-{u}" for u in range(100)]
