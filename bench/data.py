@@ -11,9 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from storage import Store, usage_sums
+from storage import Store
 from storage.models import label_key
-from storage.search import PG_SEARCH_INDEX
 
 BLOCKS_PER_SCOPE = 10
 PLATFORM = "bench"
@@ -103,10 +102,19 @@ def build_sqlite(path: Path, scopes: int, scope_for: Callable[[int], str] = scop
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
+# This module also runs on an earlier commit's packages (bench/history.py measures both trees
+# with the same code): what the search index and the usage sums need is imported or called
+# only where the tree has it.
+
+
 async def _catch_up_search(path: Path) -> None:
+    """Index the store's blocks for search (SQLite indexes changed blocks in batches), in a tree
+    that has a search index."""
     store = await Store.open(path)
     try:
-        await store.catch_up_search()
+        catch_up = getattr(store, "catch_up_search", None)
+        if catch_up is not None:
+            await catch_up()
     finally:
         await store.close()
 
@@ -114,6 +122,8 @@ async def _catch_up_search(path: Path) -> None:
 async def usage_summed(store: Store) -> None:
     """Make the store's usage sums again from its usage rows, after rows were written straight
     into the table (as a schema step or a transfer makes them again)."""
+    from storage import usage_sums
+
     async with store._db.transaction() as tx:
         await usage_sums.rebuild(tx)
 
@@ -133,13 +143,18 @@ async def _fill_postgres(url: str, scopes: int, scope_for: Callable[[int], str])
     connection = await asyncpg.connect(url)
     try:
         # The search index is built once after the copy, as the schema step builds it.
-        await connection.execute("DROP INDEX IF EXISTS blocks_search")
+        indexed = await connection.fetchval("SELECT to_regclass('blocks_search')") is not None
+        if indexed:
+            await connection.execute("DROP INDEX blocks_search")
         await connection.copy_records_to_table(
             "blocks",
             records=rows(scopes, scope_for=scope_for),
             columns=list(BLOCK_INSERT_COLUMNS),
         )
-        await connection.execute(PG_SEARCH_INDEX)
+        if indexed:
+            from storage.search import PG_SEARCH_INDEX
+
+            await connection.execute(PG_SEARCH_INDEX)
         await connection.execute("ANALYZE blocks")
     finally:
         await connection.close()
