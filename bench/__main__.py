@@ -22,6 +22,7 @@ from bench import (
     layers,
     memory,
     prefix,
+    streaming,
     turn,
     web,
     workers,
@@ -42,6 +43,7 @@ def _settings(quick: bool) -> dict[str, Any]:
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
             "baseline_runs": 1,
+            "streaming": streaming.QUICK,
         }
     return {
         "scopes": [1_000, 10_000, 100_000],
@@ -53,6 +55,7 @@ def _settings(quick: bool) -> dict[str, Any]:
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
         "baseline_runs": 5,
+        "streaming": streaming.FULL,
     }
 
 
@@ -233,6 +236,27 @@ def _baseline_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     ]
 
 
+def _streaming_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    ours = report["streaming"]["ours"]
+    return [
+        (
+            "streamed on Telegram: first text p95 <= 300 ms after the first token",
+            ours["first_p95_ms"] <= 300,
+            f"{ours['first_p95_ms']} ms",
+        ),
+        (
+            "streamed on Telegram: final message p95 <= 1.2 s after the last token",
+            ours["final_p95_ms"] <= 1200,
+            f"{ours['final_p95_ms']} ms",
+        ),
+        (
+            "streamed on Telegram: no message written to faster than about once a second",
+            ours["turns_writing_faster"] == 0,
+            f"shortest gap {ours['min_write_gap_ms']} ms",
+        ),
+    ]
+
+
 def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """Each target of the benchmark issues: its name, whether it is met, and the figure."""
     largest, smallest = report["turns"][-1], report["turns"][0]
@@ -281,6 +305,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             report["cache_prefix"]["ours"]["min_pct"] == 100.0,
             f"min {report['cache_prefix']['ours']['min_pct']}%",
         ),
+        *_streaming_targets(report),
     ]
 
 
@@ -395,6 +420,21 @@ def print_table(report: dict[str, Any]) -> None:
         f"With compaction at turns {compaction['compaction_at_turns']}: "
         f"{compaction['at_compaction_pct']}% at those turns, mean {compaction['mean_pct']}%"
     )
+    s = report["streaming"]
+    print(
+        f"Streamed replies on Telegram ({s['ours']['turns']} turns, {s['concurrent_chats']} chats "
+        f"at once, first token after {s['first_token_s']} s, a chunk every {s['token_s']} s, "
+        f"{s['one_way_ms']} ms each way to the Bot API), ms: first text after the first token "
+        f"p50/p95 {s['ours']['first_p50_ms']}/{s['ours']['first_p95_ms']}, final message after "
+        f"the last token {s['ours']['final_p50_ms']}/{s['ours']['final_p95_ms']}, shortest gap "
+        f"between writes to a message {s['ours']['min_write_gap_ms']}"
+        + (
+            f" ({s['baseline']}: {b['first_p50_ms']}/{b['first_p95_ms']}, "
+            f"{b['final_p50_ms']}/{b['final_p95_ms']}, {b['min_write_gap_ms']})"
+            if (b := s["baseline_figures"])
+            else ""
+        )
+    )
     print("\nTargets")
     for name, met, figure in targets(report):
         print(f"  [{'met' if met else 'MISSED'}] {name}: {figure}")
@@ -451,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         scopes, requests = settings["web"]
         report["web"] = median_of_pages(web.run(folder, scopes, requests, runs))
         report["cache_prefix"] = prefix.run()
+        report["streaming"] = streaming.run(settings["streaming"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]
     print_table(report)
