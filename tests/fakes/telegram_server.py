@@ -49,7 +49,8 @@ class FakeTelegram:
     def __init__(self) -> None:
         self.pinned: dict[int, dict[str, Any] | None] = {}  # getChat's pinned_message
         self.calls: list[tuple[str, dict[str, Any]]] = []  # answered successfully
-        self.arrived: list[float] = []  # when each of calls arrived (perf_counter)
+        self.arrived: list[float] = []  # when each of calls arrived, by clock
+        self.clock: Callable[[], float] = time.perf_counter  # a test may set its fake one
         self.returned: list[tuple[str, dict[str, Any], Any]] = []  # each call and its result
         self.failed: list[tuple[str, dict[str, Any]]] = []
         self.updates: list[dict[str, Any]] = []
@@ -148,7 +149,7 @@ class FakeTelegram:
             return web.json_response(body, status=status)
         if method != "getUpdates":
             self.calls.append((method, params))
-            self.arrived.append(time.perf_counter())
+            self.arrived.append(self.clock())
             if method == "sendMessage":
                 self.first_sent_at.setdefault(int(params["chat_id"]), time.perf_counter())
             await self._notify()
