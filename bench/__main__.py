@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from bench import (
     commands,
     data,
     headofline,
+    history,
     layers,
     memory,
     prefix,
@@ -44,6 +46,8 @@ def _settings(quick: bool) -> dict[str, Any]:
             "memory_turns": 200,
             "baseline_runs": 1,
             "streaming": streaming.QUICK,
+            "history_edit_scopes": 100,
+            "history_runs": 1,
         }
     return {
         "scopes": [1_000, 10_000, 100_000],
@@ -56,6 +60,8 @@ def _settings(quick: bool) -> dict[str, Any]:
         "memory_turns": 2_000,
         "baseline_runs": 5,
         "streaming": streaming.FULL,
+        "history_edit_scopes": 1_000,
+        "history_runs": 7,
     }
 
 
@@ -70,16 +76,18 @@ def _shown(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
-def _database(cluster: PgCluster, name: str) -> str:
-    """A new empty database in the benchmark's PostgreSQL server."""
+def _database(cluster: PgCluster, name: str, template: str | None = None) -> str:
+    """A new database in the benchmark's PostgreSQL server: empty, or a copy of template."""
     import asyncio
 
     import asyncpg
 
+    copy = f" TEMPLATE {template}" if template else ""
+
     async def create() -> None:
         connection = await asyncpg.connect(cluster.url())
         try:
-            await connection.execute(f"CREATE DATABASE {name}")
+            await connection.execute(f"CREATE DATABASE {name}{copy}")
         finally:
             await connection.close()
 
@@ -222,6 +230,21 @@ def measure_memory(folder: Path, scopes: int, settings: dict[str, Any]) -> dict[
     }
 
 
+def measure_history(folder: Path, settings: dict[str, Any], cluster: PgCluster) -> dict[str, Any]:
+    """Block history's figures (bench.history) on copies of the largest store of the turns."""
+    scopes = settings["scopes"][-1]
+    store = folder / "history-store.sqlite3"
+    shutil.copyfile(folder / f"store-{scopes}.sqlite3", store)
+    url = _database(cluster, "history_store", template=f"turns_{scopes}")
+    return history.run(
+        folder,
+        settings,
+        settings["history_runs"],
+        (store, url),
+        lambda name: _database(cluster, name),
+    )
+
+
 def _baseline_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     versus = report["commands_vs_baseline"]
     if not versus["available"]:
@@ -257,6 +280,36 @@ def _streaming_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     ]
 
 
+def _history_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Issue 28: committed /pin add and /pin edit per second at least 80% of the commit
+    before history's, and the turn's p50 unchanged (within 10%), on both backends."""
+    figures = report["history"]
+    if not figures["available"]:
+        return []
+    before = figures["before"]
+    found = []
+    for backend, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
+        for verb in ("add", "edit"):
+            ratio = figures["commands"][backend][verb]["rate_ratio"]
+            found.append(
+                (
+                    f"committed /pin {verb} per second on {name} >= 80% of {before}'s",
+                    ratio >= 0.8,
+                    f"{ratio:.0%}",
+                )
+            )
+    for backend, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
+        ratio = figures["turns"][backend]["p50_ratio"]
+        found.append(
+            (
+                f"turn p50 on {name} with history within 10% of {before}'s",
+                ratio <= 1.1,
+                f"{ratio:.2f}x",
+            )
+        )
+    return found
+
+
 def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """Each target of the benchmark issues: its name, whether it is met, and the figure."""
     largest, smallest = report["turns"][-1], report["turns"][0]
@@ -264,6 +317,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     ours = largest["ours"]
     return [
         *_baseline_targets(report),
+        *_history_targets(report),
         (
             "turn p50 <= 2x single aiosqlite query (largest store)",
             ours["p50_us"] <= 2 * largest["b_single_aiosqlite"]["p50_us"],
@@ -307,6 +361,39 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
         ),
         *_streaming_targets(report),
     ]
+
+
+def print_history(figures: dict[str, Any]) -> None:
+    """Block history's figures (issue 28)."""
+    sizes = figures["sizes"]
+    largest = sizes["largest"]
+    for backend, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
+        edited, big = sizes[backend], largest[backend]
+        print(
+            f"History on {name}: {edited['bytes_per_version']:,.0f} bytes a version after one "
+            f"/pin edit of each of {sizes['edited_blocks']:,} blocks (content "
+            f"{edited['content_chars']:,.0f} chars + {edited['overhead_bytes_per_version']:,.0f}); "
+            f"{big['total_bytes'] / 2**20:,.1f} MiB for {big['versions']:,} versions, one edit of "
+            f"each block of the largest store ({big['bytes_per_version']:,.0f} bytes a version; "
+            f"indexes {sum(big['index_bytes'].values()) / 2**20:,.1f} MiB)"
+        )
+    if not figures["available"]:
+        print(f"History against {figures['before']}: not in this checkout (a shallow clone)")
+        return
+    for backend, name in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
+        verbs = figures["commands"][backend]
+        turn = figures["turns"][backend]
+        print(
+            f"With history against {figures['before']} on {name} (median of {figures['runs']} "
+            "alternating runs), committed per second (CPU ms a command): "
+            + "; ".join(
+                f"/pin {verb} {v['ours']['per_s']:,.0f} ({v['ours']['cpu_ms']:.3f}) against "
+                f"{v['before']['per_s']:,.0f} ({v['before']['cpu_ms']:.3f}), {v['rate_ratio']:.0%}"
+                for verb, v in verbs.items()
+            )
+            + f"; turn p50 {turn['ours']['p50_us']:,.0f} us against "
+            f"{turn['before']['p50_us']:,.0f} us ({turn['p50_ratio']:.2f}x)"
+        )
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -375,6 +462,7 @@ def print_table(report: dict[str, Any]) -> None:
         )
     else:
         print(f"Against {versus['baseline']}: not in this checkout (a shallow clone)")
+    print_history(report["history"])
     w = report["workers"]
     print(
         f"Webhook workers ({w['chats']} chats x {w['adds_per_chat']} /pin add, posted, recorded, "
@@ -471,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
                 settings["baseline_runs"],
                 lambda name: _database(cluster, name),
             )
+            report["history"] = measure_history(folder, settings, cluster)
         finally:
             cluster.stop()
         slow, lists, delay = settings["hol"]

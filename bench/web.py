@@ -51,9 +51,9 @@ def _fill_history(path: Path, scopes: int) -> None:
         )
         days = [time.strftime("%Y-%m-%d", time.gmtime(now - d * 86400)) for d in range(USAGE_DAYS)]
         db.executemany(
-            "INSERT INTO usage (platform, sender, day, group_key, calls, prompt_tokens, "
-            "cached_tokens, completion_tokens, estimated_calls) VALUES "
-            "('telegram', ?, ?, ?, 3, 2400, 1200, 300, 0)",
+            "INSERT INTO usage (platform, sender, day, group_key, model, calls, prompt_tokens, "
+            "cached_tokens, completion_tokens, estimated_calls, cost, priced_calls) VALUES "
+            "('telegram', ?, ?, ?, 'bench-model', 3, 2400, 1200, 300, 0, 0.0009, 3)",
             (
                 (str(user), day, data.group_scope_of((user % max(groups, 1)) * 10))
                 for user in range(USAGE_USERS)

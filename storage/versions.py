@@ -32,9 +32,12 @@ _COLUMNS = (
     "level, state, priority, created_at, undone_by"
 )
 INSERT = f"INSERT INTO block_versions ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+# Everything older than the label's newest `keep`: one index seek finds the cut, and nothing is
+# deleted (or read) while the label has fewer versions, as it has on most changes.
 _KEEP_NEWEST = (
-    "DELETE FROM block_versions WHERE scope = ? AND label_key = ? AND id NOT IN "
-    "(SELECT id FROM block_versions WHERE scope = ? AND label_key = ? ORDER BY id DESC LIMIT ?)"
+    "DELETE FROM block_versions WHERE scope = ? AND label_key = ? AND id <= "
+    "(SELECT id FROM block_versions WHERE scope = ? AND label_key = ? "
+    "ORDER BY id DESC LIMIT 1 OFFSET ?)"
 )
 
 
@@ -73,7 +76,9 @@ def recorded(rows_: Sequence[tuple[Any, ...]], keep: int) -> tuple[Step, ...]:
         return ()
     labels = sorted({(row[1], row[2]) for row in rows_})
     trims = [Step(_KEEP_NEWEST, (scope, key, scope, key, keep)) for scope, key in labels]
-    return (Step(INSERT, list(rows_), many=True), *trims)
+    # One row (most changes) as a plain statement: a batch costs asyncpg a round trip more.
+    insert = Step(INSERT, rows_[0]) if len(rows_) == 1 else Step(INSERT, list(rows_), many=True)
+    return (insert, *trims)
 
 
 _SELECT = (
@@ -134,7 +139,9 @@ class VersionStore(Protocol):
         )
         if op is None:
             return []
-        found = await self._db.fetch(f"{_SELECT} WHERE op = ? ORDER BY id", op)
+        # One import or transfer is one operation over many scopes: undo takes back this
+        # scope's part of it only.
+        found = await self._db.fetch(f"{_SELECT} WHERE scope = ? AND op = ? ORDER BY id", scope, op)
         return [_version(row) for row in found]
 
     async def apply_versions(
@@ -175,7 +182,10 @@ class VersionStore(Protocol):
                 steps.append(_write(scope, label, before, after, created, stamp, calls))
             if undoes is not None:
                 steps.append(
-                    Step("UPDATE block_versions SET undone_by = ? WHERE op = ?", (op, undoes))
+                    Step(
+                        "UPDATE block_versions SET undone_by = ? WHERE scope = ? AND op = ?",
+                        (op, scope, undoes),
+                    )
                 )
             if audited and audit:
                 steps.append(

@@ -25,6 +25,11 @@ _DAY = timedelta(days=1)
 
 
 def _bad_character(text: str, allowed: set[str], categories: tuple[str, ...]) -> str | None:
+    """The first character of text in one of categories and not allowed, as U+XXXX, or None."""
+    # Every character of Cc, Cs and Cf is unprintable to Python, so printable text (nearly all
+    # text, once its allowed characters are set aside) needs no look at each character.
+    if text.translate(str.maketrans(dict.fromkeys(allowed))).isprintable():
+        return None
     for char in text:
         if char not in allowed and unicodedata.category(char) in categories:
             return f"U+{ord(char):04X}"
