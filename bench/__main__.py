@@ -25,6 +25,7 @@ from bench import (
     memory,
     pages,
     prefix,
+    streaming,
     turn,
     web,
     workers,
@@ -53,6 +54,7 @@ def _settings(quick: bool) -> dict[str, Any]:
                 "add_runs": 1,
                 "add_scopes": 100,
             },
+            "streaming": streaming.QUICK,
             "history_edit_scopes": 100,
             "history_runs": 1,
         }
@@ -74,6 +76,7 @@ def _settings(quick: bool) -> dict[str, Any]:
             "add_runs": 5,
             "add_scopes": 10_000,
         },
+        "streaming": streaming.FULL,
         "history_edit_scopes": 1_000,
         "history_runs": 7,
     }
@@ -273,6 +276,27 @@ def _baseline_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     ]
 
 
+def _streaming_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    ours = report["streaming"]["ours"]
+    return [
+        (
+            "streamed on Telegram: first text p95 <= 300 ms after the first token",
+            ours["first_p95_ms"] <= 300,
+            f"{ours['first_p95_ms']} ms",
+        ),
+        (
+            "streamed on Telegram: final message p95 <= 1.2 s after the last token",
+            ours["final_p95_ms"] <= 1200,
+            f"{ours['final_p95_ms']} ms",
+        ),
+        (
+            "streamed on Telegram: no message written to faster than about once a second",
+            ours["turns_writing_faster"] == 0,
+            f"shortest gap {ours['min_write_gap_ms']} ms",
+        ),
+    ]
+
+
 def _history_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """Issue 28: committed /pin add and /pin edit per second at least 80% of the commit
     before history's, and the turn's p50 unchanged (within 10%), on both backends."""
@@ -353,6 +377,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             report["cache_prefix"]["ours"]["min_pct"] == 100.0,
             f"min {report['cache_prefix']['ours']['min_pct']}%",
         ),
+        *_streaming_targets(report),
     ]
 
 
@@ -502,6 +527,21 @@ def print_table(report: dict[str, Any]) -> None:
         f"With compaction at turns {compaction['compaction_at_turns']}: "
         f"{compaction['at_compaction_pct']}% at those turns, mean {compaction['mean_pct']}%"
     )
+    s = report["streaming"]
+    print(
+        f"Streamed replies on Telegram ({s['ours']['turns']} turns, {s['concurrent_chats']} chats "
+        f"at once, first token after {s['first_token_s']} s, a chunk every {s['token_s']} s, "
+        f"{s['one_way_ms']} ms each way to the Bot API), ms: first text after the first token "
+        f"p50/p95 {s['ours']['first_p50_ms']}/{s['ours']['first_p95_ms']}, final message after "
+        f"the last token {s['ours']['final_p50_ms']}/{s['ours']['final_p95_ms']}, shortest gap "
+        f"between writes to a message {s['ours']['min_write_gap_ms']}"
+        + (
+            f" ({s['baseline']}: {b['first_p50_ms']}/{b['first_p95_ms']}, "
+            f"{b['final_p50_ms']}/{b['final_p95_ms']}, {b['min_write_gap_ms']})"
+            if (b := s["baseline_figures"])
+            else ""
+        )
+    )
     print("\nTargets")
     for name, met, figure in targets(report):
         print(f"  [{'met' if met else 'MISSED'}] {name}: {figure}")
@@ -562,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         scopes, requests = settings["web"]
         report["web"] = median_of_pages(web.run(folder, scopes, requests, runs))
         report["cache_prefix"] = prefix.run()
+        report["streaming"] = streaming.run(settings["streaming"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]
     print_table(report)

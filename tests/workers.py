@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,18 @@ START_S = 180
 
 
 class Worker:
-    """One `pinbot` process serving webhooks on its own port."""
+    """One `pinbot` process serving webhooks on its own port (program: how `pinbot` is run,
+    e.g. pinned to a core or from another tree)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], port: int, path: str) -> None:
-        self.args, self.env, self.port = args, env, port
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        port: int,
+        path: str,
+        program: Sequence[str] = (PINBOT,),
+    ) -> None:
+        self.args, self.env, self.port, self.program = args, env, port, program
         self.url = f"http://127.0.0.1:{port}{path}"
         self.process: asyncio.subprocess.Process | None = None
         self.log: list[str] = []
@@ -33,7 +42,7 @@ class Worker:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            PINBOT,
+            *self.program,
             *self.args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
