@@ -23,7 +23,9 @@ from bench import (
     history,
     layers,
     memory,
+    pages,
     prefix,
+    streaming,
     turn,
     web,
     workers,
@@ -45,6 +47,15 @@ def _settings(quick: bool) -> dict[str, Any]:
             "hol": (10, 5, 0.2),
             "memory_turns": 200,
             "baseline_runs": 1,
+            "pages": {
+                "scopes": 1_000,
+                "usage_shapes": [(100, 30), (300, 10)],
+                "requests": 5,
+                "adds": 100,
+                "add_runs": 1,
+                "add_scopes": 100,
+            },
+            "streaming": streaming.QUICK,
             "history_edit_scopes": 100,
             "history_runs": 1,
         }
@@ -59,6 +70,15 @@ def _settings(quick: bool) -> dict[str, Any]:
         "hol": (50, 20, 1.0),
         "memory_turns": 2_000,
         "baseline_runs": 5,
+        "pages": {
+            "scopes": 100_000,
+            "usage_shapes": [(2_000, 300), (20_000, 30)],
+            "requests": 40,
+            "adds": 1_000,
+            "add_runs": 5,
+            "add_scopes": 10_000,
+        },
+        "streaming": streaming.FULL,
         "history_edit_scopes": 1_000,
         "history_runs": 7,
     }
@@ -146,7 +166,7 @@ WEB_LIST_PAGES = (
     "audit",
     "audit_by_group",
     "audit_by_who",
-)  # usage and search pages are measured too; they sum or scan rather than page
+)  # usage and search pages are measured too, and beside their targets in bench/pages.py
 
 
 def median_of_pages(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -294,6 +314,27 @@ def _message_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     return found
 
 
+def _streaming_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    ours = report["streaming"]["ours"]
+    return [
+        (
+            "streamed on Telegram: first text p95 <= 300 ms after the first token",
+            ours["first_p95_ms"] <= 300,
+            f"{ours['first_p95_ms']} ms",
+        ),
+        (
+            "streamed on Telegram: final message p95 <= 1.2 s after the last token",
+            ours["final_p95_ms"] <= 1200,
+            f"{ours['final_p95_ms']} ms",
+        ),
+        (
+            "streamed on Telegram: no message written to faster than about once a second",
+            ours["turns_writing_faster"] == 0,
+            f"shortest gap {ours['min_write_gap_ms']} ms",
+        ),
+    ]
+
+
 def _history_targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """Issue 28: committed /pin add and /pin edit per second at least 80% of the commit
     before history's, and the turn's p50 unchanged (within 10%), on both backends."""
@@ -364,6 +405,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             report["web"]["list_p95_ms"] <= 100,
             f"{report['web']['list_p95_ms']} ms at {report['web']['blocks']:,} blocks",
         ),
+        *pages.targets(report["pages"]),
         (
             "RSS growth <= 50 MB",
             report["memory"]["growth_mib"] * 1.048576 <= 50,
@@ -374,6 +416,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             report["cache_prefix"]["ours"]["min_pct"] == 100.0,
             f"min {report['cache_prefix']['ours']['min_pct']}%",
         ),
+        *_streaming_targets(report),
     ]
 
 
@@ -525,6 +568,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"Web page on {web_figures['scopes']:,} scopes / {web_figures['blocks']:,} blocks, "
         f"p50/p95 ms: {shown}"
     )
+    pages.print_table(report["pages"])
     m = report["memory"]
     print(
         f"Memory: peak RSS {m['empty_store_mib']} MiB empty, {m['full_store_mib']} MiB with "
@@ -541,6 +585,21 @@ def print_table(report: dict[str, Any]) -> None:
         f"{_shown(_ratio(p['ours']['mean_pct'], before['mean_pct']))} more reusable). "
         f"With compaction at turns {compaction['compaction_at_turns']}: "
         f"{compaction['at_compaction_pct']}% at those turns, mean {compaction['mean_pct']}%"
+    )
+    s = report["streaming"]
+    print(
+        f"Streamed replies on Telegram ({s['ours']['turns']} turns, {s['concurrent_chats']} chats "
+        f"at once, first token after {s['first_token_s']} s, a chunk every {s['token_s']} s, "
+        f"{s['one_way_ms']} ms each way to the Bot API), ms: first text after the first token "
+        f"p50/p95 {s['ours']['first_p50_ms']}/{s['ours']['first_p95_ms']}, final message after "
+        f"the last token {s['ours']['final_p50_ms']}/{s['ours']['final_p95_ms']}, shortest gap "
+        f"between writes to a message {s['ours']['min_write_gap_ms']}"
+        + (
+            f" ({s['baseline']}: {b['first_p50_ms']}/{b['first_p95_ms']}, "
+            f"{b['final_p50_ms']}/{b['final_p95_ms']}, {b['min_write_gap_ms']})"
+            if (b := s["baseline_figures"])
+            else ""
+        )
     )
     print("\nTargets")
     for name, met, figure in targets(report):
@@ -582,6 +641,9 @@ def main(argv: list[str] | None = None) -> int:
             report["cpu_vs_baseline"] = baseline.cpu_against(
                 folder, chats, per_chat, settings["baseline_runs"]
             )
+            report["pages"] = pages.run(
+                folder, settings["pages"], lambda name: _database(cluster, name), cluster.data
+            )
             report["history"] = measure_history(folder, settings, cluster)
         finally:
             cluster.stop()
@@ -603,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         scopes, requests = settings["web"]
         report["web"] = median_of_pages(web.run(folder, scopes, requests, runs))
         report["cache_prefix"] = prefix.run()
+        report["streaming"] = streaming.run(settings["streaming"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]
     print_table(report)

@@ -88,7 +88,8 @@ def rows(
 
 
 def build_sqlite(path: Path, scopes: int, scope_for: Callable[[int], str] = scope_of) -> None:
-    """Create a pinbot database at path holding `scopes` scopes of 10 blocks."""
+    """Create a pinbot database at path holding `scopes` scopes of 10 blocks, indexed for
+    search as a running pinbot keeps it."""
     asyncio.run(_create_schema(path))
     with sqlite3.connect(path) as db:
         db.executemany(
@@ -96,16 +97,43 @@ def build_sqlite(path: Path, scopes: int, scope_for: Callable[[int], str] = scop
             "created_at, updated_at, idle_since, idle_calls) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             rows(scopes, scope_for=scope_for),
         )
+    asyncio.run(_catch_up_search(path))
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def build_postgres(url: str, scopes: int) -> None:
+# This module also runs on an earlier commit's packages (bench/history.py measures both trees
+# with the same code): what the search index and the usage sums need is imported or called
+# only where the tree has it.
+
+
+async def _catch_up_search(path: Path) -> None:
+    """Index the store's blocks for search (SQLite indexes changed blocks in batches), in a tree
+    that has a search index."""
+    store = await Store.open(path)
+    try:
+        catch_up = getattr(store, "catch_up_search", None)
+        if catch_up is not None:
+            await catch_up()
+    finally:
+        await store.close()
+
+
+async def usage_summed(store: Store) -> None:
+    """Make the store's usage sums again from its usage rows, after rows were written straight
+    into the table (as a schema step or a transfer makes them again)."""
+    from storage import usage_sums
+
+    async with store._db.transaction() as tx:
+        await usage_sums.rebuild(tx)
+
+
+def build_postgres(url: str, scopes: int, scope_for: Callable[[int], str] = scope_of) -> None:
     """Fill the (empty) PostgreSQL database at url with the same blocks as build_sqlite."""
-    asyncio.run(_fill_postgres(url, scopes))
+    asyncio.run(_fill_postgres(url, scopes, scope_for))
 
 
-async def _fill_postgres(url: str, scopes: int) -> None:
+async def _fill_postgres(url: str, scopes: int, scope_for: Callable[[int], str]) -> None:
     import asyncpg
 
     from storage.rows import BLOCK_INSERT_COLUMNS
@@ -114,11 +142,19 @@ async def _fill_postgres(url: str, scopes: int) -> None:
     await store.close()
     connection = await asyncpg.connect(url)
     try:
+        # The search index is built once after the copy, as the schema step builds it.
+        indexed = await connection.fetchval("SELECT to_regclass('blocks_search')") is not None
+        if indexed:
+            await connection.execute("DROP INDEX blocks_search")
         await connection.copy_records_to_table(
             "blocks",
-            records=rows(scopes),
+            records=rows(scopes, scope_for=scope_for),
             columns=list(BLOCK_INSERT_COLUMNS),
         )
+        if indexed:
+            from storage.search import PG_SEARCH_INDEX
+
+            await connection.execute(PG_SEARCH_INDEX)
         await connection.execute("ANALYZE blocks")
     finally:
         await connection.close()

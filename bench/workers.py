@@ -37,7 +37,8 @@ WAIT_S = 300
 FIRST_CHAT = 1000
 BOT_CORE, OTHER_CORE = 1, 0  # with pinning: the bot here, the rest (us, the fakes) there
 PUBLISH_S = 1.2  # PostgreSQL publishes a session's statistics at most once a second
-# Runs any tree's CLI: that tree's packages come first on the path.
+# Runs any tree's CLI: that tree's packages come first on the path (PYTHONPATH; -P keeps the
+# current folder off it).
 _CLI = "import sys; from bot.cli import main; sys.exit(main())"
 
 
@@ -88,7 +89,7 @@ def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> li
         MODEL_KEY_ENV: "bench-model-key",
         "PYTHONPATH": str(setup.tree),
     }
-    cpus = {BOT_CORE} if setup.pinned else None
+    pin = ["taskset", "-c", str(BOT_CORE)] if setup.pinned else []
     workers = []
     for index in range(setup.processes if setup.mode == "webhook" else 1):
         settings = _settings(setup, folder, telegram, model)
@@ -101,9 +102,9 @@ def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> li
             }
         config = folder / f"bot-{index}.yaml"
         config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-        command = (sys.executable, "-c", _CLI)
+        program = [*pin, sys.executable, "-P", "-c", _CLI]
         args = ["telegram", "--config", str(config)]
-        workers.append(Worker(args, env, port, "/hook", command=command, cwd=setup.tree, cpus=cpus))
+        workers.append(Worker(args, env, port, "/hook", program))
     return workers
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Self
 
+from storage import usage_sums
 from storage.blocks import BlockStore, BrowseStore
 from storage.buckets import TokenBuckets
 from storage.delivery import DeliveryStore
@@ -15,6 +16,7 @@ from storage.history import HistoryStore
 from storage.proposals import ProposalStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
+from storage.search import SearchIndex
 from storage.usage import UsageStore
 from storage.versions import VersionStore
 
@@ -31,6 +33,7 @@ class Store(
         self._db = db
         self._pending_calls = PendingCalls()
         self._buckets = TokenBuckets()
+        self._search = SearchIndex(db)
         self._worker = 0
 
     @classmethod
@@ -140,6 +143,7 @@ class Store(
                 marks = ", ".join("?" * len(columns.split(",")))
                 rows = dump.get(table, [])
                 await tx.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+            await usage_sums.rebuild(tx)
 
 
 async def open_store(*, path: str | Path, url: str | None = None) -> Store:

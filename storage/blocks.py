@@ -26,7 +26,8 @@ from storage.models import (
     Version,
 )
 from storage.proposals import applied_step
-from storage.rows import BLOCK_COLUMNS, block_from_row, ts
+from storage.rows import BLOCK_COLUMNS, block_from_row, prefix_range, ts
+from storage.search import SearchIndex
 from storage.versions import INSERT as VERSION_INSERT
 from storage.versions import new_op, recorded, version_row, write_steps
 
@@ -420,7 +421,7 @@ class BlockStore(Protocol):
         found = await self._db.fetch(
             "SELECT scope FROM blocks WHERE scope >= ? AND scope < ? AND label_key = ? "
             "ORDER BY scope",
-            *(*_prefix_range(prefix), models.label_key(label)),
+            *(*prefix_range(prefix), models.label_key(label)),
         )
         return [row[0] for row in found if row[0].startswith(prefix)]
 
@@ -441,6 +442,7 @@ class BrowseStore(Protocol):
     """Read-only views over blocks and the audit trail, for the operator's web page."""
 
     _db: Database
+    _search: SearchIndex
 
     async def first_scope_after(self, key: str) -> str | None:
         """The first scope key holding blocks that sorts after key, if any."""
@@ -455,7 +457,7 @@ class BrowseStore(Protocol):
         found = await self._db.fetch(
             "SELECT scope, COUNT(*) FROM blocks WHERE scope >= ? AND scope < ? AND scope > ? "
             "GROUP BY scope ORDER BY scope LIMIT ?",
-            *(*_prefix_range(prefix), after, limit),
+            *(*prefix_range(prefix), after, limit),
         )
         return [(scope, int(count)) for scope, count in found if scope.startswith(prefix)]
 
@@ -463,25 +465,24 @@ class BrowseStore(Protocol):
         """Every block of the scopes whose keys start with prefix, by scope, oldest first."""
         found = await self._db.fetch(
             f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope >= ? AND scope < ? {_IN_ORDER}",
-            *_prefix_range(prefix),
+            *prefix_range(prefix),
         )
         return [block_from_row(row) for row in found if row[1].startswith(prefix)]
 
     async def search_blocks(
-        self, text: str, *, limit: int, skip_scopes_like: str | None = None
+        self, text: str, *, limit: int, within: Sequence[str] | None = None
     ) -> list[Block]:
-        """Blocks whose label or content contains text (ignoring the case of ASCII letters), at
-        most limit, by scope; scopes matching the LIKE pattern skip_scopes_like are left out."""
-        # LIKE's wildcards in text are taken literally, escaped with a backslash.
-        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        pattern, like, skip = f"%{escaped}%", self._db.ilike, skip_scopes_like
-        found = await self._db.fetch(
-            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE (label {like} ? ESCAPE '\\' "
-            f"OR content {like} ? ESCAPE '\\') AND (CAST(? AS TEXT) IS NULL OR scope NOT LIKE ?) "
-            f"{_IN_ORDER} LIMIT ?",
-            *(pattern, pattern, skip, skip, limit),
-        )
+        """Blocks whose label or content contains text (SQLite ignores the case of ASCII
+        letters, PostgreSQL that of every letter), at most limit, by scope (then creation);
+        only in scopes whose keys start with one of the prefixes within (None: every scope).
+        Read through the search index where there is one, with the same answer."""
+        found = await self._search.find(text, limit=limit, within=within)
         return [block_from_row(row) for row in found]
+
+    async def catch_up_search(self) -> int:
+        """Bring the search index up to date with the blocks changed since it last was (SQLite
+        indexes changes in batches); returns how many blocks it indexed."""
+        return await self._search.catch_up()
 
     async def audit_entries(
         self,
@@ -509,9 +510,3 @@ class BrowseStore(Protocol):
                 args.append(value)
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         return await _audit_entries(self._db, where, args, limit, offset)
-
-
-def _prefix_range(prefix: str) -> tuple[str, str]:
-    """[low, high) holding every key that starts with prefix, for an index range scan (callers
-    still check the prefix: a database collation other than bytewise may widen the range)."""
-    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)

@@ -64,6 +64,12 @@ _LEVELS = {level.value: level for level in Level}  # a dict lookup is 10x cheape
 _STATES = {state.value: state for state in State}
 
 
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """[low, high) holding every key that starts with prefix, for an index range scan (callers
+    still check the prefix: a database collation other than bytewise may widen the range)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def ts(moment: datetime) -> float:
     """A time as stored: seconds since the epoch."""
     return moment.timestamp()

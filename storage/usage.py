@@ -9,27 +9,19 @@ from dataclasses import astuple
 from datetime import datetime
 from typing import Any, Protocol
 
+from storage import usage_sums
 from storage.dialect import Database, Step
 from storage.errors import BudgetSpent
 from storage.models import Budget, Hold, UsageRow, UsageTotals
 from storage.rows import ts
+from storage.usage_sums import COUNTS, SUMS, totals
 
 NO_LIMIT = 2**62  # LIMIT NULL means none to PostgreSQL but is an error to SQLite
-_COUNTS = (
-    "calls",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "estimated_calls",
-    "cost",
-    "priced_calls",
-)
-_SUMS = ", ".join(f"COALESCE(SUM({count}), 0)" for count in _COUNTS)
 _ADD = Step(
-    f"INSERT INTO usage (platform, sender, day, group_key, model, {', '.join(_COUNTS)}) "
-    f"VALUES ({', '.join('?' * (5 + len(_COUNTS)))}) "
+    f"INSERT INTO usage (platform, sender, day, group_key, model, {', '.join(COUNTS)}) "
+    f"VALUES ({', '.join('?' * (5 + len(COUNTS)))}) "
     "ON CONFLICT (platform, sender, day, group_key, model) DO UPDATE "
-    f"SET {', '.join(f'{count} = usage.{count} + excluded.{count}' for count in _COUNTS)}"
+    f"SET {', '.join(f'{count} = usage.{count} + excluded.{count}' for count in COUNTS)}"
 )
 # What a budget's owner has used in its days, and holds now in calls still in flight.
 _USED = (
@@ -39,13 +31,6 @@ _USED = (
     "(SELECT COALESCE(SUM(tokens), 0) FROM budget_holds WHERE {owner} AND created_at >= ?), "
     "(SELECT COALESCE(SUM(cost), 0) FROM budget_holds WHERE {owner} AND created_at >= ?)"
 )
-
-
-def _totals(row: Sequence[Any]) -> UsageTotals:
-    calls, prompt, cached, completion, estimated, cost, priced = row
-    return UsageTotals(
-        int(calls), int(prompt), int(cached), int(completion), int(estimated), cost, int(priced)
-    )
 
 
 def _owner(budget: Budget) -> tuple[str, tuple[str, ...], str]:
@@ -74,8 +59,9 @@ class UsageStore(Protocol):
         """Add one call's usage to its sender's row for that UTC day, chat ('' for DMs) and
         model; with hold, the call's budget hold goes in the same transaction."""
         add = Step(_ADD.sql, (platform, sender, day, group_key, model, *astuple(usage)))
+        sums = usage_sums.recorded(platform, sender, day, group_key, usage)
         release = Step("DELETE FROM budget_holds WHERE id = ?", (hold,))
-        await self._db.write(add, *((release,) if hold is not None else ()))
+        await self._db.write(add, *sums, *((release,) if hold is not None else ()))
 
     async def hold_budgets(
         self, hold: Hold | None, budgets: Sequence[Budget], *, now: datetime, since: datetime
@@ -131,40 +117,49 @@ class UsageStore(Protocol):
         )
 
     async def _sum(self, where: str, *args: Any) -> UsageTotals:
-        row = await self._db.fetchrow(f"SELECT {_SUMS} FROM usage WHERE {where}", *args)
-        return _totals(row or ())
+        row = await self._db.fetchrow(f"SELECT {SUMS} FROM usage WHERE {where}", *args)
+        return totals(row or ())
 
     async def usage_report(
-        self, first_day: str, limit: int | None = None
+        self, first_day: str, limit: int | None = None, *, window: int | None = None
     ) -> tuple[list[UsageRow], list[UsageRow]]:
         """Per sender (across chats) and per group, usage since first_day, most tokens first;
-        at most limit of each (None: all)."""
+        at most limit of each (None: all). With window, a number of days the store keeps sums
+        for (usage_sums.WINDOWS) that ends on the caller's today, and a limit, the same answer
+        is read from those sums instead of every usage row of the window."""
         report = []
-        for key, where, order in (
-            ("sender", "AND sender != '' ", "platform, sender"),  # '': no sender, group only
-            ("group_key", "AND group_key != '' ", "group_key"),
-        ):
-            rows = await self._db.fetch(
-                f"SELECT platform, {key}, {_SUMS} FROM usage WHERE day >= ? {where}"
-                f"GROUP BY platform, {key} "
-                f"ORDER BY SUM(prompt_tokens + completion_tokens) DESC, {order} LIMIT ?",
+        kept = window in usage_sums.WINDOWS and limit is not None
+        if kept:
+            assert window is not None and limit is not None
+            await usage_sums.keep(self._db, window, first_day)
+        for kind, (key, order) in usage_sums.KINDS.items():
+            if kept:
+                assert window is not None and limit is not None
+                ranked = await usage_sums.ranking(self._db, kind, window, first_day, limit)
+                if ranked is not None:  # else another process moved the window meanwhile
+                    report.append(ranked)
+                    continue
+            rows = await self._db.fetch(  # '' is no sender (a group's own) or no group (a DM)
+                f"SELECT platform, {key}, {SUMS} FROM usage WHERE day >= ? AND {key} != '' "
+                f"GROUP BY platform, {key} ORDER BY SUM(prompt_tokens + completion_tokens) "
+                f"DESC, {', '.join(key if name == 'key' else name for name in order)} LIMIT ?",
                 *(first_day, NO_LIMIT if limit is None else limit),
             )
-            report.append([UsageRow(row[0], row[1], _totals(row[2:])) for row in rows])
+            report.append([UsageRow(row[0], row[1], totals(row[2:])) for row in rows])
         return report[0], report[1]
 
     async def usage_days(
         self, first_day: str, *, sender: tuple[str, str] | None = None, group_key: str = ""
     ) -> list[tuple[str, UsageTotals]]:
         """Usage per UTC day since first_day, oldest first: of one sender (platform, id), of
-        one group, or of everyone. Each case reads its own index."""
+        one group, or of everyone. Each case reads its own index; everyone's, the kept sums."""
+        if sender is None and not group_key:
+            return [(day, totals(row)) for day, row in await usage_sums.days(self._db, first_day)]
         if sender is not None:
             where, args = "platform = ? AND sender = ? AND day >= ?", [*sender, first_day]
-        elif group_key:
-            where, args = "group_key = ? AND day >= ?", [group_key, first_day]
         else:
-            where, args = "day >= ?", [first_day]
+            where, args = "group_key = ? AND day >= ?", [group_key, first_day]
         rows = await self._db.fetch(
-            f"SELECT day, {_SUMS} FROM usage WHERE {where} GROUP BY day ORDER BY day", *args
+            f"SELECT day, {SUMS} FROM usage WHERE {where} GROUP BY day ORDER BY day", *args
         )
-        return [(row[0], _totals(row[1:])) for row in rows]
+        return [(row[0], totals(row[1:])) for row in rows]

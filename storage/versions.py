@@ -139,7 +139,9 @@ class VersionStore(Protocol):
         )
         if op is None:
             return []
-        found = await self._db.fetch(f"{_SELECT} WHERE op = ? ORDER BY id", op)
+        # One import or transfer is one operation over many scopes: undo takes back this
+        # scope's part of it only.
+        found = await self._db.fetch(f"{_SELECT} WHERE scope = ? AND op = ? ORDER BY id", scope, op)
         return [_version(row) for row in found]
 
     async def apply_versions(
@@ -180,7 +182,10 @@ class VersionStore(Protocol):
                 steps.append(_write(scope, label, before, after, created, stamp, calls))
             if undoes is not None:
                 steps.append(
-                    Step("UPDATE block_versions SET undone_by = ? WHERE op = ?", (op, undoes))
+                    Step(
+                        "UPDATE block_versions SET undone_by = ? WHERE scope = ? AND op = ?",
+                        (op, scope, undoes),
+                    )
                 )
             if audited and audit:
                 steps.append(

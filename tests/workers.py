@@ -23,9 +23,8 @@ START_S = 180
 
 
 class Worker:
-    """One `pinbot` process serving webhooks on its own port. command runs it (default: the
-    installed `pinbot`; the benchmark runs an earlier commit's tree); with cpus, the process
-    runs on those cores only."""
+    """One `pinbot` process serving webhooks on its own port (program: how `pinbot` is run,
+    e.g. pinned to a core or from another tree)."""
 
     def __init__(
         self,
@@ -33,29 +32,22 @@ class Worker:
         env: dict[str, str],
         port: int,
         path: str,
-        *,
-        command: Sequence[str] = (PINBOT,),
-        cwd: Path | None = None,
-        cpus: set[int] | None = None,
+        program: Sequence[str] = (PINBOT,),
     ) -> None:
-        self.args, self.env, self.port = args, env, port
-        self.command, self.cwd, self.cpus = list(command), cwd, cpus
+        self.args, self.env, self.port, self.program = args, env, port, program
         self.url = f"http://127.0.0.1:{port}{path}"
         self.process: asyncio.subprocess.Process | None = None
         self.log: list[str] = []
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        cpus = self.cpus
         self.process = await asyncio.create_subprocess_exec(
-            *self.command,
+            *self.program,
             *self.args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, **self.env},
-            cwd=self.cwd,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         started = asyncio.Event()
         self._reader = asyncio.create_task(self._read(started))

@@ -419,24 +419,27 @@ class TelegramFrontend:
         conversation = conversation_of(message)
         stream = StreamedReply(self.sender, message)
         deferred = _DEFERRED.get()
-        reply = await _unless_lost(
-            self.pinbot.handle(
-                conversation,
-                self._without_mention(message.text),
-                mentioned=self._mentions_me(message),
-                replied_to_bot=self._replies_to_me(message),
-                platform_admin=self._admin_lookup(message, conversation),
-                # From the inbox nothing shows before the turn is recorded: no previews.
-                on_text=None if deferred else stream.update,
-                thinking=lambda: self._typing(message),
-                redelivered=deferred is not None,
-                replied=self._replied_lookup(message),
+        try:
+            reply = await _unless_lost(
+                self.pinbot.handle(
+                    conversation,
+                    self._without_mention(message.text),
+                    mentioned=self._mentions_me(message),
+                    replied_to_bot=self._replies_to_me(message),
+                    platform_admin=self._admin_lookup(message, conversation),
+                    # From the inbox nothing shows before the turn is recorded: no previews.
+                    on_text=None if deferred else stream.update,
+                    thinking=lambda: self._typing(message),
+                    redelivered=deferred is not None,
+                    replied=self._replied_lookup(message),
+                )
             )
-        )
-        if isinstance(reply, _Lost):
-            return
-        if reply and reply.text:
-            await _send(deferred, functools.partial(stream.finish, reply))
+            if isinstance(reply, _Lost):
+                return
+            if reply and reply.text:
+                await _send(deferred, functools.partial(stream.finish, reply))
+        finally:
+            stream.close()  # previews of a turn that failed stop here
 
     async def on_unreadable(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Tell the sender, when the message is for the bot, that only text is read; a caption

@@ -4,6 +4,7 @@ text; edits; and a streamed reply that grows in one message."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import warnings
@@ -78,7 +79,7 @@ class TelegramSender:
     ) -> None:
         self._bot = bot
         self._config = config
-        self._sleep = sleep
+        self.sleep = sleep
         self.monotonic = monotonic
 
     def parts(self, reply: Reply) -> list[Part]:
@@ -195,54 +196,106 @@ class TelegramSender:
                 log.warning(
                     "flood control in chat %s: retrying in %.0f s (attempt %d)", chat, wait, attempt
                 )
-                await self._sleep(wait)
+                await self.sleep(wait)
             except NetworkError as error:
                 if isinstance(error, BadRequest | Forbidden):
                     raise
                 log.warning(
                     "network error sending to chat %s: %s (attempt %d)", chat, error, attempt
                 )
-                await self._sleep(attempt)  # a short, growing pause before trying again
+                await self.sleep(attempt)  # a short, growing pause before trying again
         log.error("gave up sending a reply to chat %s", chat)
         return None
 
 
 class StreamedReply:
-    """One reply that grows while the model streams: shown as plain text, sent once, then edited
-    at most once per STREAM_EDIT_INTERVAL_S; the final edit shows it formatted (split like any
-    long reply). Every step is a valid message."""
+    """One reply that grows while the model streams, in one message: the first text is sent as
+    soon as it comes, then the message is edited with the latest text at most once per
+    STREAM_EDIT_INTERVAL_S (the spec's "about once a second", Telegram's flood limit), the final
+    edit included; the final edit shows the reply formatted (split like any long reply). Previews
+    are plain text, so every step is a valid message.
+
+    The writes run in a task of their own: the model's stream never waits for Telegram, and text
+    that comes while a write waits for its turn or is on its way goes out with the next one."""
 
     def __init__(self, sender: TelegramSender, message: Message) -> None:
         self._sender = sender
         self._message = message
         self._sent: Message | None = None
         self._shown: Part = ("", ())
-        self._last_edit = 0.0
+        self._text = ""  # the text so far
+        self._final: Reply | None = None
+        self._last_write: float | None = None  # when the last send or edit set out (monotonic)
+        self._changed = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
 
     async def update(self, text: str) -> None:
-        """Show the text so far, unless the last edit was too recent."""
-        parts = plain_parts(text)
-        if not parts or parts[0] == self._shown:
-            return
-        preview = parts[0]
-        now = self._sender.monotonic()
-        if self._sent is None:
-            self._sent = await self._sender.reply_part(self._message, preview)
-        else:
-            too_soon = now - self._last_edit < STREAM_EDIT_INTERVAL_S
-            if too_soon or not await self._sender.edit_part(self._sent, preview):
-                return
-        self._shown, self._last_edit = preview, now
+        """Take the text so far; it is shown as soon as Telegram's pace allows."""
+        self._text = text
+        self._changed.set()
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write())
 
     async def finish(self, reply: Reply) -> None:
-        """Make the chat show exactly the reply: edit the streamed message, send further parts."""
+        """Make the chat show exactly the reply: edit the streamed message (in its turn), send
+        further parts; returns once they are sent."""
+        if self._writer is None:
+            await self._sender.reply(self._message, reply)
+            return
+        self._final = reply
+        self._changed.set()
+        await self._writer
+
+    def close(self) -> None:
+        """Stop showing previews of a turn that ends without a reply (finish was not called)."""
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+
+    def _preview(self) -> Part | None:
+        """The latest text's first part as plain text, if it differs from what is shown."""
+        parts = plain_parts(self._text)
+        return parts[0] if parts and parts[0] != self._shown else None
+
+    async def _write(self) -> None:
+        while self._final is None:
+            await self._changed.wait()
+            self._changed.clear()
+            if self._final is None and self._preview() is not None:
+                await self._pace()
+            # What came during the pause goes too; the final reply, if it came, instead.
+            if self._final is None and (preview := self._preview()) is not None:
+                await self._put(preview)
+        await self._put_final(self._final)
+
+    async def _pace(self) -> None:
+        """Wait until the next write keeps to STREAM_EDIT_INTERVAL_S after the last one."""
+        if self._last_write is not None:
+            wait = self._last_write + STREAM_EDIT_INTERVAL_S - self._sender.monotonic()
+            if wait > 0:
+                await self._sender.sleep(wait)
+
+    async def _put(self, preview: Part) -> None:
+        """Send the first preview or edit the message to show this one (kept if refused)."""
+        self._last_write = self._sender.monotonic()
         if self._sent is None:
+            self._sent = await self._sender.reply_part(self._message, preview)
+            shown = self._sent is not None
+        else:
+            shown = await self._sender.edit_part(self._sent, preview)
+        if shown:
+            self._shown = preview
+
+    async def _put_final(self, reply: Reply) -> None:
+        if self._sent is None:  # no preview could be sent: the reply goes as any other
             await self._sender.reply(self._message, reply)
             return
         parts = self._sender.parts(reply)
         if not parts:
             return
-        if parts[0] != self._shown and not await self._sender.edit_part(self._sent, parts[0]):
-            await self._sender.reply_part(self._message, parts[0])
+        if parts[0] != self._shown:
+            await self._pace()
+            self._last_write = self._sender.monotonic()
+            if not await self._sender.edit_part(self._sent, parts[0]):
+                await self._sender.reply_part(self._message, parts[0])
         for part in parts[1:]:
             await self._sender.reply_part(self._message, part)

@@ -46,6 +46,8 @@ FAILED_REPLY = "Sorry, something went wrong with that message. Please try again.
 UNREADABLE_REPLY = "I can only read text messages. Please send your request as text."
 UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 HOUSEKEEPING_INTERVAL = timedelta(hours=1)
+# SQLite indexes changed blocks for search in batches: often enough that a search has few left.
+SEARCH_INDEX_INTERVAL = timedelta(minutes=1)
 # A thinking indicator: a context manager that runs while the model works on a turn.
 Thinking = Callable[[], AbstractAsyncContextManager[None]]
 
@@ -91,6 +93,7 @@ class Pinbot:
         self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
         self.jobs.add("stale budget holds", HOUSEKEEPING_INTERVAL, self.usage.forget_stale_holds)
         self.jobs.add("block history retention", HOUSEKEEPING_INTERVAL, self._forget_old_versions)
+        self.jobs.add("search index", SEARCH_INDEX_INTERVAL, self._catch_up_search)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,
@@ -181,6 +184,9 @@ class Pinbot:
 
     async def _forget_old_versions(self, now: datetime) -> None:
         await self.store.forget_versions_before(now - timedelta(days=self.config.pins.history_days))
+
+    async def _catch_up_search(self, now: datetime) -> None:
+        await self.store.catch_up_search()
 
     async def _housekeeping(self, now: datetime) -> None:
         await self.store.forget_updates_before(now - KEEP_PROCESSED)

@@ -162,11 +162,6 @@ def members_prefix(group: str) -> str:
     return f"{group}{MEMBER_MARK}"
 
 
-def direct_scopes_like() -> str:
-    """A LIKE pattern matching every DM scope key."""
-    return f"%:{DIRECT}:%"
-
-
 def delivery_chat(platform: str, chat: str) -> str:
     """The key a platform's chat has in the inbox, where its updates wait in order."""
     return f"{platform}:{chat}"

@@ -15,7 +15,6 @@ from bot.core.keys import (
     ScopeKind,
     after_platform,
     direct_prefix,
-    direct_scopes_like,
     group_prefix,
     members_prefix,
     parse_scope,
@@ -294,7 +293,7 @@ async def usage_view(
     per_day = await store.usage_days(
         first_day, sender=(platform, sender) if sender else None, group_key=group
     )
-    users, groups = await store.usage_report(first_day, TOP_ROWS)
+    users, groups = await store.usage_report(first_day, TOP_ROWS, window=days)
     return UsageView(per_day, users, groups)
 
 
@@ -308,5 +307,7 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
     """Blocks whose label or content contains text (DM scopes only when shown)."""
     if len(text.strip()) < MIN_SEARCH_CHARS:
         return []
-    skip = None if show_direct else direct_scopes_like()
-    return await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, skip_scopes_like=skip)
+    # Groups' scopes (shared and members') by their key prefixes: a search in key order then
+    # skips every DM scope at once instead of reading past them.
+    within = None if show_direct else [group_prefix(p) for p in await platforms(store)]
+    return await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, within=within)

@@ -9,7 +9,7 @@ import pytest
 
 from bot.core.jobs import ROLE, Jobs
 from storage import Store
-from tests.conftest import BotFactory
+from tests.conftest import BotFactory, dm
 from tests.fakes.clock import FakeClock
 
 
@@ -83,3 +83,18 @@ async def test_the_bots_housekeeping_forgets_old_deliveries_on_the_role_holder(
     # processed over a week ago and forgotten: the id may come again as new
     new = await store.record_update("p", "e1", chat="c", position=0, payload="", now=clock())
     assert new.recorded
+
+
+async def test_the_bots_search_index_job_indexes_changed_blocks(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
+    bot = make_bot()
+    await store.register_worker(now=clock())
+    assert "search index" in await bot.jobs.run_due()
+    reply = await bot.handle(dm(), "/pin add tone Answer in one sentence.")
+    assert reply is not None and "Saved" in reply.text
+    assert await store.catch_up_search() == 1  # noted, not yet indexed
+    await bot.handle(dm(), "/pin edit tone Answer in two sentences.")
+    clock.advance(minutes=1)
+    assert "search index" in await bot.jobs.run_due()
+    assert await store.catch_up_search() == 0  # the job indexed it

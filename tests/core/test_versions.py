@@ -190,3 +190,25 @@ async def test_export_with_history_round_trips_and_an_import_without_it_is_a_ver
         await apply_import(BlockOps(copy, policy, clock), plan_import(plain, policy, clock()))
         versions = await copy.versions("console:direct:42", "tone")
         assert versions[0].channel.value == "import" and versions[0].actor == "import"
+
+
+async def test_undo_after_an_import_of_many_scopes_reverts_only_the_senders_scope(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
+    bot = make_bot()
+    await say(bot, "/pin add tone Be brief.")
+    await say(bot, "/pin add tone Be kind.", dm("43"))
+    policy = BlockPolicy(make_config().pins)
+    document = {
+        "scopes": {
+            "console:direct:42": {"blocks": [{"label": "tone", "content": "Imported A."}]},
+            "console:direct:43": {"blocks": [{"label": "style", "content": "Imported B."}]},
+        }
+    }
+    await apply_import(BlockOps(store, policy, clock), plan_import(document, policy, clock()))
+    assert "Undid import (import) of 'tone' by import" in await say(bot, "/pin undo")
+    assert await contents(store) == {"tone": "Be brief."}
+    # The other scope's part of the same import is still there and still its own to undo.
+    assert await contents(store, "console:direct:43") == {"style": "Imported B."}
+    assert "of 'style', 'tone' by import" in await say(bot, "/pin undo", dm("43"))
+    assert await contents(store, "console:direct:43") == {"tone": "Be kind."}

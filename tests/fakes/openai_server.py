@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -92,12 +94,24 @@ def stream_chunks(body: dict[str, Any], piece: int = 5) -> list[dict[str, Any]]:
     return chunks
 
 
+@dataclass
+class Streamed:
+    """When a streamed answer's first and last content chunks were written (perf_counter, the
+    system's monotonic clock: comparable across processes on one machine)."""
+
+    request: int  # the index of its request in FakeOpenAI.requests
+    first_token_at: float
+    last_token_at: float
+
+
 class FakeOpenAI:
     """Serves POST /v1/chat/completions; `requests` holds each JSON body received.
 
     By default it answers "reply N". Queue answers in `script`, set `status` to answer with an
     error status, `release` to make it wait on an event the test controls, or `respond` for a
-    custom body. A request with `stream: true` gets the answer as SSE chunks.
+    custom body. A request with `stream: true` gets the answer as SSE chunks, at once unless
+    `first_token_s` and `token_s` pace it like a real model (for the benchmark; tests leave them
+    at 0); `streamed` holds when each stream's content began and ended.
     """
 
     def __init__(self) -> None:
@@ -112,6 +126,9 @@ class FakeOpenAI:
         self.reject_stream_options = False  # answer 400 to stream_options, as some servers do
         self.models: list[str] | None = ["fake-model"]  # None: no GET /models here (404)
         self.api_key: str | None = None  # when set, other keys get 401
+        self.first_token_s = 0.0  # a stream's delay before its first chunk
+        self.token_s = 0.0  # and between its chunks (one chunk is about a token)
+        self.streamed: list[Streamed] = []
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
         self.port = 0
@@ -138,6 +155,7 @@ class FakeOpenAI:
         if rejected := self._rejected_key(request):
             return rejected
         body = await request.json()
+        index = len(self.requests)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         async with self._received:
@@ -166,11 +184,28 @@ class FakeOpenAI:
         chunks = stream_chunks(answer)
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**chunks[-1], "choices": [], "usage": answer.get("usage")})
-        for chunk in chunks:
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await self._stream(response, index, chunks)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _stream(
+        self, response: web.StreamResponse, index: int, chunks: list[dict[str, Any]]
+    ) -> None:
+        """Write the chunks, paced by first_token_s and token_s; record when content came."""
+        first = last = 0.0
+        if self.first_token_s:
+            await asyncio.sleep(self.first_token_s)
+        for chunk in chunks:
+            content = any(choice["delta"].get("content") for choice in chunk["choices"])
+            if content and first and self.token_s:  # the end and the usage follow at once
+                await asyncio.sleep(self.token_s)
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if content:
+                last = time.perf_counter()
+                first = first or last
+        if first:
+            self.streamed.append(Streamed(index, first, last))
 
     async def start(self) -> FakeOpenAI:
         app = web.Application()

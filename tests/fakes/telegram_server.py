@@ -49,6 +49,8 @@ class FakeTelegram:
     def __init__(self) -> None:
         self.pinned: dict[int, dict[str, Any] | None] = {}  # getChat's pinned_message
         self.calls: list[tuple[str, dict[str, Any]]] = []  # answered successfully
+        self.arrived: list[float] = []  # when each of calls arrived, by clock
+        self.clock: Callable[[], float] = time.perf_counter  # a test may set its fake one
         self.returned: list[tuple[str, dict[str, Any], Any]] = []  # each call and its result
         self.failed: list[tuple[str, dict[str, Any]]] = []
         self.updates: list[dict[str, Any]] = []
@@ -59,6 +61,7 @@ class FakeTelegram:
         self.first_sent_at: dict[int, float] = {}  # chat id → when the first reply arrived
         self.pushed_at: dict[int, float] = {}  # chat id → when /_control/push queued its update
         self.confirmed = 0  # the highest update_id the bot has confirmed receiving
+        self.one_way_s = 0.0  # network delay each way of every call but getUpdates (benchmark)
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -135,6 +138,9 @@ class FakeTelegram:
             )
         method = request.match_info["method"]
         params = await self._params(request)
+        delayed = self.one_way_s if method != "getUpdates" else 0.0
+        if delayed:  # the request's way to Telegram; the answer's way back is below
+            await asyncio.sleep(delayed)
         if method in self.hold:
             await self.hold[method].wait()
         if self.failures.get(method):
@@ -143,12 +149,15 @@ class FakeTelegram:
             return web.json_response(body, status=status)
         if method != "getUpdates":
             self.calls.append((method, params))
+            self.arrived.append(self.clock())
             if method == "sendMessage":
                 self.first_sent_at.setdefault(int(params["chat_id"]), time.perf_counter())
             await self._notify()
         result = await self._result(method, params)
         if method != "getUpdates":
             self.returned.append((method, params, result))
+        if delayed:
+            await asyncio.sleep(delayed)
         return web.json_response({"ok": True, "result": result})
 
     async def _result(self, method: str, params: dict[str, Any]) -> Any:
@@ -229,6 +238,20 @@ class FakeTelegram:
             counts[method] = counts.get(method, 0) + 1
         return web.json_response(counts)
 
+    async def _control_calls(self, request: web.Request) -> web.Response:
+        """The successful calls but getUpdates from number `since` on, in order: method,
+        parameters and arrival time (perf_counter, the system's monotonic clock: comparable
+        across processes)."""
+        since = int(request.query.get("since", "0"))
+        return web.json_response(
+            [
+                {"method": method, "params": params, "at": at}
+                for (method, params), at in zip(
+                    self.calls[since:], self.arrived[since:], strict=True
+                )
+            ]
+        )
+
     async def _control_times(self, request: web.Request) -> web.Response:
         """For each chat: when its first update was pushed and its first reply arrived."""
         return web.json_response(
@@ -243,6 +266,7 @@ class FakeTelegram:
         app.router.add_post("/_control/push", self._control_push)
         app.router.add_get("/_control/times", self._control_times)
         app.router.add_get("/_control/counts", self._control_counts)
+        app.router.add_get("/_control/calls", self._control_calls)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         self._runner, self.port = await serve(app, port)
         return self
@@ -345,11 +369,16 @@ def tap(chat: dict[str, Any], tapper: dict[str, Any], posted: dict[str, Any], da
     return {"callback_query": {**query, "message": message}}
 
 
-async def _serve_forever() -> None:
+async def _serve_forever(one_way_s: float) -> None:
     server = await FakeTelegram().start()
+    server.one_way_s = one_way_s
     print(server.port, flush=True)
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":  # a standalone fake for benchmarks: prints its port, serves until killed
-    asyncio.run(_serve_forever())
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.telegram_server")
+    parser.add_argument("--one-way-ms", type=float, default=0.0, help="network delay each way")
+    asyncio.run(_serve_forever(parser.parse_args().one_way_ms / 1000))

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import aiohttp
 import pytest
 import yaml
 
-from bot.adapters.telegram import TelegramFrontend
+from bot.adapters.telegram import TYPING_REFRESH_S, TelegramFrontend
+from bot.adapters.telegram_format import formatted_parts
+from bot.adapters.telegram_send import STREAM_EDIT_INTERVAL_S
 from bot.config import LoggingConfig
 from bot.core.bot import UNREADABLE_REPLY, Pinbot
 from bot.core.replies import Reply
@@ -106,6 +109,7 @@ async def start_bot(
         telegram: dict[str, Any] | None = None,
         webhook_secret: str | None = None,
         monotonic: Any = None,
+        sleep: Any = None,
         **sections: Any,
     ) -> Harness:
         settings = {"base_url": fake_telegram.base_url, "poll_timeout_s": 1, **(telegram or {})}
@@ -116,7 +120,7 @@ async def start_bot(
 
         async def fake_sleep(seconds: float) -> None:
             sleeps.append(seconds)
-            await asyncio.sleep(0)
+            await (sleep(seconds) if sleep else asyncio.sleep(0))
 
         extra = {"monotonic": monotonic} if monotonic else {}
         frontend = TelegramFrontend(
@@ -483,12 +487,11 @@ async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
     assert process.returncode == 2 and b"TELEGRAM_BOT_TOKEN" in err
 
 
-async def test_streaming_edits_one_message_at_a_bounded_rate(
-    start_bot: StartBot,
-    fake_openai: FakeOpenAI,
-    fake_telegram: FakeTelegram,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def start_streaming(
+    start_bot: StartBot, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> StartBot:
+    """Start the bot with a model that streams from the fake OpenAI server."""
     monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
     settings = {
         "backend": "openai",
@@ -497,27 +500,54 @@ async def test_streaming_edits_one_message_at_a_bounded_rate(
         "max_retries": 0,
         "stream": True,
     }
-    model = OpenAIChatModel.from_config(make_config(llm=settings).llm)
-    ticks = [0.0]
 
-    def monotonic() -> float:
-        ticks[0] += 0.25  # every reading is a quarter second later
-        return ticks[0]
+    async def start(**extra: Any) -> Harness:
+        model = OpenAIChatModel.from_config(make_config(llm=settings).llm)
+        harness: Harness = await start_bot(model, llm=settings, **extra)
+        return harness
 
-    bot = await start_bot(model, llm=settings, monotonic=monotonic)
-    answer = "Streaming answers arrive in pieces, and the bot edits one message. " * 3
+    return start
+
+
+def writes(server: FakeTelegram, chat: int) -> list[tuple[str, dict[str, Any], float]]:
+    """The messages sent to chat and the edits there, in order, with when each arrived."""
+    return [
+        (method, params, at)
+        for (method, params), at in zip(server.calls, server.arrived, strict=True)
+        if method in ("sendMessage", "editMessageText") and int(params["chat_id"]) == chat
+    ]
+
+
+async def test_streaming_shows_the_first_text_at_once_then_writes_once_a_second(
+    start_streaming: StartBot, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram
+) -> None:
+    now = [0.0]  # time passes only while the bot waits
+
+    async def sleep(seconds: float) -> None:
+        if seconds >= TYPING_REFRESH_S:  # the typing indicator's refresh never comes due here
+            await asyncio.Event().wait()
+        now[0] += seconds
+
+    fake_telegram.clock = lambda: now[0]
+    bot = await start_streaming(monotonic=lambda: now[0], sleep=sleep)
+    answer = "**Streaming** answers arrive in pieces, and the bot edits one message. " * 3
     fake_openai.script = [completion(answer)]
     update = message(private_chat(5), "stream please", user(5))
     fake_telegram.push(update)
     await bot.settle()
-    (first,) = fake_telegram.sent(5)
-    edits = fake_telegram.called("editMessageText")
-    assert answer.startswith(first["text"]) and len(first["text"]) < len(answer)
-    assert edits[-1]["text"] == answer.rstrip()  # the final edit is the formatted answer
-    assert all(answer.startswith(e["text"]) for e in edits)
-    readings = ticks[0] / 0.25
-    assert 2 <= len(edits) <= readings * 0.25 + 2  # at most about one edit a second
-    assert first["reply_parameters"]["message_id"] == update["message"]["message_id"]
+    (first, *edits) = writes(fake_telegram, 5)
+    method, sent, at = first
+    assert method == "sendMessage" and at == 0.0  # the first text waited for nothing
+    assert (
+        answer.startswith(sent["text"])
+        and sent["reply_parameters"]["message_id"] == (update["message"]["message_id"])
+    )
+    assert [m for m, _, _ in edits] == ["editMessageText"] * len(edits) and edits
+    times = [at for _, _, at in (first, *edits)]
+    assert all(later - earlier >= STREAM_EDIT_INTERVAL_S for earlier, later in pairwise(times))
+    assert all(answer.startswith(params["text"]) for _, params, _ in edits[:-1])  # previews
+    (final,) = formatted_parts(answer)  # the final edit shows it formatted
+    assert edits[-1][1]["text"] == final[0] and edits[-1][1]["entities"]
 
     long_answer = "\n".join(f"line {i} " + "x" * 90 for i in range(100))
     fake_openai.script = [completion(long_answer)]
@@ -528,6 +558,28 @@ async def test_streaming_edits_one_message_at_a_bounded_rate(
     parts = [final_edit] + [p["text"] for p in streamed[1:]]
     assert "\n".join(part.strip("\n") for part in parts) == long_answer  # split on lines
     assert all(len(p["text"]) <= 4096 for p in streamed)
+
+
+async def test_a_slow_telegram_does_not_hold_up_the_models_stream(
+    start_streaming: StartBot, fake_openai: FakeOpenAI, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    bot = await start_streaming()
+    answer = (
+        "The whole answer is read while Telegram keeps the first preview waiting. " * 4
+    ).strip()
+    fake_openai.script = [completion(f"_{answer}_")]
+    fake_telegram.hold["sendMessage"] = released = asyncio.Event()
+    fake_telegram.push(message(private_chat(6), "stream please", user(6)))
+    async with asyncio.timeout(10):  # a safety net; the turn is recorded meanwhile
+        while len(await store.history("telegram:direct:6")) < 2:
+            await asyncio.sleep(0.01)
+    released.set()
+    await bot.settle()
+    (first, *previews, final) = writes(fake_telegram, 6)  # one message, edited
+    assert first[0] == "sendMessage" and f"_{answer}".startswith(first[1]["text"])
+    # A preview may go between them when the release comes before the turn hands over its reply.
+    assert all(f"_{answer}".startswith(params["text"]) for _, params, _ in previews)
+    assert final[0] == "editMessageText" and final[1]["text"] == answer
 
 
 async def test_access_lists_on_telegram(start_bot: StartBot, store: Store) -> None:

@@ -400,8 +400,8 @@ async def test_browsing_scopes_blocks_and_search(open_store: Opener) -> None:
         ("t:group:-1::u:5", "a"),
         ("t:group:-1::u:5", "b"),
     ]
-    # LIKE's wildcards in the text are literal; DMs can be left out.
-    found = await store.search_blocks("100%_OFF", limit=50, skip_scopes_like="%:direct:%")
+    # LIKE's wildcards in the text are literal; a search can keep to some key prefixes.
+    found = await store.search_blocks("100%_OFF", limit=50, within=["t:group:"])
     assert len(found) == 8 and all(":direct:" not in b.scope for b in found)
     assert await store.search_blocks("0%x", limit=50) == []
     assert len(await store.search_blocks("%", limit=3)) == 3

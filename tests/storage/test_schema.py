@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from storage import Store
+from storage import Store, search
 from storage.dialect import Database, connect
 from storage.errors import SchemaTooNew
 from storage.models import ChangeKind, Channel, Level, State
@@ -34,6 +34,17 @@ async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 async def _database(where: dict[str, str]) -> Database:
     return await connect(path=where["path"], url=where.get("url"))
+
+
+async def _insert_block(
+    db: Database, scope: str, label: str, key: str, content: str, created: int
+) -> None:
+    """A strong active block written straight into the table, as an earlier release had it."""
+    await db.execute(
+        "INSERT INTO blocks (scope, label, label_key, content, level, state, created_at, "
+        "updated_at) VALUES (?, ?, ?, ?, 'strong', 'active', ?, ?)",
+        *(scope, label, key, content, created, created),
+    )
 
 
 def test_steps_are_numbered_consecutively() -> None:
@@ -93,14 +104,7 @@ async def test_the_label_keys_step_keeps_the_older_of_two_look_alikes(
     try:
         await migrate(db, target=4)
         for label, created in (("Ｔｏｎｅ", 1), ("tone", 2), ("Other", 3), ("TONE~2", 4)):
-            await db.execute(
-                "INSERT INTO blocks (scope, label, label_key, content, level, state, "
-                "created_at, updated_at) VALUES ('s', ?, ?, 'c', 'strong', 'active', ?, ?)",
-                label,
-                label.casefold(),
-                created,
-                created,
-            )
+            await _insert_block(db, "s", label, label.casefold(), "c", created)
     finally:
         await db.close()
     with caplog.at_level("WARNING", logger="storage.schema"):
@@ -109,6 +113,42 @@ async def test_the_label_keys_step_keeps_the_older_of_two_look_alikes(
     # the older keeps its label; a newer look-alike gets ~2, and so does one that then collides
     assert labels == ["Ｔｏｎｅ", "tone~2", "Other", "TONE~2~2"]
     assert len([r for r in caplog.records if "renamed" in r.getMessage()]) == 2
+
+
+async def test_step_15_indexes_blocks_and_sums_usage_in_place(
+    target: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = await _database(target)
+    try:
+        await migrate(db, target=14)
+        for n, content in enumerate(("Answer briefly.", "日本語で答える", "Cite 100%_ sources")):
+            await _insert_block(db, f"t:group:{n}", f"l{n}", f"l{n}", content, n)
+        for sender, day, group, tokens in (
+            ("5", "2026-01-01", "t:group:1", 10),
+            ("6", "2026-01-02", "", 30),
+            ("5", "2026-01-02", "t:group:1", 20),
+        ):
+            await db.execute(
+                "INSERT INTO usage (platform, sender, day, group_key, model, calls, "
+                "prompt_tokens, cached_tokens, completion_tokens, estimated_calls, cost, "
+                "priced_calls) VALUES ('t', ?, ?, ?, '', 1, ?, 0, 0, 0, 0, 0)",
+                *(sender, day, group, tokens),
+            )
+    finally:
+        await db.close()
+    monkeypatch.setattr(search, "HEAD_ROWS", 1)  # so that a search reads the index
+    async with await Store.open(target["path"], url=target.get("url")) as store:
+        assert await store.catch_up_search() == 0  # every block was indexed by the step
+        for term, scope in (("ANSWER", "t:group:0"), ("本語", "t:group:1"), ("0%_", "t:group:2")):
+            assert [b.scope for b in await store.search_blocks(term, limit=10)] == [scope]
+        per_day = await store.usage_days("2026-01-01")
+        assert [(day, t.prompt_tokens) for day, t in per_day] == [
+            ("2026-01-01", 10),
+            ("2026-01-02", 50),
+        ]
+        users, groups = await store.usage_report("2026-01-01", 50, window=7)
+        assert [(u.key, u.totals.prompt_tokens) for u in users] == [("5", 30), ("6", 30)]
+        assert [(g.key, g.totals.prompt_tokens) for g in groups] == [("t:group:1", 30)]
 
 
 async def _release_store(backend: str, tmp_path: Path, cluster: PgCluster | None) -> Store:
