@@ -18,6 +18,7 @@ from typing import Any, Literal
 from bench import (
     baseline,
     commands,
+    cores,
     data,
     headofline,
     history,
@@ -185,7 +186,7 @@ def measure_workers(
     workers, and chat turns on PostgreSQL with 1 worker (one worker on a core of its own where
     the machine has two)."""
     chats, per_chat = settings["workers"]
-    one_core = workers.can_pin()
+    one_core = cores.can_pin()
 
     def setup(name: str, run: int) -> workers.Setup:
         database = None if name.startswith("sqlite") else _database(cluster, f"{name}_{run}")

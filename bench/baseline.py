@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import workers
+from bench import cores, workers
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "5d1093f"  # the release before the storage was written once (issue 24)
@@ -118,7 +118,7 @@ def cpu_against(folder: Path, chats: int, per_chat: int, runs: int) -> dict[str,
     with tree_of(BASELINE) as old:
         if old is None:
             return {"baseline": BASELINE, "available": False}
-        pinned = workers.can_pin()
+        pinned = cores.can_pin()
         figures: dict[str, Any] = {}
         for mode, kind in itertools.product(("polling", "webhook"), ("pin", "chat")):
 

@@ -14,16 +14,14 @@ advise (the bot on one, the fakes and this driver on the other).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ import httpx
 import yaml
 
 from bench.baseline import ROOT, tree_of
+from bench.cores import BOT_CORE, OTHERS_CORE, on_core, pinned
 from bench.stats import percentile
 from bot.adapters.telegram_format import formatted_parts
 from tests.fakes.openai_server import FakeOpenAI, completion
@@ -51,7 +50,6 @@ POLL_S = 0.05
 # this (a tenth of a second allowed for the way there) count as faster.
 PACE_MS = 900
 QUESTION = re.compile(r"question (\d+)")
-BOT_CORE, OTHERS_CORE = 1, 0
 
 
 @dataclass(frozen=True)
@@ -97,30 +95,13 @@ def _responder(lengths: Sequence[int]) -> Callable[[dict[str, Any]], dict[str, A
     return respond
 
 
-def _pinned(core: int) -> list[str]:
-    """A command prefix that pins a process to core (none on a one-core machine)."""
-    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) > 1 else []
-
-
-@contextlib.contextmanager
-def _on_core(core: int) -> Iterator[None]:
-    """Run this process (the driver and the fake model) on one core meanwhile."""
-    before = os.sched_getaffinity(0)
-    if (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {core})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 def _bot_program(tree: Path) -> list[str]:
     if tree == ROOT:
-        return [*_pinned(BOT_CORE), PINBOT]
+        return [*pinned(BOT_CORE), PINBOT]
     # The earlier commit's own code first on the path (PYTHONPATH; -P keeps this folder off
     # it); the command line is the same.
     entry = "import sys; from bot.cli import main; sys.exit(main())"
-    return [*_pinned(BOT_CORE), sys.executable, "-P", "-c", entry]
+    return [*pinned(BOT_CORE), sys.executable, "-P", "-c", entry]
 
 
 class Chats:
@@ -198,7 +179,7 @@ async def _run_tree(
     CPU seconds per turn."""
     telegram = subprocess.Popen(
         [
-            *_pinned(OTHERS_CORE),
+            *pinned(OTHERS_CORE),
             sys.executable,
             "-m",
             "tests.fakes.telegram_server",
@@ -273,7 +254,7 @@ def run(settings: Settings) -> dict[str, Any]:
     """This tree and BASELINE, alternating runs; p50/p95 over every turn of each."""
     samples: dict[str, list[dict[str, float]]] = {"ours": [], "baseline": []}
     cpu: dict[str, list[float]] = {"ours": [], "baseline": []}
-    with tree_of(BASELINE) as old, tempfile.TemporaryDirectory() as name, _on_core(OTHERS_CORE):
+    with tree_of(BASELINE) as old, tempfile.TemporaryDirectory() as name, on_core(OTHERS_CORE):
         trees = {"ours": ROOT, "baseline": old}
         for run in range(settings.runs):
             for which, tree in trees.items():

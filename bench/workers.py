@@ -9,12 +9,9 @@ core and everything else on the other, which steadies CPU figures on a shared ma
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +20,7 @@ import aiohttp
 import asyncpg
 import yaml
 
+from bench.cores import BOT_CORE, OTHERS_CORE, on_core, pinned
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
@@ -35,7 +33,6 @@ DB_ENV = "PINBOT_BENCH_DB"
 MODEL_KEY_ENV = "PINBOT_BENCH_MODEL_KEY"
 WAIT_S = 300
 FIRST_CHAT = 1000
-BOT_CORE, OTHER_CORE = 1, 0  # with pinning: the bot here, the rest (us, the fakes) there
 PUBLISH_S = 1.2  # PostgreSQL publishes a session's statistics at most once a second
 # Runs any tree's CLI: that tree's packages come first on the path (PYTHONPATH; -P keeps the
 # current folder off it).
@@ -89,7 +86,7 @@ def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> li
         MODEL_KEY_ENV: "bench-model-key",
         "PYTHONPATH": str(setup.tree),
     }
-    pin = ["taskset", "-c", str(BOT_CORE)] if setup.pinned else []
+    pin = pinned(BOT_CORE, setup.pinned)
     workers = []
     for index in range(setup.processes if setup.mode == "webhook" else 1):
         settings = _settings(setup, folder, telegram, model)
@@ -106,25 +103,6 @@ def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> li
         args = ["telegram", "--config", str(config)]
         workers.append(Worker(args, env, port, "/hook", program))
     return workers
-
-
-@contextlib.contextmanager
-def _pinned(on: bool) -> Iterator[None]:
-    """This process (the load, the fakes) on the other core than the bot's while on."""
-    if not on:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {OTHER_CORE})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
-def can_pin() -> bool:
-    """Whether this machine has the two cores pinning puts the bot and the rest on."""
-    return {BOT_CORE, OTHER_CORE} <= os.sched_getaffinity(0)
 
 
 class Transactions:
@@ -226,5 +204,5 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
 
 def measure(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[str, Any]:
     """One run of setup on a fresh store: chats DM chats send per_chat messages each."""
-    with _pinned(setup.pinned):
+    with on_core(OTHERS_CORE, setup.pinned):
         return asyncio.run(_run(setup, folder, chats, per_chat))
