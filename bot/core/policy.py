@@ -16,6 +16,7 @@ from storage.models import Block, Level, Limits, State
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 _ALLOWED_CONTROLS = {"\n", "\r", "\t"}
+_WITHOUT_ALLOWED_CONTROLS = str.maketrans(dict.fromkeys(_ALLOWED_CONTROLS))
 # Invisible and direction-control characters (Cf) could make two labels look alike, or a label
 # look like something else; content may hold them (e.g. joiners in emoji and scripts).
 _LABEL_CATEGORIES = ("Cc", "Cs", "Cf")
@@ -24,12 +25,14 @@ _QUOTES = "\"'`“”‘’„«»「」『』"
 _DAY = timedelta(days=1)
 
 
-def _bad_character(text: str, allowed: set[str], categories: tuple[str, ...]) -> str | None:
-    """The first character of text in one of categories and not allowed, as U+XXXX, or None."""
+def _bad_character(text: str, categories: tuple[str, ...], *, controls: bool) -> str | None:
+    """The first character of text in one of categories, as U+XXXX, or None; with controls,
+    line breaks and tabs are allowed."""
     # Every character of Cc, Cs and Cf is unprintable to Python, so printable text (nearly all
-    # text, once its allowed characters are set aside) needs no look at each character.
-    if text.translate(str.maketrans(dict.fromkeys(allowed))).isprintable():
+    # text, once its allowed line breaks are set aside) needs no look at each character.
+    if (text.translate(_WITHOUT_ALLOWED_CONTROLS) if controls else text).isprintable():
         return None
+    allowed = _ALLOWED_CONTROLS if controls else set()
     for char in text:
         if char not in allowed and unicodedata.category(char) in categories:
             return f"U+{ord(char):04X}"
@@ -77,7 +80,7 @@ class BlockPolicy:
                 "Labels are one word and need no quotes: write /pin add tone Be brief. "
                 "Remove the quotes and try again."
             )
-        if bad := _bad_character(label, set(), _LABEL_CATEGORIES):
+        if bad := _bad_character(label, _LABEL_CATEGORIES, controls=False):
             return (
                 f"The label contains an invisible or control character ({bad}). Type the label "
                 "again without it."
@@ -95,7 +98,7 @@ class BlockPolicy:
                 f"The content is {len(content)} characters long; the limit is "
                 f"{self.pins.max_content_length}. Shorten it and try again."
             )
-        if bad := _bad_character(content, _ALLOWED_CONTROLS, _CONTENT_CATEGORIES):
+        if bad := _bad_character(content, _CONTENT_CATEGORIES, controls=True):
             return (
                 f"The content contains a control character ({bad}); only line breaks and tabs "
                 "are allowed. Remove it and try again."

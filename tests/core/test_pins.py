@@ -75,6 +75,8 @@ async def test_edit_keeps_creation_order(make_bot: BotFactory, store: Store) -> 
         ("/pin add lbl " + "y" * 501, "limit is 500"),
         ("/pin add lbl bad\x07bell", "control character (U+0007)"),
         ("/pin add bad\x00lbl c", "control character (U+0000)"),
+        ("/pin add a\u200bb c", "invisible or control character (U+200B)"),
+        ("/pin add lbl two\nlines\tand a bell\x07", "control character (U+0007)"),
         ("/pin add --weird c", "cannot start with '--'"),
         ("/pin add r", "needs content"),
         ("/pin edit nope text", "no block labelled 'nope'"),
