@@ -10,6 +10,7 @@ from typing import Self
 from storage import usage_sums
 from storage.blocks import BlockStore, BrowseStore
 from storage.buckets import TokenBuckets
+from storage.changes import ChangeStore
 from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
 from storage.history import HistoryStore
@@ -24,7 +25,14 @@ __all__ = ["Store", "open_store"]
 
 
 class Store(
-    BlockStore, VersionStore, HistoryStore, UsageStore, DeliveryStore, BrowseStore, ProposalStore
+    BlockStore,
+    ChangeStore,
+    VersionStore,
+    HistoryStore,
+    UsageStore,
+    DeliveryStore,
+    BrowseStore,
+    ProposalStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers."""

@@ -1,7 +1,6 @@
 """Blocks of every scope, the model-call counts that age idle blocks, the audit trail of shared
-blocks, and the read-only views the operator's web page browses them with. Every write is
-guarded: a limit that no longer holds makes it change nothing, and the exception raised says
-which limit (or that the block changed since it was read)."""
+blocks, and the read-only views the operator's web page browses them with. Blocks change
+through storage.changes only (and idle ones are cleaned up here)."""
 
 from __future__ import annotations
 
@@ -11,57 +10,22 @@ from typing import Any, Protocol
 
 from storage import models, rows
 from storage.dialect import Database, Step
-from storage.errors import Conflict, LabelTaken, LimitReached, NotFound, OverBudget
 from storage.models import (
     AuditEntry,
     Block,
-    BlockState,
     Change,
     ChangeKind,
     Channel,
-    Level,
     Limits,
-    NewBlock,
-    State,
-    Version,
 )
-from storage.proposals import applied_step
 from storage.rows import BLOCK_COLUMNS, block_from_row, prefix_range, ts
 from storage.search import SearchIndex
-from storage.versions import INSERT as VERSION_INSERT
-from storage.versions import new_op, recorded, version_row, write_steps
+from storage.versions import new_op, recorded, version_row
 
 Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, blocks)
 KEEP = Limits(0)  # for writes that only remove: the default number of versions kept
 CLEANUP = Change("cleanup", Channel.CLEANUP)
-_INSERT = (
-    "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, created_at, "
-    "updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
-    "WHERE (SELECT COUNT(*) FROM blocks WHERE scope = ?) < ? "
-    "AND (? = 0 OR (SELECT COALESCE(SUM(length(content)), 0) FROM blocks WHERE scope = ?) "
-    "+ length(?) <= ?) ON CONFLICT (scope, label_key) DO NOTHING"
-)
-# The budget refuses only a change that makes the scope larger and over budget.
-_UPDATE = (
-    "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, updated_at = ?, {idle}, "
-    "rev = rev + 1 WHERE id = ? AND rev = ? AND (? = 0 OR length(?) <= length(content) OR "
-    "(SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = blocks.scope) "
-    "- length(content) + length(?) <= ?)"
-)
-_GOING_IDLE = (
-    "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) FROM scope_calls "
-    "WHERE scope = blocks.scope)"
-)
-_INSERT_ROW = (
-    f"INSERT INTO blocks ({', '.join(rows.BLOCK_INSERT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(rows.BLOCK_INSERT_COLUMNS))})"
-)
 _IN_ORDER = "ORDER BY scope, created_at, id"
-
-
-def _audit(scope: str, change: Change, at: datetime, *entries: tuple[Any, ...]) -> Step:
-    """The step writing entries (kind, label, old content, new content, detail) to the trail."""
-    return Step(rows.AUDIT_INSERT, rows.audit_rows(scope, change, at, entries), many=True)
 
 
 async def _audit_entries(
@@ -74,64 +38,6 @@ async def _audit_entries(
         *(*args, limit, offset),
     )
     return [rows.audit_from_row(row) for row in found]
-
-
-def _insert_rows(scope: str, blocks: Sequence[Block]) -> list[tuple[Any, ...]]:
-    """Rows of BLOCK_INSERT_COLUMNS for inserting blocks as they are, oldest first."""
-    return [
-        (
-            *(scope, b.label, models.label_key(b.label), b.content, b.level.value, b.state.value),
-            *(b.priority, ts(b.created_at), ts(b.updated_at)),
-            *(None if b.idle_since is None else ts(b.idle_since), b.idle_calls),
-        )
-        for b in sorted(blocks, key=lambda b: b.created_at)
-    ]
-
-
-def _import_entries(
-    before: dict[str, tuple[str, str]], blocks: Sequence[Block]
-) -> list[tuple[Any, ...]]:
-    """Audit entries for each label an import changes; before maps label keys to (label, content)
-    as stored."""
-    after = {models.label_key(b.label): (b.label, b.content) for b in blocks}
-    gone: tuple[str, str | None] = ("", None)
-    entries = []
-    for key in sorted({*before, *after}):
-        old, new = before.get(key, gone), after.get(key, gone)
-        if old != new:
-            entries.append((ChangeKind.IMPORT, new[0] or old[0], old[1], new[1], ""))
-    return entries
-
-
-def _import_versions(
-    op: str,
-    scope: str,
-    before: dict[str, Block],
-    blocks: Sequence[Block],
-    change: Change,
-    now: datetime,
-) -> list[tuple[Any, ...]]:
-    """A version (the state before) of each label an import changes."""
-    after = {models.label_key(b.label): b for b in blocks}
-    rows_ = []
-    for key in sorted({*before, *after}):
-        old, new = before.get(key), after.get(key)
-        if old is None or new is None or BlockState.of(old) != BlockState.of(new):
-            label = new.label if new is not None else old.label if old is not None else key
-            rows_.append(version_row(op, scope, label, ChangeKind.IMPORT, change, now, old))
-    return rows_
-
-
-def _given(versions: Sequence[Version]) -> list[tuple[Any, ...]]:
-    """Rows for versions exactly as given (an import of an export made with history)."""
-    rows_ = []
-    for v in versions:
-        change = Change(v.actor, v.channel, v.origin)
-        row = version_row(
-            v.op, v.scope, v.label, v.kind, change, v.at, v.before, v.detail, v.created_at
-        )
-        rows_.append((*row[:-1], v.undone_by))
-    return rows_
 
 
 class BlockStore(Protocol):
@@ -149,157 +55,6 @@ class BlockStore(Protocol):
             list(scopes),
         )
         return [block_from_row(row) for row in found]
-
-    async def insert_block(
-        self, new: NewBlock, *, now: datetime, limits: Limits, change: Change, audited: bool = False
-    ) -> None:
-        """Insert a block, committed on return. LabelTaken, LimitReached or OverBudget when the
-        scope stands in the way; with audited, the change goes to the scope's audit trail."""
-        stamp, key, budget = ts(now), models.label_key(new.label), limits.max_total_chars
-        args = (
-            *(new.scope, new.label, key, new.content, new.level.value, new.state.value),
-            *(new.priority, stamp, stamp, new.scope, limits.max_blocks, budget, new.scope),
-            *(new.content, budget),
-        )
-        detail = new.level.value + (" pinned" if new.state is State.PINNED else "")
-        entry = (ChangeKind.ADD, new.label, None, new.content, detail)
-        audit = (_audit(new.scope, change, now, entry),) if audited else ()
-        version = version_row(
-            new_op(), new.scope, new.label, ChangeKind.ADD, change, now, None, detail
-        )
-        kept = (*recorded([version], limits.versions), *applied_step(new.scope, change, now))
-        if await self._db.write(Step(_INSERT, args), *kept, *audit, lock=(new.scope,), guard=True):
-            return
-        row = await self._db.fetchrow(
-            "SELECT (SELECT label FROM blocks WHERE scope = ? AND label_key = ?), COUNT(*), "
-            "COALESCE(SUM(length(content)), 0) FROM blocks WHERE scope = ?",
-            *(new.scope, key, new.scope),
-        )
-        assert row is not None
-        if row[0] is not None:
-            raise LabelTaken(row[0])
-        if row[1] >= limits.max_blocks:
-            raise LimitReached(limits.max_blocks)
-        total = int(row[2]) + len(new.content)
-        if budget and total > budget:
-            raise OverBudget(total, budget)
-        raise Conflict("the scope changed while adding")
-
-    async def update_block(
-        self,
-        block: Block,
-        *,
-        now: datetime,
-        limits: Limits,
-        change: Change,
-        audited: bool = False,
-        content: str | None = None,
-        level: Level | None = None,
-        state: State | None = None,
-        priority: int | None = None,
-    ) -> None:
-        """Change a block that is still at the revision read, committed on return. Conflict when
-        it changed since, NotFound when it is gone, OverBudget when new content would grow the
-        scope past its budget. Going idle records the time and the scope's model-call count;
-        leaving idle clears both."""
-        new_content = block.content if content is None else content
-        new_state = block.state if state is None else state
-        if new_state is State.IDLE and block.state is not State.IDLE:
-            await self.flush_calls()  # the idle mark records the scope's current count
-            idle, idle_args = _GOING_IDLE, [ts(now)]
-        elif new_state is State.IDLE:
-            idle, idle_args = "idle_since = idle_since", []
-        else:
-            idle, idle_args = "idle_since = NULL, idle_calls = NULL", []
-        new_level = block.level if level is None else level
-        new_priority = block.priority if priority is None else priority
-        budget = limits.max_total_chars
-        args = (
-            *(new_content, new_level.value, new_state.value, new_priority, ts(now), *idle_args),
-            *(block.id, block.rev, budget, new_content, new_content, budget),
-        )
-        entries = [
-            (kind, block.label, block.content, new_content, detail)
-            for kind, value, detail in (
-                (ChangeKind.EDIT, content, ""),
-                (ChangeKind.LEVEL, level, level.value if level else ""),
-                (ChangeKind.STATE, state, state.value if state else ""),
-                (ChangeKind.PRIORITY, priority, str(priority)),
-            )
-            if value is not None
-        ]
-        audit = (_audit(block.scope, change, now, *entries),) if audited and entries else ()
-        kind, detail = (entries[0][0], entries[0][4]) if entries else (ChangeKind.EDIT, "")
-        version = version_row(new_op(), block.scope, block.label, kind, change, now, block, detail)
-        kept = (*recorded([version], limits.versions), *applied_step(block.scope, change, now))
-        update = Step(_UPDATE.format(idle=idle), args)
-        if await self._db.write(update, *kept, *audit, lock=(block.scope,), guard=True):
-            return
-        row = await self._db.fetchrow(
-            "SELECT rev, (SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b "
-            "WHERE b.scope = blocks.scope) - length(content) FROM blocks WHERE id = ?",
-            block.id,
-        )
-        if row is None:
-            raise NotFound(f"block {block.label!r} is gone")
-        total = int(row[1]) + len(new_content)
-        if row[0] == block.rev and budget and total > budget:
-            raise OverBudget(total, budget)
-        raise Conflict(f"block {block.label!r} changed while saving")
-
-    async def delete_block(
-        self,
-        block: Block,
-        *,
-        now: datetime,
-        change: Change,
-        audited: bool = False,
-        limits: Limits = KEEP,
-    ) -> None:
-        """Delete a block, committed on return; NotFound when it is already gone."""
-        entry = (ChangeKind.REMOVE, block.label, block.content, None, "")
-        audit = (_audit(block.scope, change, now, entry),) if audited else ()
-        version = version_row(
-            new_op(), block.scope, block.label, ChangeKind.REMOVE, change, now, block
-        )
-        kept = recorded([version], limits.versions)
-        delete = Step("DELETE FROM blocks WHERE id = ?", (block.id,))
-        if not await self._db.write(delete, *kept, *audit, lock=(block.scope,), guard=True):
-            raise NotFound(f"block {block.label!r} is gone")
-
-    async def clear_scope(
-        self,
-        scope: str,
-        *,
-        now: datetime,
-        change: Change,
-        audited: bool = False,
-        limits: Limits = KEEP,
-    ) -> int:
-        """Delete every block of a scope, pinned included, as one operation; returns how many
-        went."""
-        op = new_op()
-        async with self._db.transaction(scope) as tx:
-            found = [
-                block_from_row(row)
-                for row in await tx.fetch(
-                    f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ?", scope
-                )
-            ]
-            versions = [
-                version_row(op, scope, b.label, ChangeKind.CLEAR, change, now, b) for b in found
-            ]
-            steps = list(recorded(versions, limits.versions))
-            if audited and found:
-                entries = [(ChangeKind.CLEAR, b.label, b.content, None, "") for b in found]
-                steps.append(_audit(scope, change, now, *entries))
-            for step in steps:
-                await (
-                    tx.executemany(step.sql, step.args)
-                    if step.many
-                    else tx.execute(step.sql, *step.args)
-                )
-            return await tx.execute("DELETE FROM blocks WHERE scope = ?", scope)
 
     async def delete_expired(self, blocks: Collection[Block], *, now: datetime) -> int:
         """Delete idle blocks whose retention has passed (actor and channel: cleanup), each kept
@@ -353,48 +108,6 @@ class BlockStore(Protocol):
             block = block_from_row(row)
             scopes.setdefault(block.scope, (0, []))[1].append(block)
         return scopes
-
-    async def replace_scopes(
-        self,
-        scopes: Scopes,
-        *,
-        now: datetime,
-        change: Change,
-        audited: Collection[str] = (),
-        versions: dict[str, list[Version]] | None = None,
-        limits: Limits = KEEP,
-    ) -> int:
-        """Make each given scope hold exactly these blocks (times, states and all) and this call
-        count, in one transaction (one operation); other scopes are untouched. Each label that
-        changes is kept as a version, and audited for the scopes in audited; a scope in versions
-        gets exactly the versions given instead (an import of an export made with history), and
-        none is added. Returns blocks written."""
-        await self.flush_calls()
-        written, op = 0, new_op()
-        async with self._db.transaction(*scopes) as tx:
-            for scope, (calls, blocks) in scopes.items():
-                found = await tx.fetch(f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ?", scope)
-                before = {models.label_key(row[2]): block_from_row(row) for row in found}
-                if versions is not None and scope in versions:
-                    await tx.execute("DELETE FROM block_versions WHERE scope = ?", scope)
-                    await tx.executemany(VERSION_INSERT, _given(versions.get(scope, [])))
-                else:
-                    changed = _import_versions(op, scope, before, blocks, change, now)
-                    await write_steps(tx, recorded(changed, limits.versions))
-                if scope in audited:
-                    entries = _import_entries(
-                        {key: (b.label, b.content) for key, b in before.items()}, blocks
-                    )
-                    await write_steps(tx, [_audit(scope, change, now, *entries)] if entries else [])
-                await tx.execute("DELETE FROM blocks WHERE scope = ?", scope)
-                await tx.execute(
-                    "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
-                    "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls",
-                    *(scope, calls),
-                )
-                await tx.executemany(_INSERT_ROW, _insert_rows(scope, blocks))
-                written += len(blocks)
-        return written
 
     # --- notes on a scope ----------------------------------------------------------------------
 

@@ -26,6 +26,24 @@ class Conflict(StoreError):
     """What the write was based on changed before it landed: read again and decide again."""
 
 
+class Stale(Conflict):
+    """A label changed after the change to it was reviewed (its newest version is another, or
+    it came or went): label is its stored spelling."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(f"block {label!r} changed since it was read")
+        self.label = label
+
+
+class AlreadyDecided(StoreError):
+    """The proposal a change would carry out is no longer pending: another decision came
+    first, and nothing was written."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"proposal #{number} was decided already")
+        self.number = number
+
+
 class NotFound(StoreError):
     """The row the write names is not there (any more)."""
 

@@ -5,7 +5,8 @@ own typed schema on every turn: input from users is validated before it reaches 
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -101,12 +102,61 @@ class Version:
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
-    """A state a label of a scope should take (None: no block), as an undo or a restore asks;
-    created_at keeps a brought-back block's place in creation order."""
+    """A state a label of a scope should take (None: no block). created_at keeps a brought-back
+    block's place in creation order; an import also gives the block's other times as they were
+    (None: now, and an idle block's idle time counts from now)."""
 
     label: str
     state: BlockState | None
     created_at: datetime | None = None
+    updated_at: datetime | None = None
+    idle_since: datetime | None = None
+    idle_calls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A label as a change was reviewed against it: its block and its mark (the operation of
+    its newest kept version, '' when none is kept)."""
+
+    block: Block
+    mark: str
+
+
+ABSENT = None  # what a BlockChange's `seen` says of a label that had no block when reviewed
+
+
+@dataclass(frozen=True, slots=True)
+class BlockChange:
+    """One change to the blocks of one scope, however it was asked for (a `/pin` verb, undo,
+    restore, a proposal's approval, an import, the chat's pinned message, the agent tools, the
+    web page): the state each label should take, who makes it through what and from where
+    (change), and what it was decided against.
+
+    seen maps each label key the change was reviewed against to the label as it was then
+    (Seen) or ABSENT: the store refuses the change when any of them changed since. audited
+    sends the change to the scope's audit trail (a group's shared blocks). kind names the
+    whole change where one word does (clear, import); else each label's change is named by
+    what differs. undoes marks an operation undone by this one; calls sets the scope's
+    model-call count and history replaces its kept versions (an import)."""
+
+    scope: str
+    wanted: tuple[Wanted, ...]
+    change: Change
+    seen: Mapping[str, Seen | None] = field(default_factory=dict)
+    audited: bool = False
+    kind: ChangeKind | None = None
+    undoes: str | None = None
+    calls: int | None = None
+    history: tuple[Version, ...] | None = None
+
+    @property
+    def proposal(self) -> int | None:
+        """The proposal this change carries out, if any: it is decided by this change."""
+        origin = self.change.origin
+        if self.change.channel is Channel.PROPOSAL and origin is not None:
+            return origin.proposal
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +365,7 @@ class NewProposal:
     proposer: str
     base_rev: int | None = None
     base_content: str | None = None
+    base_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

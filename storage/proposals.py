@@ -1,16 +1,14 @@
 """Proposals to change a group's shared blocks: stored with a short number per group, decided
 once. An approved proposal is marked applied in the same transaction as the block change it
-makes (the change's origin names it: see `applied_step`)."""
+makes (the change's origin names it: see storage.changes), and only while it is pending."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Protocol
 
-from storage.dialect import Database, Row, Step
+from storage.dialect import Database, Row
 from storage.models import (
-    Change,
-    Channel,
     Level,
     NewProposal,
     Proposal,
@@ -21,7 +19,7 @@ from storage.rows import dt, ts
 _COLUMNS = (
     "number, group_scope, label, content, level, priority, reason, proposer, base_rev, "
     "base_content, status, outcome, created_at, expires_at, decided_by, decided_at, chat, "
-    "message_id"
+    "message_id, base_version"
 )
 _DECIDE = (
     "UPDATE proposals SET status = ?, outcome = ?, decided_by = ?, decided_at = ? "
@@ -32,22 +30,12 @@ _DECIDE = (
 def _proposal(row: Row) -> Proposal:
     new = NewProposal(
         *(row[1], row[2], row[3], Level(row[4]) if row[4] else None, row[5], row[6], row[7]),
-        *(row[8], row[9]),
+        *(row[8], row[9], row[18]),
     )
     return Proposal(
         *(row[0], new, ProposalStatus(row[10]), row[11], dt(row[12]), dt(row[13]), row[14]),
         *(None if row[15] is None else dt(row[15]), row[16], row[17]),
     )
-
-
-def applied_step(scope: str, change: Change, now: datetime) -> tuple[Step, ...]:
-    """The step that marks the proposal a change carries out as applied (none for other
-    changes): written with the change, so an approval applies once or not at all."""
-    origin = change.origin
-    if change.channel is not Channel.PROPOSAL or origin is None or origin.proposal is None:
-        return ()
-    args = (ProposalStatus.APPLIED.value, "", change.actor, ts(now), scope, origin.proposal)
-    return (Step(_DECIDE, args),)
 
 
 class ProposalStore(Protocol):
@@ -72,11 +60,11 @@ class ProposalStore(Protocol):
             number = int(row[0]) + 1
             level = new.level.value if new.level else None
             await tx.execute(
-                f"INSERT INTO proposals ({_COLUMNS}) VALUES ({', '.join('?' * 18)})",
+                f"INSERT INTO proposals ({_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 *(number, new.group_scope, new.label, new.content, level, new.priority),
                 *(new.reason, new.proposer, new.base_rev, new.base_content),
                 *(ProposalStatus.PENDING.value, "", ts(now), ts(expires_at)),
-                *(None, None, None, None),
+                *(None, None, None, None, new.base_version),
             )
         return Proposal(number, new, ProposalStatus.PENDING, "", now, expires_at)
 

@@ -30,7 +30,7 @@ TABLES = {
     "proposals": (
         "group_scope, number, label, content, level, priority, reason, proposer, base_rev, "
         "base_content, status, outcome, created_at, expires_at, decided_by, decided_at, chat, "
-        "message_id",
+        "message_id, base_version",
         "id",
     ),
     "history": ("session, role, content, created_at", "id"),

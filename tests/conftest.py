@@ -18,7 +18,17 @@ from bot.core.replies import Reply, Result
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from storage.models import Change, Channel, Limits, NewBlock
+from storage.models import (
+    ABSENT,
+    BlockChange,
+    BlockState,
+    Change,
+    Channel,
+    Limits,
+    NewBlock,
+    Wanted,
+    label_key,
+)
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
@@ -166,8 +176,15 @@ async def put_block(
     store: Store, new: NewBlock, now: datetime, *, actor: str = "", audited: bool = False
 ) -> None:
     """Insert a block straight into the store (as a command of actor would), committed."""
-    change = Change(actor, Channel.COMMAND)
-    await store.insert_block(new, now=now, limits=Limits(20), change=change, audited=audited)
+    state = BlockState(new.content, new.level, new.state, new.priority)
+    change = BlockChange(
+        new.scope,
+        (Wanted(new.label, state),),
+        Change(actor, Channel.COMMAND),
+        {label_key(new.label): ABSENT},
+        audited,
+    )
+    await store.apply_change(change, now=now, limits=Limits(20))
 
 
 def text_of(reply: Reply | None) -> str:

@@ -46,6 +46,11 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
             print("dry run: nothing was written")
             return 0
         written = await apply_import(BlockOps(store, policy), plan)
+    if plan.problems:
+        for problem in plan.problems:
+            print(f"problem: {problem}")
+        print(f"{len(plan.problems)} problem(s); nothing was imported")
+        return 1
     print(f"imported {written} block(s) in {len(plan.scopes)} scope(s)")
     return 0
 

@@ -1,55 +1,50 @@
-"""Block operations over one scope, the one path for every change to blocks (`/pin`, the agent
-tools, the web page, import): permissions here, the rules of the block policy, pinned-block
-protection and the audit trail; every operation returns a typed outcome."""
+"""Block operations over one scope, as `/pin`, the agent tools, the chat's pinned message and the
+web page ask for them: each builds one `BlockChange`, which the block policy reviews (the one
+rule check) and the store applies (the one write); every operation returns a typed outcome."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
-from bot.core.keys import is_shared_scope
-from bot.core.permissions import Access, Action, Role, Speaker
-from bot.core.policy import BlockPolicy, default_level, priority_problem
-from storage.blocks import BlockStore
-from storage.errors import Conflict, LabelTaken, LimitReached, NotFound, OverBudget
+from bot.core.permissions import Access, Role, Speaker
+from bot.core.policy import (
+    BlockPolicy,
+    Done,
+    Outcome,
+    Refused,
+    Rule,
+    Where,
+    default_level,
+    refusal,
+)
+from storage import Store
+from storage.changes import Applied
+from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget, Stale
 from storage.models import (
+    ABSENT,
     Block,
+    BlockChange,
+    BlockState,
     Change,
+    ChangeKind,
     Channel,
     Level,
-    NewBlock,
     Origin,
+    Seen,
     State,
-    Version,
+    Wanted,
     label_key,
 )
 
-IMPORT = Change("import", Channel.IMPORT)
-# Guarded writes fail only when another writer changed the scope in between; re-reading settles it.
+__all__ = ["BlockOps", "Done", "Outcome", "Refused", "Target", "find_block"]
+# A command's change is decided again on the blocks as they are when another writer changed
+# them in between; a decision taken once (a proposal's approval) is not.
 _ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class Done:
-    """The operation happened (or there was nothing to change); message says what, in English."""
-
-    message: str
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The operation changed nothing; reason says why and how to fix it, in English."""
-
-    reason: str
-
-
-Outcome = Done | Refused
-RETRY_LATER = Refused("The blocks changed while saving; nothing was saved. Please try again.")
 
 
 def find_block(blocks: Sequence[Block], label: str) -> Block | None:
@@ -85,17 +80,21 @@ class Target:
         return cls(scope, shared, group, speaker, Change(actor, channel))
 
     @classmethod
-    def operator(cls, group_scope: str, actor: str) -> Target:
-        """A group's shared scope as the bot's operator acts on it (from the web page): with a
-        shared admin's rights, and every other rule of `/pin shared`."""
+    def operator(cls, group_scope: str, actor: str, channel: Channel = Channel.WEB) -> Target:
+        """A group's shared scope as the bot's operator (or the platform, for its pinned
+        message) acts on it: with a shared admin's rights, and every other rule of
+        `/pin shared`."""
         speaker = Speaker(Access(Role.SHARED_ADMIN))
-        return cls(group_scope, True, True, speaker, Change(actor, Channel.WEB))
+        return cls(group_scope, True, True, speaker, Change(actor, channel))
+
+    @property
+    def where(self) -> Where:
+        """The scope as the block policy and replies name it."""
+        return Where(self.shared, self.group)
 
     def noun(self) -> str:
         """How replies name the blocks of this scope."""
-        if self.shared:
-            return "this group's shared blocks"
-        return "your personal blocks in this group" if self.group else "your blocks"
+        return self.where.noun
 
     def empty(self) -> str:
         """What a listing of this scope says when it has no block."""
@@ -105,31 +104,47 @@ class Target:
 
     def command(self, verb: str) -> str:
         """The `/pin` command that does verb on this scope."""
-        return f"/pin shared {verb}" if self.shared else f"/pin {verb}"
+        return f"{self.where.pin} {verb}"
+
+    def changed(
+        self,
+        wanted: Sequence[Wanted],
+        seen: Mapping[str, Seen | None],
+        *,
+        channel: Channel | None = None,
+        origin: Origin | None = None,
+        **more: object,
+    ) -> BlockChange:
+        """The change of this scope to the wanted states, by this speaker (through channel,
+        if another), reviewed against seen."""
+        change = Change(self.change.actor, channel or self.change.channel, origin)
+        return BlockChange(
+            self.scope,
+            tuple(wanted),
+            change,
+            seen,
+            self.shared,
+            **more,  # type: ignore[arg-type]
+        )
 
 
-@dataclass(frozen=True)
-class _Change:
-    """The fields of a block that an operation sets to new values."""
-
-    content: str | None = None
-    level: Level | None = None
-    state: State | None = None
-    priority: int | None = None
-
-    @classmethod
-    def against(cls, block: Block, **wanted: Any) -> _Change:
-        """Only the wanted values that differ from the block's."""
-        return cls(**{k: v for k, v in wanted.items() if v is not None and v != getattr(block, k)})
-
-    def fields(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if v is not None}
+def seen_of(
+    blocks: Sequence[Block], marks: dict[str, str], labels: Sequence[str]
+) -> dict[str, Seen | None]:
+    """What a change to labels is reviewed against: each label's block and mark, or ABSENT."""
+    found: dict[str, Seen | None] = {}
+    for label in labels:
+        key = label_key(label)
+        block = find_block(blocks, label)
+        found[key] = ABSENT if block is None else Seen(block, marks.get(key, ""))
+    return found
 
 
 class BlockOps:
-    """Adds, changes and removes blocks of one scope for one speaker."""
+    """Adds, changes and removes blocks of one scope for one speaker, through the one review
+    and the one write."""
 
-    def __init__(self, store: BlockStore, policy: BlockPolicy, clock: Clock = utc_now) -> None:
+    def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
         self._store = store
         self.policy = policy
         self._clock = clock
@@ -138,53 +153,54 @@ class BlockOps:
         """Every block of the target scope, in any state, oldest first."""
         return await self._store.blocks([target.scope])
 
-    # --- checks ---------------------------------------------------------------------------------
+    async def scope_now(self, target: Target | str) -> tuple[list[Block], dict[str, str]]:
+        """A scope's (or the target's) blocks and their labels' marks, as a change is reviewed
+        against them."""
+        return await self._store.scope_now(target if isinstance(target, str) else target.scope)
+
+    async def commit_all(self, changes: Sequence[BlockChange]) -> list[Applied]:
+        """Apply changes of several scopes, each reviewed already (an import), as one operation
+        in one transaction; raises as the store does, and then nothing changed."""
+        return await self._store.apply_changes(
+            changes, now=self._clock(), limits=self.policy.limits
+        )
 
     def now(self) -> datetime:
         """The time by the operations' clock."""
         return self._clock()
 
-    async def write_refusal(self, target: Target, strong: bool = False) -> Refused | None:
-        """Why the speaker may not change these blocks (shared blocks need a shared admin;
-        personal strong blocks a strong user or admin), or None."""
-        if target.shared:
-            reason = await target.speaker.refusal_for(Action.SHARED_WRITE)
-        elif strong:
-            reason = await target.speaker.refusal_for(Action.PERSONAL_STRONG)
-        else:
-            return None
-        return Refused(reason) if reason else None
-
-    def _label_taken(self, target: Target, label: str) -> Refused:
-        return Refused(
-            f"A block labelled '{label}' already exists in {target.noun()}. "
-            f"Use {target.command('edit')} {label} <new content> to change it."
-        )
-
-    def _full(self, target: Target, limit: int) -> Refused:
-        return Refused(
-            f"{target.noun().capitalize()} already hold {limit} blocks, the limit. "
-            f"Remove one with {target.command('remove')} <label> first."
-        )
-
-    @staticmethod
-    def _missing(target: Target, label: str) -> Refused:
-        return Refused(
-            f"There is no block labelled '{label}' in {target.noun()}. "
-            f"Send {target.command('list')} to see them."
-        )
-
-    @staticmethod
-    def _protected(block: Block) -> Refused:
-        return Refused(
-            f"Block '{block.label}' is pinned; only the user can change or remove it, with /pin."
-        )
-
-    async def _audited(self, target: Target, now: datetime) -> None:
-        """Keep a group's audit trail within its retention after a shared change."""
-        if target.shared:
-            retention = timedelta(days=self.policy.pins.audit_retention_days)
+    async def commit(
+        self, target: Target, change: BlockChange, blocks: Sequence[Block] | None
+    ) -> list[Applied] | Refused:
+        """Review change for the target's speaker against blocks (None: not read; the store
+        holds the limits) and apply it: what changed, or the refusal, with nothing changed.
+        Stale (the blocks changed since they were read) and AlreadyDecided pass through."""
+        policy, where = self.policy, target.where
+        if problem := await policy.review(change, where, speaker=target.speaker, blocks=blocks):
+            return problem
+        now = self._clock()
+        try:
+            applied = await self._store.apply_change(change, now=now, limits=policy.limits)
+        except LabelTaken as taken:
+            return refusal(Rule.LABEL_TAKEN, where, label=taken.label)
+        except LimitReached:
+            return policy.too_many(where)
+        except OverBudget as over:
+            return policy.over_budget(over.total, where)
+        if target.shared and applied:  # keep the group's audit trail within its retention
+            retention = timedelta(days=policy.pins.audit_retention_days)
             await self._store.prune_audit(target.scope, now - retention)
+        return applied
+
+    async def _decided(
+        self, target: Target, change: BlockChange, blocks: Sequence[Block] | None
+    ) -> list[Applied] | Refused | None:
+        """commit, with None where another writer changed the blocks in between (decide
+        again on the blocks as they are now)."""
+        try:
+            return await self.commit(target, change, blocks)
+        except (Stale, Conflict):
+            return None
 
     # --- operations -----------------------------------------------------------------------------
 
@@ -202,31 +218,16 @@ class BlockOps:
         """Add a block (at the target's default level when level is None); origin says where
         its content came from."""
         level = level or default_level(target.group)
-        if refusal := await self.write_refusal(target, level is Level.STRONG):
-            return refusal
-        if problem := self.policy.block_problem(label, content, priority, group=target.group):
-            return Refused(problem)
-        state = State.PINNED if pinned else State.ACTIVE
-        new = NewBlock(target.scope, label, content, level, state, priority)
-        change = Change(target.change.actor, target.change.channel, origin)
+        state = BlockState(content, level, State.PINNED if pinned else State.ACTIVE, priority)
+        change = target.changed([Wanted(label, state)], {label_key(label): ABSENT}, origin=origin)
         for _ in range(_ATTEMPTS):
-            now = self._clock()
-            try:
-                await self._store.insert_block(
-                    new, now=now, limits=self.policy.limits, change=change, audited=target.shared
-                )
-            except LabelTaken as taken:
-                return self._label_taken(target, taken.label)
-            except LimitReached as full:
-                return self._full(target, full.limit)
-            except OverBudget as over:
-                return Refused(self.policy.over_budget(over.total))
-            except Conflict:
-                continue
-            await self._audited(target, now)
-            kept = ", pinned (kept until you remove it)" if pinned else ""
-            return Done(f"Saved {level.value} block '{label}'{kept}.")
-        return RETRY_LATER
+            outcome = await self._decided(target, change, None)
+            if isinstance(outcome, Refused):
+                return outcome
+            if outcome is not None:
+                kept = ", pinned (kept until you remove it)" if pinned else ""
+                return Done(f"Saved {level.value} block '{label}'{kept}.")
+        return refusal(Rule.BUSY)
 
     async def change(
         self,
@@ -237,169 +238,128 @@ class BlockOps:
         level: Level | None = None,
         state: State | None = None,
         priority: int | None = None,
-        protect_pinned: bool = False,
         origin: Origin | None = None,
-        if_rev: int | None = None,
     ) -> Outcome:
-        """Change a block's content, level, state or priority; with protect_pinned a pinned
-        block is refused (the agent tools may never change one). origin says where new content
-        came from; with if_rev, a block no longer at that revision is refused (it changed since
-        the change was asked for)."""
-        if refusal := await self.write_refusal(target):
-            return refusal
-        if content is not None and (
-            problem := self.policy.content_problem(content)
-            or self.policy.secret_problem(label, content, group=target.group)
-        ):
-            return Refused(problem)
-        if priority is not None and (problem := priority_problem(priority)):
-            return Refused(problem)
-        wanted = {"content": content, "level": level, "state": state, "priority": priority}
+        """Change a block's content, level, state or priority (None: as it is); origin says
+        where new content came from."""
         for _ in range(_ATTEMPTS):
-            blocks = await self.blocks(target)
+            blocks, marks = await self.scope_now(target)
             block = find_block(blocks, label)
             if block is None:
-                return self._missing(target, label)
-            if refusal := self._held(target, block, protect_pinned, if_rev):
-                return refusal
-            strong = Level.STRONG in (block.level, level)
-            if strong and (refusal := await self.write_refusal(target, strong=True)):
-                return refusal
-            change = _Change.against(block, **wanted)
-            if not change.fields():
-                return Done(_unchanged(block, level, state, priority))
-            if change.content is not None and (
-                problem := self.policy.budget_problem(blocks, block, change.content)
-            ):
-                return Refused(problem)
-            now = self._clock()
-            try:
-                await self._store.update_block(
-                    block,
-                    now=now,
-                    limits=self.policy.limits,
-                    change=Change(target.change.actor, target.change.channel, origin),
-                    audited=target.shared,
-                    **change.fields(),
-                )
-            except OverBudget as over:
-                return Refused(self.policy.over_budget(over.total))
-            except (Conflict, NotFound):
-                continue  # read again: changed, or gone (then it is missing)
-            await self._audited(target, now)
-            return Done(self._changed(target, block, change))
-        return RETRY_LATER
-
-    def _held(
-        self, target: Target, block: Block, protect_pinned: bool, if_rev: int | None
-    ) -> Refused | None:
-        """Why this block may not change now: pinned (for the agent tools), or changed since
-        the change was asked for."""
-        if protect_pinned and block.state is State.PINNED:
-            return self._protected(block)
-        if if_rev is not None and block.rev != if_rev:
-            return Refused(
-                f"Block '{block.label}' changed after this was asked for; nothing was saved. "
-                f"Send {target.command('list')} to see it as it is now."
+                return await self._missing(target, label)
+            wanted = BlockState(
+                block.content if content is None else content,
+                level or block.level,
+                state or block.state,
+                block.priority if priority is None else priority,
             )
-        return None
+            change = target.changed(
+                [Wanted(block.label, wanted)], seen_of(blocks, marks, [block.label]), origin=origin
+            )
+            outcome = await self._decided(target, change, blocks)
+            if isinstance(outcome, Refused):
+                return outcome
+            if outcome == []:
+                return Done(_unchanged(block, level, state, priority))
+            if outcome is not None:
+                return Done(self.changed_text(target, block, wanted))
+        return refusal(Rule.BUSY)
 
-    def _changed(self, target: Target, block: Block, change: _Change) -> str:
-        """The reply for a committed change."""
-        fields = change.fields()
+    async def may_change(self, target: Target) -> Refused | None:
+        """Why the speaker may not change the target's blocks at all (a shared scope without a
+        shared admin's rights), or None."""
+        nothing = target.changed([], {})
+        return await self.policy.review(nothing, target.where, speaker=target.speaker)
+
+    async def _missing(self, target: Target, label: str) -> Refused:
+        """The refusal for a label the scope does not hold: that the speaker may not change
+        these blocks at all, if so, else that there is no such block."""
+        problem = await self.may_change(target)
+        return problem or refusal(Rule.MISSING, target.where, label=label)
+
+    def changed_text(self, target: Target, block: Block, wanted: BlockState) -> str:
+        """The reply for a committed change of block to wanted."""
         label = block.label
-        if len(fields) > 1:
+        differs = [
+            name
+            for name in ("content", "level", "state", "priority")
+            if getattr(wanted, name) != getattr(block, name)
+        ]
+        if len(differs) > 1:
             return f"Updated block '{label}'."
-        if change.content is not None:
+        if differs == ["content"]:
             return f"Saved the new content of '{label}'."
-        if change.level is not None:
-            return f"Block '{label}' is now {change.level.value}."
-        if change.priority is not None:
-            return f"Block '{label}' now has priority {change.priority}."
-        if change.state is State.IDLE:
+        if differs == ["level"]:
+            return f"Block '{label}' is now {wanted.level.value}."
+        if differs == ["priority"]:
+            return f"Block '{label}' now has priority {wanted.priority}."
+        if wanted.state is State.IDLE:
             return (
                 f"Block '{label}' is now idle: {self.policy.idle_notice()}. "
                 f"{target.command('activate')} {label} undoes this."
             )
-        if change.state is State.PINNED:
+        if wanted.state is State.PINNED:
             return f"Block '{label}' is now pinned: sent to the model and kept until you remove it."
         return f"Block '{label}' is now active."
 
-    async def remove(self, target: Target, label: str, *, protect_pinned: bool = False) -> Outcome:
-        """Delete a block; everyone may delete their own, whatever its level."""
-        if refusal := await self.write_refusal(target):
-            return refusal
+    async def remove(self, target: Target, label: str) -> Outcome:
+        """Delete a block; everyone may delete their own, whatever its level (the model never a
+        pinned one)."""
         for _ in range(_ATTEMPTS):
-            block = find_block(await self.blocks(target), label)
+            blocks, marks = await self.scope_now(target)
+            block = find_block(blocks, label)
             if block is None:
-                return self._missing(target, label)
-            if protect_pinned and block.state is State.PINNED:
-                return self._protected(block)
-            now = self._clock()
-            try:
-                await self._store.delete_block(
-                    block,
-                    now=now,
-                    change=target.change,
-                    audited=target.shared,
-                    limits=self.policy.limits,
-                )
-            except NotFound:
-                continue
-            await self._audited(target, now)
-            return Done(f"Removed block '{block.label}'.")
-        return RETRY_LATER
+                return await self._missing(target, label)
+            change = target.changed(
+                [Wanted(block.label, None)], seen_of(blocks, marks, [block.label])
+            )
+            outcome = await self._decided(target, change, blocks)
+            if isinstance(outcome, Refused):
+                return outcome
+            if outcome is not None:
+                return Done(f"Removed block '{block.label}'.")
+        return refusal(Rule.BUSY)
 
     async def clear(self, target: Target, *, confirm: bool) -> Outcome:
         """Without confirm, say what a clear would delete; with it, delete every block of the
         scope, pinned ones included."""
-        if refusal := await self.write_refusal(target):
-            return refusal
-        blocks = await self.blocks(target)
-        if not confirm:
-            if not blocks:
-                return Done(f"{target.empty()} Nothing to clear.")
-            pinned = sum(1 for b in blocks if b.state is State.PINNED)
-            return Done(
-                f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "
-                f"them pinned. Send {target.command('clear')} confirm to delete them all; "
-                f"{self._undo_note(target)}"
+        for _ in range(_ATTEMPTS):
+            blocks, marks = await self.scope_now(target)
+            labels = [block.label for block in blocks]
+            change = target.changed(
+                [Wanted(label, None) for label in labels],
+                seen_of(blocks, marks, labels),
+                kind=ChangeKind.CLEAR,
             )
-        now = self._clock()
-        count = await self._store.clear_scope(
-            target.scope,
-            now=now,
-            change=target.change,
-            audited=target.shared,
-            limits=self.policy.limits,
-        )
-        await self._audited(target, now)
+            if not confirm:
+                if problem := await self.policy.review(
+                    change, target.where, speaker=target.speaker, blocks=blocks
+                ):
+                    return problem
+                return self._would_clear(target, blocks)
+            outcome = await self._decided(target, change, blocks)
+            if isinstance(outcome, Refused):
+                return outcome
+            if outcome is not None:
+                return Done(
+                    f"Deleted {len(outcome)} block(s) from {target.noun()}. "
+                    f"{self._undo_note(target).capitalize()}"
+                )
+        return refusal(Rule.BUSY)
+
+    def _would_clear(self, target: Target, blocks: Sequence[Block]) -> Done:
+        if not blocks:
+            return Done(f"{target.empty()} Nothing to clear.")
+        pinned = sum(1 for b in blocks if b.state is State.PINNED)
         return Done(
-            f"Deleted {count} block(s) from {target.noun()}. {self._undo_note(target).capitalize()}"
+            f"This would delete {len(blocks)} block(s) from {target.noun()}, {pinned} of "
+            f"them pinned. Send {target.command('clear')} confirm to delete them all; "
+            f"{self._undo_note(target)}"
         )
 
     def _undo_note(self, target: Target) -> str:
         days = self.policy.pins.history_days
         return f"{target.command('undo')} brings them back, for {days} days."
-
-    async def replace_scopes(
-        self,
-        scopes: dict[str, tuple[int, list[Block]]],
-        history: dict[str, list[Version]] | None = None,
-    ) -> int:
-        """Make each scope hold exactly these blocks (an import, checked by the block policy
-        beforehand), in one transaction; shared scopes' changes go to their audit trail. The
-        scopes in history get exactly those versions; the others a version of each change.
-        Returns blocks written."""
-        audited = {scope for scope in scopes if is_shared_scope(scope)}
-        return await self._store.replace_scopes(
-            scopes,
-            now=self._clock(),
-            change=IMPORT,
-            audited=audited,
-            versions=history or None,
-            limits=self.policy.limits,
-        )
 
 
 def _unchanged(block: Block, level: Level | None, state: State | None, priority: int | None) -> str:

@@ -39,7 +39,7 @@ class ChatPin:
         target = dataclasses.replace(
             target, change=Change(target.change.actor, Channel.TELEGRAM_PIN, origin)
         )
-        if refusal := await self._ops.write_refusal(target):
+        if refusal := await self._ops.may_change(target):
             return f"not taken: {refusal.reason}"
         if not text or not text.strip():
             return "not taken: the pinned message has no text"
@@ -49,9 +49,9 @@ class ChatPin:
             return "already taken: the same pinned message"  # a repeated delivery
         content = text.strip()
         if problem := self._ops.policy.content_problem(content):
-            note = f"the chat's pinned message is not the '{self.label}' block: {problem}"
+            note = f"the chat's pinned message is not the '{self.label}' block: {problem.reason}"
             await self._store.set_note(target.scope, NOTE, note, now=self._ops.now())
-            return f"not taken: {problem}"
+            return f"not taken: {problem.reason}"
         block = find_block(await self._ops.blocks(target), self.label)
         if block is None:
             outcome = await self._ops.add(
@@ -68,8 +68,7 @@ class ChatPin:
     async def unpinned(self, group_scope: str) -> bool:
         """Idle the group's pinned-message block (the group has no pinned message now); True
         when it changed."""
-        target = Target.operator(group_scope, "telegram")
-        target = dataclasses.replace(target, change=Change("telegram", Channel.TELEGRAM_PIN))
+        target = Target.operator(group_scope, "telegram", Channel.TELEGRAM_PIN)
         block = find_block(await self._ops.blocks(target), self.label)
         if block is None or block.state is State.IDLE:
             return False

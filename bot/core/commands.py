@@ -253,7 +253,7 @@ def _priority(text: str) -> int | ParseError:
     value = int(text) if re.fullmatch(r"[+-]?[0-9]{1,7}", text) else None
     problem = priority_problem(value)
     if problem is not None or value is None:
-        return ParseError(problem or "")
+        return ParseError(problem.reason if problem else "")
     return value
 
 

@@ -1,18 +1,25 @@
-"""The block policy: every rule a block change meets, whoever makes it (`/pin`, the agent
-tools, import, the web page): default levels, label and content rules, the credential check,
-limits and the character budget, idle retention and the token warning. Refusals are English
-sentences that say what to do."""
+"""The block policy: every rule a block change meets, whoever makes it and however (`/pin`, undo
+and restore, a proposal's approval, the agent tools, import, the chat's pinned message, the web
+page): default levels, label and content rules, the credential check, priorities, permissions,
+the pinned blocks the model may not touch, limits and the character budget; and idle retention
+and the token warning. `BlockPolicy.review` is the one check of a change; every refusal it (or
+the store, for what it enforces atomically) gives has a code (`Rule`) and one English text here,
+which says what to do."""
 
 from __future__ import annotations
 
 import math
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
 from bot.config import PinsConfig
 from bot.core.credentials import credential_kind
-from storage.models import Block, Level, Limits, State
+from bot.core.permissions import Action, Speaker
+from storage.models import Block, BlockChange, BlockState, Channel, Level, Limits, State, label_key
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 _ALLOWED_CONTROLS = {"\n", "\r", "\t"}
@@ -23,6 +30,148 @@ _LABEL_CATEGORIES = ("Cc", "Cs", "Cf")
 _CONTENT_CATEGORIES = ("Cc", "Cs")
 _QUOTES = "\"'`“”‘’„«»「」『』"
 _DAY = timedelta(days=1)
+MAX_RECORDED_CHARS = 200  # of an actor, an operation id or a detail that an import brings
+
+
+class Rule(StrEnum):
+    """Why a block change was refused: one code per rule, each with one text (RULE_TEXTS)."""
+
+    LABEL_EMPTY = "label-empty"
+    LABEL_TOO_LONG = "label-too-long"
+    LABEL_SPACE = "label-space"
+    LABEL_QUOTED = "label-quoted"
+    LABEL_CHARACTER = "label-character"
+    LABEL_OPTION = "label-option"
+    CONTENT_EMPTY = "content-empty"
+    CONTENT_TOO_LONG = "content-too-long"
+    CONTENT_CHARACTER = "content-character"
+    TEXT_CHARACTER = "text-character"
+    TEXT_TOO_LONG = "text-too-long"
+    CREDENTIAL = "credential"
+    PRIORITY = "priority"
+    NOT_ALLOWED = "not-allowed"
+    PINNED = "pinned"
+    TOO_MANY = "too-many"
+    OVER_BUDGET = "over-budget"
+    LABEL_TAKEN = "label-taken"
+    MISSING = "missing"
+    STALE = "stale"
+    BUSY = "busy"
+
+
+# Each rule's text; {noun} names the scope's blocks ("your blocks"), {pin} the command that
+# manages them ("/pin" or "/pin shared").
+RULE_TEXTS: dict[Rule, str] = {
+    Rule.LABEL_EMPTY: "A label cannot be empty.",
+    Rule.LABEL_TOO_LONG: (
+        "The label is {length} characters long; the limit is {limit} (pins.max_label_length). "
+        "Choose a shorter label."
+    ),
+    Rule.LABEL_SPACE: "A label cannot contain spaces or line breaks. Use '-' or '_' instead.",
+    Rule.LABEL_QUOTED: (
+        "Labels are one word and need no quotes: write /pin add tone Be brief. Remove the "
+        "quotes and try again."
+    ),
+    Rule.LABEL_CHARACTER: (
+        "The label contains an invisible or control character ({character}). Type the label "
+        "again without it."
+    ),
+    Rule.LABEL_OPTION: "A label cannot start with '--'; that marks options. Choose another label.",
+    Rule.CONTENT_EMPTY: "The content is empty. Write the text to pin after the label.",
+    Rule.CONTENT_TOO_LONG: (
+        "The content is {length} characters long; the limit is {limit} "
+        "(pins.max_content_length). Shorten it and try again."
+    ),
+    Rule.CONTENT_CHARACTER: (
+        "The content contains a control character ({character}); only line breaks and tabs "
+        "are allowed. Remove it and try again."
+    ),
+    Rule.TEXT_CHARACTER: (
+        "The {what} contains a control character ({character}); remove it and try again."
+    ),
+    Rule.TEXT_TOO_LONG: (
+        "The {what} is {length} characters long; the limit is {limit}. Shorten it and try again."
+    ),
+    Rule.CREDENTIAL: (
+        "Not saved: this looks like {kind}. What is pinned or proposed in a group can be "
+        "revealed to every member (the model may repeat it), so do not put secrets here; keep "
+        "them out of chats. (The operator can turn this check off with "
+        "pins.refuse_secrets_in_groups: false.)"
+    ),
+    Rule.PRIORITY: "Priority must be a whole number from {low} to {high}.",
+    Rule.NOT_ALLOWED: "{reason}",
+    Rule.PINNED: ("Block '{label}' is pinned; only the user can change or remove it, with /pin."),
+    Rule.TOO_MANY: (
+        "{Noun} would hold {count} blocks; the limit is {limit} "
+        "(pins.max_blocks_per_session). Remove one with {pin} remove <label> first."
+    ),
+    Rule.OVER_BUDGET: (
+        "That would bring {noun} to {total} characters, over the budget of {budget} "
+        "(pins.max_total_chars). Shorten or remove a block first."
+    ),
+    Rule.LABEL_TAKEN: (
+        "A block labelled '{label}' already exists in {noun}. Use {pin} edit {label} "
+        "<new content> to change it."
+    ),
+    Rule.MISSING: "There is no block labelled '{label}' in {noun}. Send {pin} list to see them.",
+    Rule.STALE: (
+        "Block '{label}' changed after this was asked for; nothing was saved. Send {pin} list "
+        "to see it as it is now."
+    ),
+    Rule.BUSY: "The blocks changed while saving; nothing was saved. Please try again.",
+}
+
+
+@dataclass(frozen=True)
+class Done:
+    """The operation happened (or there was nothing to change); message says what, in English."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The operation changed nothing; reason says why and how to fix it, in English; code names
+    the block rule that refused it (None: not a block rule, e.g. an unknown tool)."""
+
+    reason: str
+    code: Rule | None = None
+
+
+Outcome = Done | Refused
+
+
+@dataclass(frozen=True)
+class Where:
+    """The blocks a change is made to, as replies name them: a group's shared blocks, a
+    member's personal blocks in a group, or a DM user's blocks."""
+
+    shared: bool
+    group: bool
+
+    @property
+    def noun(self) -> str:
+        """How replies name these blocks."""
+        if self.shared:
+            return "this group's shared blocks"
+        return "your personal blocks in this group" if self.group else "your blocks"
+
+    @property
+    def pin(self) -> str:
+        """The command that manages these blocks."""
+        return "/pin shared" if self.shared else "/pin"
+
+
+DM = Where(shared=False, group=False)
+
+
+def refusal(rule: Rule, where: Where = DM, **facts: Any) -> Refused:
+    """The refusal of rule, its text filled in with facts (and how replies name the blocks)."""
+    noun = where.noun
+    text = RULE_TEXTS[rule].format(
+        noun=noun, Noun=noun[0].upper() + noun[1:], pin=where.pin, **facts
+    )
+    return Refused(text, rule)
 
 
 def _bad_character(text: str, categories: tuple[str, ...], *, controls: bool) -> str | None:
@@ -39,11 +188,21 @@ def _bad_character(text: str, categories: tuple[str, ...], *, controls: bool) ->
     return None
 
 
-def priority_problem(priority: int | None) -> str | None:
+def priority_problem(priority: int | None) -> Refused | None:
     """Why this priority cannot be used (None: not a whole number), or None if it is fine."""
     if priority is not None and PRIORITY_MIN <= priority <= PRIORITY_MAX:
         return None
-    return f"Priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}."
+    return refusal(Rule.PRIORITY, low=PRIORITY_MIN, high=PRIORITY_MAX)
+
+
+def text_problem(text: str, what: str, limit: int) -> Refused | None:
+    """Why free text recorded with a change (an actor, a reason) cannot be kept: a control
+    character, or more than limit characters; None if it is fine."""
+    if bad := _bad_character(text, _CONTENT_CATEGORIES, controls=False):
+        return refusal(Rule.TEXT_CHARACTER, what=what, character=bad)
+    if len(text) > limit:
+        return refusal(Rule.TEXT_TOO_LONG, what=what, length=len(text), limit=limit)
+    return None
 
 
 def default_level(group: bool) -> Level:
@@ -64,106 +223,179 @@ class BlockPolicy:
             pins.max_blocks_per_session, pins.max_total_chars, pins.history_per_block
         )
 
-    def label_problem(self, label: str) -> str | None:
+    def label_problem(self, label: str) -> Refused | None:
         """Why this label cannot be used, or None if it is fine."""
         if not label:
-            return "A label cannot be empty."
+            return refusal(Rule.LABEL_EMPTY)
         if len(label) > self.pins.max_label_length:
-            return (
-                f"The label is {len(label)} characters long; the limit is "
-                f"{self.pins.max_label_length}. Choose a shorter label."
-            )
+            return refusal(Rule.LABEL_TOO_LONG, length=len(label), limit=self.pins.max_label_length)
         if any(char.isspace() for char in label):
-            return "A label cannot contain spaces or line breaks. Use '-' or '_' instead."
+            return refusal(Rule.LABEL_SPACE)
         if label[0] in _QUOTES or label[-1] in _QUOTES:
-            return (
-                "Labels are one word and need no quotes: write /pin add tone Be brief. "
-                "Remove the quotes and try again."
-            )
+            return refusal(Rule.LABEL_QUOTED)
         if bad := _bad_character(label, _LABEL_CATEGORIES, controls=False):
-            return (
-                f"The label contains an invisible or control character ({bad}). Type the label "
-                "again without it."
-            )
+            return refusal(Rule.LABEL_CHARACTER, character=bad)
         if label.startswith("--"):
-            return "A label cannot start with '--'; that marks options. Choose another label."
+            return refusal(Rule.LABEL_OPTION)
         return None
 
-    def content_problem(self, content: str) -> str | None:
+    def content_problem(self, content: str) -> Refused | None:
         """Why this (already trimmed) content cannot be stored, or None if it is fine."""
         if not content:
-            return "The content is empty. Write the text to pin after the label."
+            return refusal(Rule.CONTENT_EMPTY)
         if len(content) > self.pins.max_content_length:
-            return (
-                f"The content is {len(content)} characters long; the limit is "
-                f"{self.pins.max_content_length}. Shorten it and try again."
+            return refusal(
+                Rule.CONTENT_TOO_LONG, length=len(content), limit=self.pins.max_content_length
             )
         if bad := _bad_character(content, _CONTENT_CATEGORIES, controls=True):
-            return (
-                f"The content contains a control character ({bad}); only line breaks and tabs "
-                "are allowed. Remove it and try again."
-            )
+            return refusal(Rule.CONTENT_CHARACTER, character=bad)
         return None
 
-    def secret_problem(self, label: str, content: str, *, group: bool) -> str | None:
-        """Why a block looks like it holds a credential where a group can see it, or None."""
+    def secret_problem(self, text: str, *, group: bool) -> Refused | None:
+        """Why text (a block's label and content, a proposal's reason) looks like it holds a
+        credential where a group can see it, or None."""
         if not group or not self.pins.refuse_secrets_in_groups:
             return None
-        kind = credential_kind(f"{label} {content}")
-        if kind is None:
-            return None
+        kind = credential_kind(text)
+        return None if kind is None else refusal(Rule.CREDENTIAL, kind=kind)
+
+    def state_problem(
+        self, label: str, state: BlockState, *, group: bool, new_label: bool = True
+    ) -> Refused | None:
+        """The first rule a block's label (when it comes into being), content and priority
+        break, or None."""
         return (
-            f"Not saved: this looks like {kind}. Blocks in a group can be revealed to every "
-            "member (the model may repeat them), so do not pin secrets here; keep them out of "
-            "chats. (The operator can turn this check off with "
-            "pins.refuse_secrets_in_groups: false.)"
+            (self.label_problem(label) if new_label else None)
+            or self.content_problem(state.content)
+            or priority_problem(state.priority)
+            or self.secret_problem(f"{label} {state.content}", group=group)
         )
 
-    def block_problem(self, label: str, content: str, priority: int, *, group: bool) -> str | None:
-        """The first rule a new block's label, content and priority break, or None."""
-        return (
-            self.label_problem(label)
-            or self.content_problem(content)
-            or priority_problem(priority)
-            or self.secret_problem(label, content, group=group)
-        )
+    def limits_problem(
+        self, blocks: Sequence[Block], after: Sequence[BlockState], where: Where
+    ) -> Refused | None:
+        """Why a scope whose blocks go from blocks to the states after breaks the block limit
+        or the character budget, or None: only growth past a limit is refused."""
+        count, chars = len(blocks), sum(len(b.content) for b in blocks)
+        new_count, new_chars = len(after), sum(len(state.content) for state in after)
+        if new_count > self.limits.max_blocks and new_count > count:
+            return refusal(Rule.TOO_MANY, where, count=new_count, limit=self.limits.max_blocks)
+        budget = self.limits.max_total_chars
+        if budget and new_chars > budget and new_chars > chars:
+            return self.over_budget(new_chars, where)
+        return None
 
-    def budget_problem(
-        self, blocks: Sequence[Block], replaced: Block | None, content: str
-    ) -> str | None:
-        """Why content (replacing replaced's, if given) would grow these blocks past the
-        character budget, or None: only growth past it is refused."""
-        budget = self.pins.max_total_chars
-        if budget == 0:
-            return None
-        before = sum(len(b.content) for b in blocks)
-        total = before - (len(replaced.content) if replaced else 0) + len(content)
-        if total <= budget or total <= before:
-            return None
-        return self.over_budget(total)
-
-    def over_budget(self, total: int) -> str:
+    def over_budget(self, total: int, where: Where = DM) -> Refused:
         """The refusal for a change that would bring a scope to total characters."""
-        return (
-            f"That would bring these blocks to {total} characters, over the budget of "
-            f"{self.pins.max_total_chars} (pins.max_total_chars). Shorten or remove a block first."
-        )
+        budget = self.limits.max_total_chars
+        return refusal(Rule.OVER_BUDGET, where, total=total, budget=budget)
 
-    def scope_problems(self, blocks: Sequence[Block]) -> list[str]:
-        """The limits a whole scope's blocks break (for an import)."""
-        problems = []
-        if len(blocks) > self.limits.max_blocks:
-            problems.append(
-                f"{len(blocks)} blocks; the limit is {self.limits.max_blocks} "
-                "(pins.max_blocks_per_session)"
-            )
-        total = sum(len(b.content) for b in blocks)
-        if self.limits.max_total_chars and total > self.limits.max_total_chars:
-            problems.append(
-                f"{total} characters of content; the budget is {self.limits.max_total_chars} "
-                "(pins.max_total_chars)"
-            )
-        return problems
+    def too_many(self, where: Where = DM) -> Refused:
+        """The refusal for a change that would bring a scope past its block limit (as the
+        store found it, atomically: one more than the limit)."""
+        limit = self.limits.max_blocks
+        return refusal(Rule.TOO_MANY, where, count=limit + 1, limit=limit)
+
+    # --- the one review of a change -------------------------------------------------------------
+
+    async def review(
+        self,
+        change: BlockChange,
+        where: Where,
+        *,
+        speaker: Speaker | None,
+        blocks: Sequence[Block] | None = None,
+    ) -> Refused | None:
+        """Whether change may be made, now, by speaker (None: an operator's import, or a
+        proposal not yet decided, whose approver is checked when approving) to a scope whose
+        blocks are blocks (None: not read, as for one add; the labels the change saw are its
+        blocks then, and the store holds the limits): the first refusal, or None.
+
+        Every label the change brings into being meets the label rules; every new content the
+        content and credential rules; every new priority the priority rule; shared blocks need
+        a shared admin, and making or changing a strong personal block strong rights; the
+        model may not change or remove a pinned block; the scope may not grow past its block
+        limit or budget. Versions an import brings meet the same label, content and credential
+        rules, and their free text the text rule."""
+        if where.shared and (problem := await self._permission(speaker, Action.SHARED_WRITE)):
+            return problem
+        if blocks is None:
+            current = {key: seen.block for key, seen in change.seen.items() if seen is not None}
+        else:
+            current = {label_key(block.label): block for block in blocks}
+        after = {key: BlockState.of(block) for key, block in current.items()}
+        strong = False
+        for want in change.wanted:
+            key, before = label_key(want.label), current.get(label_key(want.label))
+            if want.state is None:
+                after.pop(key, None)
+            else:
+                after[key] = want.state
+            if before is not None and want.state == BlockState.of(before):
+                continue
+            if problem := self._label_problem(change, want.label, before, want.state, where):
+                return problem
+            levels = (before.level if before else None, want.state and want.state.level)
+            strong = strong or (want.state is not None and Level.STRONG in levels)
+        if (
+            strong
+            and not where.shared
+            and (problem := await self._permission(speaker, Action.PERSONAL_STRONG))
+        ):
+            return problem
+        if problem := self._history_problem(change, where):
+            return problem
+        return None if blocks is None else self.limits_problem(blocks, [*after.values()], where)
+
+    @staticmethod
+    async def _permission(speaker: Speaker | None, action: Action) -> Refused | None:
+        """Why speaker may not do action (nobody to ask: an operator's import, or a proposal
+        whose approver is asked when approving), or None."""
+        reason = await speaker.refusal_for(action) if speaker is not None else None
+        return refusal(Rule.NOT_ALLOWED, reason=reason) if reason else None
+
+    def _history_problem(self, change: BlockChange, where: Where) -> Refused | None:
+        """The first rule a version an import brings breaks, or None."""
+        for version in change.history or ():
+            if problem := (
+                self._version_problem(version.label, version.before, version.actor, where)
+                or text_problem(version.detail, "detail", MAX_RECORDED_CHARS)
+                or text_problem(version.op, "operation id", MAX_RECORDED_CHARS)
+            ):
+                return problem
+        return None
+
+    def _label_problem(
+        self,
+        change: BlockChange,
+        label: str,
+        before: Block | None,
+        state: BlockState | None,
+        where: Where,
+    ) -> Refused | None:
+        """The first rule one label's change breaks, or None."""
+        if change.change.channel is Channel.TOOL and before and before.state is State.PINNED:
+            return refusal(Rule.PINNED, where, label=before.label)
+        if state is None:
+            return None
+        if before is None:
+            return self.state_problem(label, state, group=where.group)
+        if state.content != before.content and (
+            problem := self.content_problem(state.content)
+            or self.secret_problem(f"{label} {state.content}", group=where.group)
+        ):
+            return problem
+        return priority_problem(state.priority) if state.priority != before.priority else None
+
+    def _version_problem(
+        self, label: str, state: BlockState | None, actor: str, where: Where
+    ) -> Refused | None:
+        """The first rule a kept version (of an import) breaks, or None."""
+        if problem := self.label_problem(label) or text_problem(actor, "actor", MAX_RECORDED_CHARS):
+            return problem
+        if state is None:
+            return None
+        return self.state_problem(label, state, group=where.group, new_label=False)
 
     # --- idle retention -----------------------------------------------------------------------
 

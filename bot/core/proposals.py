@@ -9,13 +9,30 @@ import logging
 from datetime import timedelta
 
 from bot.config import PinsConfig
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.permissions import Action
+from bot.core.policy import Rule, default_level, refusal, text_problem
 from bot.core.replies import Button, Messenger, Reply, Sent
-from storage.models import Channel, Level, NewProposal, Origin, Proposal, ProposalStatus
+from storage.errors import AlreadyDecided, Stale
+from storage.models import (
+    ABSENT,
+    Block,
+    BlockChange,
+    BlockState,
+    Channel,
+    Level,
+    NewProposal,
+    Origin,
+    Proposal,
+    ProposalStatus,
+    Seen,
+    State,
+    Wanted,
+    label_key,
+)
 from storage.proposals import ProposalStore
 
 log = logging.getLogger(__name__)
@@ -76,25 +93,22 @@ class Proposals:
         target = Target.of(context, shared=True, channel=Channel.PROPOSAL)
         if isinstance(target, Refused):
             return target
-        reason = reason.strip()
-        if len(reason) > MAX_REASON_CHARS:
-            return Refused(f"the reason is over {MAX_REASON_CHARS} characters; shorten it.")
-        content = content.strip()
+        reason, content = reason.strip(), content.strip()
         policy = self._ops.policy
-        if problem := policy.block_problem(label, content, priority or 0, group=True):
-            return Refused(problem)
-        blocks = await self._ops.blocks(target)
+        if problem := text_problem(reason, "reason", MAX_REASON_CHARS) or policy.secret_problem(
+            reason, group=True
+        ):
+            return problem
+        blocks, marks = await self._ops.scope_now(target)
         existing = find_block(blocks, label)
-        if existing is None and len(blocks) >= policy.limits.max_blocks:
-            return Refused(
-                f"the group's shared blocks are at their limit of {policy.limits.max_blocks}; "
-                "an admin must remove one first."
-            )
         if existing is not None and existing.content == content and level in (None, existing.level):
             return Refused(f"the shared block '{existing.label}' already has this content.")
-        if problem := policy.budget_problem(blocks, existing, content):
-            return Refused(problem)
+        change = _proposed(target, blocks, marks, label, content, level, priority)
+        # Every rule of /pin shared add but the approver's rights, which count when approving.
+        if problem := await policy.review(change, target.where, speaker=None, blocks=blocks):
+            return problem
         now = self._clock()
+        seen = change.seen[label_key(label)]
         new = NewProposal(
             target.scope,
             existing.label if existing else label,
@@ -105,6 +119,7 @@ class Proposals:
             context.actor,
             existing.rev if existing else None,
             existing.content if existing else None,
+            seen.mark if seen is not None else None,
         )
         ttl = timedelta(hours=self._pins.proposal_ttl_hours)
         proposal = await self._store.add_proposal(
@@ -207,9 +222,9 @@ class Proposals:
 
     async def decide(self, target: Target, number: int, *, approve: bool) -> Outcome:
         """Approve (apply through the rules of `/pin shared`, as the approver) or reject a
-        pending proposal; only the first decision counts."""
-        if refusal := await self._ops.write_refusal(target):
-            return refusal
+        pending proposal; only the first decision counts, whichever process makes it."""
+        if problem := await self._ops.may_change(target):
+            return problem
         proposal = await self._store.proposal(target.scope, number)
         if proposal is None:
             return Refused(
@@ -224,36 +239,67 @@ class Proposals:
             return Refused(f"Proposal #{number} expired without a decision; nothing changed.")
         if not approve:
             if not await self._close(proposal, ProposalStatus.REJECTED, by=actor, outcome=""):
-                return Refused(f"Proposal #{number} was decided already.")
+                return await self._decided_first(target, number)
             return Done(f"Rejected proposal #{number}; nothing changed.")
-        outcome = await self._apply(target, proposal)
+        try:
+            outcome = await self._apply(target, proposal)
+        except AlreadyDecided:
+            return await self._decided_first(target, number)
         if isinstance(outcome, Refused):
-            await self._close(proposal, ProposalStatus.REFUSED, by=actor, outcome=outcome.reason)
-            return Refused(f"Proposal #{number} could not be applied: {outcome.reason}")
-        # Applied with the block change; this marks one that changed nothing (same content).
+            if not await self._close(
+                proposal, ProposalStatus.REFUSED, by=actor, outcome=outcome.reason
+            ):
+                return await self._decided_first(target, number)
+            return Refused(
+                f"Proposal #{number} could not be applied: {outcome.reason}", outcome.code
+            )
+        # Marked applied with the block change; this shows the outcome in its message.
         await self._close(proposal, ProposalStatus.APPLIED, by=actor, outcome="")
         return Done(f"Approved proposal #{number}. {outcome.message}")
 
-    async def _apply(self, target: Target, proposal: Proposal) -> Outcome:
-        new, origin = proposal.new, Origin(proposal=proposal.number)
-        if new.base_rev is None:
-            return await self._ops.add(
-                target,
-                new.label,
-                new.content,
-                level=new.level,
-                priority=new.priority or 0,
-                origin=origin,
-            )
-        return await self._ops.change(
-            target,
-            new.label,
-            content=new.content,
-            level=new.level,
-            priority=new.priority,
-            origin=origin,
-            if_rev=new.base_rev,
+    async def _decided_first(self, target: Target, number: int) -> Refused:
+        """What the loser of two decisions made at once is told: the one that counted."""
+        proposal = await self._store.proposal(target.scope, number)
+        status = proposal.status if proposal else ProposalStatus.REJECTED
+        return Refused(
+            f"Proposal #{number} was {_DECIDED.get(status, 'decided')} already; nothing changed."
         )
+
+    async def _apply(self, target: Target, proposal: Proposal) -> Outcome:
+        """Carry out a proposal as the approver's change, on the block it was made against:
+        one that changed since (or was removed, or re-added) is refused."""
+        new = proposal.new
+        blocks, marks = await self._ops.scope_now(target)
+        existing = find_block(blocks, new.label)
+        key = label_key(new.label)
+        stale = refusal(Rule.STALE, target.where, label=new.label)
+        if new.base_rev is None:
+            if existing is not None:
+                return stale
+        elif existing is None or marks.get(key, "") != new.base_version:
+            return stale
+        change = _proposed(
+            target,
+            blocks,
+            marks,
+            new.label,
+            new.content,
+            new.level,
+            new.priority,
+            origin=Origin(proposal=proposal.number),
+        )
+        try:
+            applied = await self._ops.commit(target, change, blocks)
+        except Stale:
+            return stale
+        if isinstance(applied, Refused):
+            return applied
+        (want,) = change.wanted
+        if not applied or want.state is None:
+            return Done("Nothing needed to change.")
+        if existing is None:
+            return Done(f"Saved {want.state.level.value} block '{want.label}'.")
+        return Done(self._ops.changed_text(target, existing, want.state))
 
     async def _close(
         self, proposal: Proposal, status: ProposalStatus, *, by: str, outcome: str
@@ -272,3 +318,32 @@ class Proposals:
             if not await self.messenger.edit(sent, self.shown(shown)):
                 log.warning("could not show the outcome of proposal #%d in its message", number)
         return decided
+
+
+def _proposed(
+    target: Target,
+    blocks: list[Block],
+    marks: dict[str, str],
+    label: str,
+    content: str,
+    level: Level | None,
+    priority: int | None,
+    origin: Origin | None = None,
+) -> BlockChange:
+    """The change a proposal makes when approved: a new shared block, or new content (and level
+    or priority, if given) of the existing one."""
+    existing = find_block(blocks, label)
+    seen: dict[str, Seen | None]
+    if existing is None:
+        state = BlockState(content, level or default_level(True), State.ACTIVE, priority or 0)
+        seen = {label_key(label): ABSENT}
+    else:
+        state = BlockState(
+            content,
+            level or existing.level,
+            existing.state,
+            existing.priority if priority is None else priority,
+        )
+        seen = seen_of(blocks, marks, [existing.label])
+    wanted = [Wanted(existing.label if existing else label, state)]
+    return target.changed(wanted, seen, channel=Channel.PROPOSAL, origin=origin)

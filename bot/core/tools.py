@@ -395,7 +395,6 @@ class PinTools:
                 level=level,
                 state=State.PINNED if args.pinned else None,
                 priority=args.priority,
-                protect_pinned=True,
             )
         if not isinstance(outcome, Done):
             return outcome
@@ -417,4 +416,4 @@ class PinTools:
         return Done(json.dumps(listed, ensure_ascii=False))
 
     async def _delete(self, target: Target, args: DeleteArgs) -> Outcome:
-        return await self._ops.remove(target, args.label, protect_pinned=True)
+        return await self._ops.remove(target, args.label)

@@ -10,26 +10,38 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.core.blocks import BlockOps
-from bot.core.keys import is_group_scope, parse_scope
-from bot.core.policy import BlockPolicy, default_level, priority_problem
+from bot.core.blocks import BlockOps, seen_of
+from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
+from bot.core.policy import (
+    MAX_RECORDED_CHARS,
+    BlockPolicy,
+    Where,
+    default_level,
+    priority_problem,
+    text_problem,
+)
 from storage import Store
 from storage.blocks import BlockStore
+from storage.errors import Conflict
 from storage.models import (
     Block,
+    BlockChange,
     BlockState,
+    Change,
     ChangeKind,
     Channel,
     Level,
     Origin,
     State,
     Version,
+    Wanted,
     label_key,
 )
 
 FORMAT = "pinbot-blocks"
 SCOPE_EXAMPLES = "e.g. telegram:direct:42, telegram:group:-100123, telegram:group:-100123::u:42"
 VERSION = 1
+IMPORT = Change("import", Channel.IMPORT)
 _FIELDS = {
     "label",
     "content",
@@ -214,15 +226,15 @@ def _check_text(
     if not isinstance(label, str):
         problems.append(f"{where}: label must be a string")
     elif problem := policy.label_problem(label):
-        problems.append(f"{where}: {problem}")
+        problems.append(f"{where}: {problem.reason}")
     if not isinstance(content, str):
         problems.append(f"{where}: content must be a string")
     elif content != content.strip():
         problems.append(f"{where}: content must not start or end with spaces or line breaks")
     elif problem := policy.content_problem(content) or policy.secret_problem(
-        str(label), content, group=is_group_scope(scope)
+        f"{label} {content}", group=is_group_scope(scope)
     ):
-        problems.append(f"{where}: {problem}")
+        problems.append(f"{where}: {problem.reason}")
 
 
 def _one_of(values: type[Level] | type[State]) -> str:
@@ -238,7 +250,7 @@ def _check_kinds(level: Any, state: Any, priority: Any, where: str, problems: li
     if not isinstance(priority, int) or isinstance(priority, bool):
         problems.append(f"{where}: priority must be a whole number")
     elif problem := priority_problem(priority):
-        problems.append(f"{where}: {problem}")
+        problems.append(f"{where}: {problem.reason}")
 
 
 def _parse_block(
@@ -305,7 +317,13 @@ def _check_scope(scope: str, blocks: list[Block], policy: BlockPolicy, problems:
                 "(labels are matched ignoring case)"
             )
         seen.add(label_key(block.label))
-    problems.extend(f"scope '{scope}': {problem}" for problem in policy.scope_problems(blocks))
+    where = _where(scope)
+    if problem := policy.limits_problem([], [BlockState.of(b) for b in blocks], where):
+        problems.append(f"scope '{scope}': {problem.reason}")
+
+
+def _where(scope: str) -> Where:
+    return Where(is_shared_scope(scope), is_group_scope(scope))
 
 
 def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan:
@@ -349,12 +367,15 @@ def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan
         if parsed is not None:
             plan.scopes[scope] = parsed
         if isinstance(body, dict) and "history" in body:
-            plan.history[scope] = _parse_history(body["history"], scope, plan.problems)
+            plan.history[scope] = _parse_history(body["history"], scope, policy, plan.problems)
     return plan
 
 
-def _parse_history(items: Any, scope: str, problems: list[str]) -> list[Version]:
-    """The kept versions of an export made with history, checked field by field."""
+def _parse_history(
+    items: Any, scope: str, policy: BlockPolicy, problems: list[str]
+) -> list[Version]:
+    """The kept versions of an export made with history, checked field by field and by the
+    rules a block change meets (labels, content, credentials in group scopes, plain text)."""
     if not isinstance(items, list):
         problems.append(f"scope '{scope}': history must be a list")
         return []
@@ -382,6 +403,9 @@ def _parse_history(items: Any, scope: str, problems: list[str]) -> list[Version]
         state = _parse_state(item.get("before"), where, problems)
         if len(problems) > before or at is None:
             continue
+        if problem := _version_problem(text, state, scope, policy):
+            problems.append(f"{where}: {problem}")
+            continue
         versions.append(
             Version(
                 *(0, str(text["op"]), scope, str(text["label"]), ChangeKind(str(kind))),
@@ -390,6 +414,22 @@ def _parse_history(items: Any, scope: str, problems: list[str]) -> list[Version]
             )
         )
     return versions
+
+
+def _version_problem(
+    text: dict[str, Any], state: BlockState | None, scope: str, policy: BlockPolicy
+) -> str | None:
+    """The first rule a version breaks: its label's, its free text's, its content's."""
+    problem = (
+        policy.label_problem(text["label"])
+        or text_problem(text["actor"], "actor", MAX_RECORDED_CHARS)
+        or text_problem(text["detail"], "detail", MAX_RECORDED_CHARS)
+        or text_problem(text["op"], "operation id", MAX_RECORDED_CHARS)
+    )
+    if problem is None and state is not None:
+        group = is_group_scope(scope)
+        problem = policy.state_problem(text["label"], state, group=group, new_label=False)
+    return None if problem is None else problem.reason
 
 
 def _parse_state(item: Any, where: str, problems: list[str]) -> BlockState | None:
@@ -436,10 +476,44 @@ def _parse_scope_body(
 
 
 async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
-    """Write a checked plan in one transaction (changes to shared scopes go to their audit
-    trail; scopes exported with history get their versions back as they were, the others a
-    version of each block the import changes); returns blocks written."""
-    return await ops.replace_scopes(plan.scopes, plan.history)
+    """Write a checked plan as one operation in one transaction, each scope's part reviewed
+    by the block policy like any change (changes to shared scopes go to their audit trail;
+    scopes exported with history get their versions back as they were, the others a version of
+    each block the import changes); returns blocks written. A scope the policy refuses adds
+    its problem to plan.problems and nothing is written."""
+    changes = []
+    for scope, (calls, blocks) in plan.scopes.items():
+        current, marks = await ops.scope_now(scope)
+        wanted = [
+            Wanted(
+                b.label, BlockState.of(b), b.created_at, b.updated_at, b.idle_since, b.idle_calls
+            )
+            for b in blocks
+        ]
+        imported = {label_key(b.label) for b in blocks}
+        wanted += [Wanted(b.label, None) for b in current if label_key(b.label) not in imported]
+        history = plan.history.get(scope)
+        change = BlockChange(
+            scope,
+            tuple(wanted),
+            IMPORT,
+            seen_of(current, marks, [w.label for w in wanted]),
+            is_shared_scope(scope),
+            ChangeKind.IMPORT,
+            calls=calls,
+            history=None if history is None else tuple(history),
+        )
+        if problem := await ops.policy.review(change, _where(scope), speaker=None, blocks=current):
+            plan.problems.append(f"scope '{scope}': {problem.reason}")
+        changes.append(change)
+    if plan.problems:
+        return 0
+    try:
+        await ops.commit_all(changes)
+    except Conflict:
+        plan.problems.append("the blocks changed while importing; run the import again")
+        return 0
+    return sum(len(blocks) for _, blocks in plan.scopes.values())
 
 
 async def describe_changes(store: BlockStore, plan: ImportPlan) -> list[str]:

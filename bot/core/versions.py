@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
-from bot.core.policy import BlockPolicy
-from storage.errors import LimitReached, OverBudget
-from storage.models import BlockState, Change, Channel, Level, Version, Wanted
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
+from bot.core.policy import BlockPolicy, Rule, refusal
+from storage.changes import Applied
+from storage.errors import Stale
+from storage.models import BlockState, Channel, Version, Wanted
 from storage.versions import VersionStore
 
 SHOWN_CHARS = 60  # of each version's content in /pin history
@@ -100,19 +101,21 @@ class BlockHistory:
 
     async def undo(self, target: Target) -> Outcome:
         """Revert the scope's last operation (an undo steps over earlier changes, never over
-        undos), as one operation, under the rules of now."""
-        if refusal := await self._ops.write_refusal(target):
-            return refusal
+        undos), as one operation: a change like any other, made now by the speaker, under the
+        rules of now."""
         versions = await self._store.last_operation(target.scope)
         if not versions:
+            if problem := await self._ops.may_change(target):
+                return problem
             return Refused(f"There is nothing to undo in {target.noun()}.")
         wanted: dict[str, Wanted] = {}
         for version in versions:  # the first version of a label holds its state before
             wanted.setdefault(
                 version.label.casefold(), Wanted(version.label, version.before, version.created_at)
             )
-        change = Change(target.change.actor, Channel.UNDO)
-        outcome = await self._apply(target, list(wanted.values()), change, undoes=versions[0].op)
+        outcome = await self._apply(
+            target, list(wanted.values()), Channel.UNDO, undoes=versions[0].op
+        )
         if isinstance(outcome, Refused):
             return outcome
         first = versions[0]
@@ -126,8 +129,8 @@ class BlockHistory:
     async def restore(self, target: Target, label: str, number: int | None) -> Outcome:
         """Bring back version number (default: the one before now) of a block, also of a
         removed one; over a block that exists now it is an edit."""
-        if refusal := await self._ops.write_refusal(target):
-            return refusal
+        if problem := await self._ops.may_change(target):
+            return problem
         versions = await self._store.versions(target.scope, label)
         states = await self._states(target, label, versions) if versions else []
         number = number or 2
@@ -146,55 +149,42 @@ class BlockHistory:
         if number == 1:
             return Done(f"'{versions[0].label}' is already as version 1 (now).")
         created = next((v.created_at for v in versions if v.created_at), None)
-        change = Change(target.change.actor, Channel.RESTORE)
-        outcome = await self._apply(target, [Wanted(versions[0].label, state, created)], change)
+        wanted = [Wanted(versions[0].label, state, created)]
+        outcome = await self._apply(target, wanted, Channel.RESTORE)
         if isinstance(outcome, Refused):
             return outcome
         source = f" ({_when(made_by.at)}, by {_who(made_by)})" if made_by else ""
         return Done(f"Restored '{versions[0].label}' to version {number}{source}.")
 
     async def _apply(
-        self, target: Target, wanted: list[Wanted], change: Change, undoes: str | None = None
+        self, target: Target, wanted: list[Wanted], channel: Channel, undoes: str | None = None
     ) -> Outcome:
-        """Apply wanted states as one operation, if the rules of now allow them."""
-        for want in wanted:
-            if want.state is None:
-                continue
-            if problem := self._policy.content_problem(want.state.content) or (
-                self._policy.secret_problem(want.label, want.state.content, group=target.group)
-            ):
-                return Refused(f"'{want.label}' cannot come back as it was: {problem}")
-            if want.state.level is Level.STRONG and (
-                refusal := await self._ops.write_refusal(target, strong=True)
-            ):
-                return refusal
+        """Bring labels to wanted states as one change by the speaker, reviewed against the
+        blocks as they are now."""
+        blocks, marks = await self._ops.scope_now(target)
+        seen = seen_of(blocks, marks, [want.label for want in wanted])
+        change = target.changed(wanted, seen, channel=channel, undoes=undoes)
         try:
-            changed = await self._store.apply_versions(
-                target.scope,
-                wanted,
-                now=self._ops.now(),
-                limits=self._policy.limits,
-                change=change,
-                undoes=undoes,
-                audited=target.shared,
-            )
-        except LimitReached as full:
-            return Refused(
-                f"That would bring back more blocks than {target.noun()} may hold ({full.limit}). "
-                f"Remove one with {target.command('remove')} <label> first."
-            )
-        except OverBudget as over:
-            return Refused(self._policy.over_budget(over.total))
-        if not changed:
-            return Done("Nothing needed to change.")
-        back = [label for label, before, _ in changed if before is None]
-        gone = [label for label, _, after in changed if after is None]
-        words = []
-        if back:
-            words.append(f"Back: {', '.join(repr(label) for label in back)}.")
-        if gone:
-            words.append(f"Removed again: {', '.join(repr(label) for label in gone)}.")
-        others = len(changed) - len(back) - len(gone)
-        if others:
-            words.append(f"{others} block(s) as they were before.")
-        return Done(" ".join(words))
+            applied = await self._ops.commit(target, change, blocks)
+        except Stale as stale:
+            return refusal(Rule.STALE, target.where, label=stale.label)
+        if isinstance(applied, Refused):
+            return applied
+        return Done(_summary(applied))
+
+
+def _summary(applied: list[Applied]) -> str:
+    """What an undo or restore changed, in words."""
+    if not applied:
+        return "Nothing needed to change."
+    back = [a.label for a in applied if a.before is None]
+    gone = [a.label for a in applied if a.after is None]
+    words = []
+    if back:
+        words.append(f"Back: {', '.join(repr(label) for label in back)}.")
+    if gone:
+        words.append(f"Removed again: {', '.join(repr(label) for label in gone)}.")
+    others = len(applied) - len(back) - len(gone)
+    if others:
+        words.append(f"{others} block(s) as they were before.")
+    return " ".join(words)

@@ -52,6 +52,7 @@ class Flash:
     kind: str
     message: str
     typed: dict[str, str] = field(default_factory=dict)
+    code: str = ""  # the block rule that refused it, for readers that need no English
 
     def kept(self, form: str, name: str, default: str) -> str:
         """The typed value of field name if form (its `form` field) was the one refused."""
@@ -257,7 +258,8 @@ class WebPage:
         else:
             form = await request.post()
             typed = {name: _text(form, name) for name in form if name != "csrf"}
-            self._flash[session] = Flash("refused", outcome.reason, typed)
+            code = outcome.code.value if outcome.code else ""
+            self._flash[session] = Flash("refused", outcome.reason, typed, code)
         raise web.HTTPSeeOther(f"/scope/{quote(target.scope, safe='')}")
 
     async def add_block(self, request: web.Request) -> web.Response:
@@ -266,7 +268,7 @@ class WebPage:
         form = await request.post()
         priority = _whole_number(_text(form, "priority") or "0")
         if priority is None:
-            return await self._after(request, target, Refused(priority_problem(None) or ""))
+            return await self._after(request, target, priority_problem(None) or Refused(""))
         outcome = await self.ops.add(
             target,
             _text(form, "label").strip(),
@@ -284,7 +286,7 @@ class WebPage:
         form = await request.post()
         priority = _whole_number(_text(form, "priority"))
         if priority is None:
-            return await self._after(request, target, Refused(priority_problem(None) or ""))
+            return await self._after(request, target, priority_problem(None) or Refused(""))
         level, state = _text(form, "level"), _text(form, "state")
         outcome = await self.ops.change(
             target,

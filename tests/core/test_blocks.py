@@ -9,22 +9,25 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.blocks import RETRY_LATER, BlockOps, Done, Refused, Target
+from bot.core.blocks import BlockOps, Done, Refused, Target
 from bot.core.context import MessageContext
-from bot.core.policy import BlockPolicy
+from bot.core.policy import BlockPolicy, Rule
 from bot.core.transfer import apply_import, plan_import
 from bot.llm.offline import OfflineChatModel
 from storage import Store
-from storage.errors import NotFound
-from storage.models import Level, State
+from storage.errors import Stale
+from storage.models import Channel, Level, State
 from tests.conftest import BotFactory, dm, group, text_of
 from tests.fakes.clock import FakeClock
 
 PINS = PinsConfig(enable_in_group=True, group_shared_admin_ids=["7"])
 
 
-def target(conversation: Any, *, shared: bool = False) -> Target:
-    resolved = Target.of(MessageContext.resolve(conversation, PINS, None), shared=shared)
+def target(
+    conversation: Any, *, shared: bool = False, channel: Channel = Channel.COMMAND
+) -> Target:
+    context = MessageContext.resolve(conversation, PINS, None)
+    resolved = Target.of(context, shared=shared, channel=channel)
     assert isinstance(resolved, Target)
     return resolved
 
@@ -46,15 +49,17 @@ async def test_outcomes_are_values(store: Store, clock: FakeClock) -> None:
     assert isinstance(strong, Refused) and "pins.group_strong_user_ids" in strong.reason
 
 
-async def test_pinned_blocks_are_protected_only_where_asked(store: Store, clock: FakeClock) -> None:
+async def test_pinned_blocks_are_protected_from_the_model_only(
+    store: Store, clock: FakeClock
+) -> None:
     ops = BlockOps(store, BlockPolicy(PINS), clock)
-    mine = target(dm())
+    mine, model = target(dm()), target(dm(), channel=Channel.TOOL)
     await ops.add(mine, "safety", "No rm -rf.", pinned=True)
     for outcome in (
-        await ops.remove(mine, "safety", protect_pinned=True),
-        await ops.change(mine, "safety", content="anything", protect_pinned=True),
+        await ops.remove(model, "safety"),
+        await ops.change(model, "safety", content="anything"),
     ):
-        assert isinstance(outcome, Refused) and "pinned" in outcome.reason
+        assert isinstance(outcome, Refused) and outcome.code is Rule.PINNED
     (block,) = await store.blocks([mine.scope])
     assert (block.content, block.state) == ("No rm -rf.", State.PINNED)
     assert await ops.remove(mine, "safety") == Done("Removed block 'safety'.")
@@ -68,10 +73,11 @@ async def test_a_delete_the_store_did_not_make_is_never_reported_done(
     await ops.add(mine, "a", "b")
 
     async def lost_race(*_: Any, **__: Any) -> None:
-        raise NotFound("deleted by another writer, then the label came back")
+        raise Stale("a")  # deleted by another writer, then the label came back
 
-    monkeypatch.setattr(store, "delete_block", lost_race)
-    assert await ops.remove(mine, "a", protect_pinned=True) == RETRY_LATER
+    monkeypatch.setattr(store, "apply_change", lost_race)
+    outcome = await ops.remove(mine, "a")
+    assert isinstance(outcome, Refused) and outcome.code is Rule.BUSY
 
 
 async def test_a_shared_idle_reply_points_at_the_shared_command(make_bot: BotFactory) -> None:

@@ -9,6 +9,7 @@ import pytest
 from bot.config import PinsConfig
 from bot.core.blocks import Done, Refused
 from bot.core.context import MessageContext
+from bot.core.policy import Rule
 from bot.core.tools import PIN_TOOLS, STICKY_TOOLS, TOOL_SETS, Op, PinTools, ToolSet
 from tests.conftest import BotFactory, dm
 
@@ -55,10 +56,10 @@ async def test_both_sets_run_the_same_operations_with_the_same_refusals(
         "Saved strong block 'task'. It applies from the next turn."
     )
     assert await call(Op.DELETE, **{label: "safety"}) == Refused(
-        "Block 'safety' is pinned; only the user can change or remove it, with /pin."
+        "Block 'safety' is pinned; only the user can change or remove it, with /pin.", Rule.PINNED
     )
     assert await call(Op.SET, **{label: "safety", "content": "anything"}) == Refused(
-        "Block 'safety' is pinned; only the user can change or remove it, with /pin."
+        "Block 'safety' is pinned; only the user can change or remove it, with /pin.", Rule.PINNED
     )
     got = await call(Op.GET, **{label: "TASK"})
     assert isinstance(got, Done)

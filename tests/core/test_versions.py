@@ -140,7 +140,7 @@ async def test_restore_brings_back_a_removed_block_within_the_limits_of_now(
     await say(bot, "/pin add c three")
     refused = await bot.handle(dm(), "/pin restore a")
     assert outcome_of(refused) is Result.REFUSED
-    assert "more blocks than your blocks may hold (2)" in text_of(refused)
+    assert "Your blocks would hold 3 blocks; the limit is 2" in text_of(refused)
     await say(bot, "/pin remove c")
     assert "Restored 'a' to version 2" in await say(bot, "/pin restore a")
     assert (await contents(store))["a"] == "one, edited"

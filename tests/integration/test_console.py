@@ -332,7 +332,7 @@ async def test_history_undo_and_restore_at_the_console(tmp_path: Path) -> None:
         "Undid add strong of 'notes' by 42" in out
         and "Undid clear" not in out.split("Undid add strong")[1]
     )
-    assert "more blocks than your blocks may hold (2)" in out  # the limit of now
+    assert "Your blocks would hold 3 blocks; the limit is 2" in out  # the limit of now
     assert await stored(tmp_path, "console:direct:42") == [
         ("tone", "Be brief and kind.", "strong", "active"),
         ("other", "filler", "strong", "active"),

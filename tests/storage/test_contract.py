@@ -13,11 +13,12 @@ import pytest
 
 from storage import Store
 from storage.errors import (
+    AlreadyDecided,
     Conflict,
     LabelTaken,
     LimitReached,
-    NotFound,
     OverBudget,
+    Stale,
     WorkerConflict,
 )
 from storage.models import (
@@ -34,6 +35,7 @@ from storage.models import (
     UsageTotals,
 )
 from tests.pg import fresh_database
+from tests.storage import writes
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 Opener = Callable[[], Awaitable[Store]]
@@ -73,8 +75,8 @@ async def add(
     audited: bool = False,
     now: datetime = NOW,
 ) -> None:
-    await store.insert_block(
-        new(label, scope, content), now=now, limits=limits, change=BY_7, audited=audited
+    await writes.insert(
+        store, new(label, scope, content), now=now, limits=limits, change=BY_7, audited=audited
     )
 
 
@@ -118,25 +120,25 @@ async def test_guarded_updates_and_the_budget_rule(open_store: Opener) -> None:
     a, b = await store.blocks(["s"])
     budget, no_budget = Limits(5, 50), Limits(5)
     # The scope (80) is over a budget of 50: shrinking and state changes still work.
-    await store.update_block(a, now=NOW, limits=budget, change=BY_7, content="x" * 10)
+    await writes.update(store, a, now=NOW, limits=budget, change=BY_7, content="x" * 10)
     with pytest.raises(Conflict):  # a is stale now
-        await store.update_block(a, now=NOW, limits=budget, change=BY_7, state=State.IDLE)
+        await writes.update(store, a, now=NOW, limits=budget, change=BY_7, state=State.IDLE)
     (a, b) = await store.blocks(["s"])
-    await store.update_block(b, now=NOW, limits=budget, change=BY_7, state=State.PINNED)
+    await writes.update(store, b, now=NOW, limits=budget, change=BY_7, state=State.PINNED)
     (a, b) = await store.blocks(["s"])
     with pytest.raises(OverBudget) as over:
-        await store.update_block(a, now=NOW, limits=budget, change=BY_7, content="x" * 30)
+        await writes.update(store, a, now=NOW, limits=budget, change=BY_7, content="x" * 30)
     assert (over.value.total, over.value.budget) == (70, 50)
-    await store.update_block(
-        a, now=NOW, limits=no_budget, change=BY_7, level=Level.STRONG, priority=9
+    await writes.update(
+        store, a, now=NOW, limits=no_budget, change=BY_7, level=Level.STRONG, priority=9
     )
     (a, b) = await store.blocks(["s"])
     assert (a.level, a.priority, b.state) == (Level.STRONG, 9, State.PINNED)
-    await store.delete_block(a, now=NOW, change=BY_7)
-    with pytest.raises(NotFound):
-        await store.update_block(a, now=NOW, limits=no_budget, change=BY_7, priority=1)
-    with pytest.raises(NotFound):
-        await store.delete_block(a, now=NOW, change=BY_7)
+    await writes.delete(store, a, now=NOW, change=BY_7)
+    with pytest.raises(Stale):
+        await writes.update(store, a, now=NOW, limits=no_budget, change=BY_7, priority=1)
+    with pytest.raises(Stale):
+        await writes.delete(store, a, now=NOW, change=BY_7)
     with pytest.raises(LimitReached):
         await add(store, "c", limits=Limits(1))
 
@@ -147,7 +149,7 @@ async def test_idle_marks_and_call_counts(open_store: Opener) -> None:
     for _ in range(3):
         await store.start_model_call(["s"])
     (a,) = await store.blocks(["s"])
-    await store.update_block(a, now=NOW, limits=Limits(5), change=BY_7, state=State.IDLE)
+    await writes.update(store, a, now=NOW, limits=Limits(5), change=BY_7, state=State.IDLE)
     (a,) = await store.blocks(["s"])
     assert a.idle_calls == 3 and a.idle_since == NOW
     blocks, before = await store.start_model_call(["s", "empty"])
@@ -177,11 +179,20 @@ async def test_audit_trail_and_clear(open_store: Opener) -> None:
     await add(store, "a", "g", audited=True)
     (a,) = await store.blocks(["g"])
     by_model = Change("model", Channel.TOOL, Origin("m1", "42"))
-    await store.update_block(
-        a, now=NOW, limits=Limits(5), change=by_model, audited=True, content="new", priority=2
+    await writes.update(
+        store,
+        a,
+        now=NOW,
+        limits=Limits(5),
+        change=by_model,
+        audited=True,
+        content="new",
+        priority=2,
     )
     await add(store, "b", "g")  # not audited
-    cleared = await store.clear_scope("g", now=NOW - timedelta(days=400), change=BY_7, audited=True)
+    cleared = await writes.clear(
+        store, "g", now=NOW - timedelta(days=400), change=BY_7, audited=True
+    )
     assert cleared == 2
     log = await store.audit_log("g", 10)
     assert [(e.kind, e.detail, e.label, e.actor, e.old_content, e.new_content) for e in log] == [
@@ -356,7 +367,8 @@ async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> Non
     await store.start_model_call(["p:group:1"])
     exported = await store.export_scopes()
     importing = Change("import", Channel.IMPORT)
-    written = await store.replace_scopes(
+    written = await writes.replace(
+        store,
         {**exported, "p:group:2": (0, exported["p:group:1"][1])},
         now=NOW,
         change=importing,
@@ -366,7 +378,7 @@ async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> Non
     assert await store.audit_log("p:group:1", 5) == []  # the same blocks again: no change
     (entry,) = await store.audit_log("p:group:2", 5)
     assert (entry.kind, entry.actor, entry.channel) == (ChangeKind.IMPORT, "import", Channel.IMPORT)
-    await store.replace_scopes({"p:group:2": (0, [])}, now=NOW, change=importing)
+    await writes.replace(store, {"p:group:2": (0, [])}, now=NOW, change=importing)
     again = await store.export_scopes()
     assert {k: (c, [(b.label, b.content) for b in bs]) for k, (c, bs) in again.items()} == {
         "p:group:1": (1, [("a", "text")]),
@@ -413,12 +425,12 @@ async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> Non
     (x,) = await store.blocks(["g1"])
     by_8 = Change("8", Channel.COMMAND)
     one_day = timedelta(days=1)
-    await store.update_block(
-        x, now=NOW + one_day, limits=Limits(5), change=by_8, audited=True, content="y"
+    await writes.update(
+        store, x, now=NOW + one_day, limits=Limits(5), change=by_8, audited=True, content="y"
     )
     await add(store, "z", "g2")
     (z,) = await store.blocks(["g2"])
-    await store.delete_block(z, now=NOW + 2 * one_day, change=BY_7, audited=True)
+    await writes.delete(store, z, now=NOW + 2 * one_day, change=BY_7, audited=True)
     everything = await store.audit_entries()
     assert [e.action for e in everything] == ["remove", "edit", "add context"]
     assert [e.action for e in await store.audit_entries(actor="7")] == ["remove", "add context"]
@@ -471,12 +483,16 @@ async def test_proposals_are_numbered_limited_decided_once_and_moved(open_store:
     assert [p.number for p in await store.pending_proposals("p:group:1")] == [2]
     # An approval's block change marks its proposal applied in the same transaction.
     change = Change("7", Channel.PROPOSAL, Origin(proposal=2))
-    await store.insert_block(
-        new("b", "p:group:1"), now=NOW, limits=TWENTY, change=change, audited=True
+    await writes.insert(
+        store, new("b", "p:group:1"), now=NOW, limits=TWENTY, change=change, audited=True
     )
     applied = await store.proposal("p:group:1", 2)
     assert applied is not None and applied.status is ProposalStatus.APPLIED
     assert applied.decided_by == "7"
+    # A change carrying out a proposal decided already writes nothing.
+    with pytest.raises(AlreadyDecided):
+        await writes.insert(store, new("c", "p:group:1"), now=NOW, limits=TWENTY, change=change)
+    assert [b.label for b in await store.blocks(["p:group:1"])] == ["b"]
     await store.add_proposal(proposal("d"), now=NOW, expires_at=later, max_pending=2)
     await store.set_proposal_message("p:group:1", 3, "-100", "55")
     # A migrated group keeps its proposals; a transfer copies them.

@@ -151,18 +151,21 @@ async def test_step_15_indexes_blocks_and_sums_usage_in_place(
         assert [(g.key, g.totals.prompt_tokens) for g in groups] == [("t:group:1", 30)]
 
 
-async def _release_store(backend: str, tmp_path: Path, cluster: PgCluster | None) -> Store:
-    """A database made by release 5d1093f (its own tables, its own schema numbering), opened
-    by this pinbot."""
+async def _release_store(
+    backend: str, tmp_path: Path, cluster: PgCluster | None, release: str = "5d1093f"
+) -> Store:
+    """A database made by release (5d1093f: its own tables, its own schema numbering; 1c7eede:
+    block history and proposals, one of them made on a block that changed since), opened by
+    this pinbot."""
     if backend == "sqlite":
         path = tmp_path / "release.sqlite3"
-        shutil.copy(FIXTURES / "release-5d1093f.sqlite3", path)
+        shutil.copy(FIXTURES / f"release-{release}.sqlite3", path)
         return await Store.open(path)
     assert cluster is not None
     url = await fresh_database(cluster)
     connection = await asyncpg.connect(url)
     try:
-        dump = (FIXTURES / "release-5d1093f.postgres.sql").read_text()
+        dump = (FIXTURES / f"release-{release}.postgres.sql").read_text()
         # psql's own commands (\\restrict) are not SQL
         sql = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
         await connection.execute(sql)
@@ -222,4 +225,32 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
         assert pending is not None and pending.payload == '{"update_id": 1002}'
         # And the upgraded database takes new changes and new ids.
         await store.append_turn("telegram:direct:42", "again", "yes", now=NOW)
+        assert await store.integrity_ok()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_database_of_1c7eede_upgrades_and_its_pending_proposals_keep_their_block(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Release 1c7eede decided proposals by the block's revision; upgraded, a pending proposal
+    whose block is still the one it was made on gets that block's mark (and applies), and one
+    whose block changed since gets none (and is refused as made on an older block)."""
+    cluster = request.getfixturevalue("pg_cluster") if backend == "postgres" else None
+    async with await _release_store(backend, tmp_path, cluster, "1c7eede") as store:
+        assert await store.schema_version() == LATEST
+        counts = {table: len(rows) for table, rows in (await store.dump()).items()}
+        assert {k: counts[k] for k in ("blocks", "block_versions", "proposals")} == {
+            "blocks": 3,
+            "block_versions": 7,
+            "proposals": 2,
+        }
+        assert [v.kind for v in await store.versions("telegram:direct:42", "notes")] == [
+            ChangeKind.REMOVE,
+            ChangeKind.ADD,
+        ]
+        group = "telegram:group:-100123"
+        _, marks = await store.scope_now(group)
+        fresh, stale = await store.pending_proposals(group)
+        assert fresh.new.base_version == marks["deadline"] != ""
+        assert stale.new.base_version is None
         assert await store.integrity_ok()
