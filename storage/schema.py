@@ -190,9 +190,42 @@ async def _usage_by_model_with_cost(tx: Executor, db: Database) -> None:
     await tx.execute("CREATE INDEX budget_holds_by_group ON budget_holds (group_key)")
 
 
+# The sums of usage the web page reads (storage.usage_sums): everyone's per UTC day, and per
+# sender and per group over the kept windows (span days from first_day).
+_USAGE_SUMS = [
+    """CREATE TABLE usage_day_sums (
+        day TEXT PRIMARY KEY,
+        calls {count} NOT NULL,
+        prompt_tokens {count} NOT NULL,
+        cached_tokens {count} NOT NULL,
+        completion_tokens {count} NOT NULL,
+        estimated_calls {count} NOT NULL,
+        cost {time} NOT NULL,
+        priced_calls {count} NOT NULL
+    ){without_rowid}""",
+    "CREATE TABLE usage_windows (span INTEGER PRIMARY KEY, first_day TEXT NOT NULL)",
+    """CREATE TABLE usage_window_sums (
+        span INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        key TEXT NOT NULL,
+        calls {count} NOT NULL,
+        prompt_tokens {count} NOT NULL,
+        cached_tokens {count} NOT NULL,
+        completion_tokens {count} NOT NULL,
+        estimated_calls {count} NOT NULL,
+        cost {time} NOT NULL,
+        priced_calls {count} NOT NULL,
+        tokens {count} NOT NULL,
+        PRIMARY KEY (span, kind, platform, key)
+    ){without_rowid}""",
+    "CREATE INDEX usage_window_ranking ON usage_window_sums (span, kind, tokens DESC)",
+]
+
+
 async def _pages_that_stay_fast(tx: Executor, db: Database) -> None:
     """The web page's search index of blocks, and the sums of usage its usage page reads."""
-    for statement in usage_sums.TABLES:
+    for statement in _USAGE_SUMS:
         await tx.execute(statement.format(**db.types))
     await usage_sums.rebuild(tx)
     await search.create_index(tx, db)
