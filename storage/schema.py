@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from storage import search, usage_sums
+from storage import usage_sums
 from storage.dialect import Database, Executor
 from storage.errors import SchemaTooNew
 from storage.models import ChangeKind, Channel, label_key
@@ -223,12 +223,49 @@ _USAGE_SUMS = [
 ]
 
 
+# The search index of blocks (storage.search), each dialect's: its first statement needs what a
+# server may lack (FTS5's trigram tokenizer; the right to create pg_trgm), so it is tried, and
+# without it searches scan. SQLite's FTS5 table is not written in the transaction of every change
+# (a segment per transaction would cost more than the change): triggers note each changed block
+# with the text the index holds for it (indexed 0: none yet; the first note stays until the block
+# is indexed), and the dialect's catch_up indexes the noted blocks.
+_NOTE_OLD = (
+    "INSERT INTO blocks_search_noted (id, indexed, label, content) SELECT old.id, 1, old.label, "
+    "old.content WHERE NOT EXISTS (SELECT 1 FROM blocks_search_noted WHERE id = old.id)"
+)
+SQLITE_SEARCH_INDEX = [
+    "CREATE VIRTUAL TABLE blocks_search USING fts5(label, content, content='blocks', "
+    # detail=none: no positions, a third of the size and of the cost to write; a term's
+    # trigrams are then looked up as a set, and the text condition settles the rest.
+    "content_rowid='id', tokenize='trigram', detail=none)",
+    "CREATE TABLE blocks_search_noted (id INTEGER PRIMARY KEY, indexed INTEGER NOT NULL, "
+    "label TEXT, content TEXT)",
+    "CREATE TRIGGER blocks_search_added AFTER INSERT ON blocks BEGIN "
+    "INSERT INTO blocks_search_noted (id, indexed) SELECT new.id, 0 "
+    "WHERE NOT EXISTS (SELECT 1 FROM blocks_search_noted WHERE id = new.id); END",
+    "CREATE TRIGGER blocks_search_changed AFTER UPDATE OF label, content ON blocks "
+    f"WHEN old.label IS NOT new.label OR old.content IS NOT new.content BEGIN {_NOTE_OLD}; END",
+    f"CREATE TRIGGER blocks_search_removed AFTER DELETE ON blocks BEGIN {_NOTE_OLD}; END",
+    "INSERT INTO blocks_search (blocks_search) VALUES ('rebuild')",
+]
+PG_SEARCH_INDEX = (
+    "CREATE INDEX blocks_search ON blocks USING gin (label gin_trgm_ops, content gin_trgm_ops)"
+)
+POSTGRES_SEARCH_INDEX = ["CREATE EXTENSION IF NOT EXISTS pg_trgm", PG_SEARCH_INDEX]
+
+
 async def _pages_that_stay_fast(tx: Executor, db: Database) -> None:
     """The web page's search index of blocks, and the sums of usage its usage page reads."""
     for statement in _USAGE_SUMS:
         await tx.execute(statement.format(**db.types))
     await usage_sums.rebuild(tx)
-    await search.create_index(tx, db)
+    first, *then = db.pick(sqlite=SQLITE_SEARCH_INDEX, postgres=POSTGRES_SEARCH_INDEX)
+    reason = await tx.attempt(first)
+    if reason is not None:
+        log.warning("search scans every block: %s", db.text_index.missing(reason, then))
+        return
+    for statement in then:
+        await tx.execute(statement)
 
 
 STEPS: dict[int, Step] = {

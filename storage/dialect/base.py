@@ -8,8 +8,9 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+T = TypeVar("T")
 Row = Sequence[Any]
 LIST = re.compile(r"IN \(\?\*\)")  # a list parameter, as statements write it
 # Column types by the names schema steps use ({time}, {serial}, …): (SQLite, PostgreSQL).
@@ -20,6 +21,11 @@ TYPES = {
     "count": ("INTEGER", "BIGINT"),
     "without_rowid": (" WITHOUT ROWID", ""),
 }
+TRIGRAM = 3  # characters: a shorter term has no trigram for an index to look up
+# How a text index proposes the blocks that may contain a text: a query counting them (its last
+# argument, a limit, is the caller's) with its arguments, and the condition selecting them with
+# its arguments.
+Candidates = tuple[str, list[Any], str, list[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +78,15 @@ class Database(Executor):
 
     kind: str  # "SQLite" or "PostgreSQL", as messages name it
     one_process: bool  # whether one process serves this database (SQLite)
+    text_index: TextIndex  # its index of blocks' text, which storage.search reads
     for_update: str  # the clause that locks the rows a transaction's SELECT reads
     ilike: str  # LIKE ignoring case (SQLite's LIKE ignores the case of ASCII letters)
     types: ClassVar[dict[str, str]]  # column types by the names schema steps use
     integrity_check: str  # a query whose only row is ("ok",) when the database checks out
+
+    @abc.abstractmethod
+    def pick(self, *, sqlite: T, postgres: T) -> T:
+        """This dialect's of what the schema writes for each (statements, a clause)."""
 
     @abc.abstractmethod
     async def write(self, *steps: Step, lock: Sequence[str] = (), guard: bool = False) -> int:
@@ -152,3 +163,38 @@ class Database(Executor):
         """Reads whose planner is told how to read blocks matching a text pattern: through the
         search index, or in key order. SQLite's planner needs no telling: the statements say."""
         yield self
+
+
+class TextIndex(abc.ABC):
+    """A dialect's index of the label and content of blocks by trigrams, which storage.search
+    reads; schema step 15 makes it where the server can have one."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._present: bool | None = None  # whether the index is there (asked once)
+
+    async def present(self) -> bool:
+        """Whether this database has the index, and this server can read it."""
+        if self._present is None:
+            self._present = await self._readable()
+        return self._present
+
+    @abc.abstractmethod
+    async def _readable(self) -> bool:
+        """Whether the index is there and this server can read it (asked once)."""
+
+    async def catch_up(self, batch: int) -> int:
+        """Index the blocks changed since the index was last brought up to date, batch blocks
+        at a time (each batch its own transaction); returns how many. Nothing to do for an index
+        the server keeps itself."""
+        return 0
+
+    @abc.abstractmethod
+    def candidates(self, text: str, matches: tuple[str, list[Any]]) -> Candidates | None:
+        """How the index finds the blocks that may contain text, given the text condition and
+        its arguments (matches); None when it cannot tell them from the rest."""
+
+    @abc.abstractmethod
+    def missing(self, reason: str, statements: Sequence[str]) -> str:
+        """Why searches scan, when the server refused the statement the index needs first for
+        reason (statements: the ones that would have followed it)."""

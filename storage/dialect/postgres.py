@@ -13,7 +13,18 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from storage.dialect.base import LIST, TYPES, Database, Executor, Row, Step
+from storage.dialect.base import (
+    LIST,
+    TRIGRAM,
+    TYPES,
+    Candidates,
+    Database,
+    Executor,
+    Row,
+    Step,
+    T,
+    TextIndex,
+)
 from storage.errors import Unavailable, WorkerConflict
 
 log = logging.getLogger(__name__)
@@ -101,6 +112,10 @@ class PostgresDatabase(_PgExecutor, Database):
         # it the moment the process dies, however it dies.
         self._liveness: asyncpg.Connection[Any] | None = None
         self._held: set[str] = set()  # roles this worker holds (until its liveness ends)
+        self.text_index = TrigramIndex(self)
+
+    def pick(self, *, sqlite: T, postgres: T) -> T:
+        return postgres
 
     @classmethod
     async def open(cls, url: str) -> PostgresDatabase:
@@ -252,6 +267,36 @@ class PostgresDatabase(_PgExecutor, Database):
             "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
             f"AND classid = {WORKER_LOCKS} AND objsubid = 2 "
             "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+
+
+class TrigramIndex(TextIndex):
+    """A pg_trgm GIN index of the label and content of blocks, which the server keeps itself."""
+
+    async def _readable(self) -> bool:
+        return await self._db.fetchval("SELECT to_regclass('blocks_search')") is not None
+
+    def candidates(self, text: str, matches: tuple[str, list[Any]]) -> Candidates | None:
+        """The blocks matching text, read through pg_trgm (the text condition itself)."""
+        # pg_trgm looks a LIKE pattern up by the trigrams inside its words: with no word of three
+        # letters or digits there is none, and the index would return every block.
+        run = longest = 0
+        for character in text:
+            run = run + 1 if character.isalnum() else 0
+            longest = max(longest, run)
+        if longest < TRIGRAM:
+            return None
+        return (
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM blocks WHERE {matches[0]} LIMIT ?) c",
+            matches[1],
+            "1 = 1",
+            [],
+        )
+
+    def missing(self, reason: str, statements: Sequence[str]) -> str:
+        return (
+            f"the PostgreSQL extension pg_trgm could not be created ({reason}). To index it "
+            f"later, as a user who may: CREATE EXTENSION pg_trgm; {'; '.join(statements)};"
         )
 
 

@@ -15,13 +15,27 @@ from typing import Any, ClassVar
 
 import aiosqlite
 
-from storage.dialect.base import LIST, TYPES, Database, Executor, Row, Step
+from storage.dialect.base import (
+    LIST,
+    TRIGRAM,
+    TYPES,
+    Candidates,
+    Database,
+    Executor,
+    Row,
+    Step,
+    T,
+    TextIndex,
+)
 from storage.errors import Unavailable, WorkerConflict
 
 PRIVATE_FILE_MODE = 0o600  # the database holds DM blocks and chat history: its owner only
 BUSY_TIMEOUT_MS = 5000  # how long a SQLite write waits for another connection's transaction
 WAL_ATTEMPTS = 50
 WAL_RETRY_S = 0.01
+# Blocks changed since the search index was last brought up to date, each with the text the
+# index holds for it (indexed 0: none yet), to take it out again.
+_NOTED = "blocks_search_noted"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -97,6 +111,10 @@ class SqliteDatabase(_SqliteExecutor, Database):
         self.path = path
         self._write_lock = asyncio.Lock()
         self._serving: int | None = None  # the descriptor holding the one-server lock
+        self.text_index = Fts5Index(self)
+
+    def pick(self, *, sqlite: T, postgres: T) -> T:
+        return sqlite
 
     @classmethod
     async def open(cls, path: str | Path) -> SqliteDatabase:
@@ -243,6 +261,68 @@ class SqliteDatabase(_SqliteExecutor, Database):
         if self._serving is not None:
             os.close(self._serving)  # releases the one-server lock
             self._serving = None
+
+
+class Fts5Index(TextIndex):
+    """An FTS5 trigram table of the label and content of blocks. Writing it in the transaction
+    of every change would cost more than the change (FTS5 writes a segment per transaction), so
+    triggers only note each changed block, with the text the index holds for it, and catch_up
+    indexes the noted blocks: a periodic job runs it, and so does a search before it reads the
+    index. A search reads the noted blocks too, so it never misses a change."""
+
+    async def _readable(self) -> bool:
+        try:
+            await self._db.fetch("SELECT rowid FROM blocks_search LIMIT 0")
+        except sqlite3.OperationalError:  # no such table, or no FTS5 here
+            return False
+        return True
+
+    async def catch_up(self, batch: int) -> int:
+        if not await self.present():
+            return 0
+        done = 0
+        while True:
+            async with self._db.transaction() as tx:
+                last = await tx.fetchval(
+                    f"SELECT MAX(id) FROM (SELECT id FROM {_NOTED} ORDER BY id LIMIT ?)", batch
+                )
+                if last is None:
+                    return done
+                await tx.execute(
+                    "INSERT INTO blocks_search (blocks_search, rowid, label, content) "
+                    f"SELECT 'delete', id, label, content FROM {_NOTED} "
+                    "WHERE id <= ? AND indexed = 1",
+                    last,
+                )
+                # Each noted block looked up by id: as a join, SQLite walks every block up to
+                # the last noted id and looks for its note.
+                await tx.execute(
+                    "INSERT INTO blocks_search (rowid, label, content) SELECT id, label, content "
+                    f"FROM blocks WHERE id IN (SELECT id FROM {_NOTED} WHERE id <= ?)",
+                    last,
+                )
+                done += await tx.execute(f"DELETE FROM {_NOTED} WHERE id <= ?", last)
+
+    def candidates(self, text: str, matches: tuple[str, list[Any]]) -> Candidates | None:
+        """The blocks with every trigram of text, and the blocks noted since the index was
+        brought up to date."""
+        if len(text) < TRIGRAM or "\x00" in text:  # FTS5 reads its query up to a NUL
+            return None
+        trigrams = dict.fromkeys(text[i : i + TRIGRAM] for i in range(len(text) - TRIGRAM + 1))
+        query = " AND ".join('"' + trigram.replace('"', '""') + '"' for trigram in trigrams)
+        lookup = "SELECT rowid FROM blocks_search WHERE blocks_search MATCH ?"
+        return (
+            f"SELECT (SELECT COUNT(*) FROM ({lookup} LIMIT ?)) + (SELECT COUNT(*) FROM {_NOTED})",
+            [query],
+            f"id IN ({lookup} UNION ALL SELECT id FROM {_NOTED})",
+            [query],
+        )
+
+    def missing(self, reason: str, statements: Sequence[str]) -> str:
+        return (
+            f"this SQLite ({sqlite3.sqlite_version}) has no FTS5 trigram tokenizer ({reason}); "
+            "SQLite 3.34 or later with FTS5 has one"
+        )
 
 
 async def inspect_sqlite(path: str | Path) -> tuple[str, int | None]:
