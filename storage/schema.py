@@ -76,11 +76,14 @@ async def _usage_by_day_covering(tx: Executor, db: Database) -> None:
     """The web page sums a window of days for everyone: read from the index alone."""
     sums = "calls, prompt_tokens, cached_tokens, completion_tokens, estimated_calls"
     await tx.execute("DROP INDEX usage_by_day")
-    if db.one_process:  # SQLite has no INCLUDE; a WITHOUT ROWID index carries the key anyway
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day, {sums})")
-    else:
-        include = f"platform, sender, group_key, {sums}"
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
+    await tx.execute(
+        db.pick(
+            # SQLite has no INCLUDE; an index of a WITHOUT ROWID table carries its key anyway
+            sqlite=f"CREATE INDEX usage_by_day ON usage (day, {sums})",
+            postgres="CREATE INDEX usage_by_day ON usage (day) "
+            f"INCLUDE (platform, sender, group_key, {sums})",
+        )
+    )
 
 
 def _kind_of(action: str) -> tuple[str, str]:
@@ -90,6 +93,12 @@ def _kind_of(action: str) -> tuple[str, str]:
     if word.rstrip(",") not in set(ChangeKind):
         return ChangeKind.EDIT.value, action
     return word.rstrip(","), rest.lstrip(", ")
+
+
+_AUDIT_IDS_GO_ON = (
+    "SELECT setval(pg_get_serial_sequence('shared_audit', 'id'), "
+    "COALESCE((SELECT MAX(id) FROM shared_audit), 0) + 1, false)"
+)
 
 
 async def _audit_kinds(tx: Executor, db: Database) -> None:
@@ -129,11 +138,9 @@ async def _audit_kinds(tx: Executor, db: Database) -> None:
     await tx.execute("DROP TABLE shared_audit")
     await tx.execute("ALTER TABLE audit_new RENAME TO shared_audit")
     await tx.execute("CREATE INDEX shared_audit_by_group ON shared_audit (group_scope, at)")
-    if not db.one_process:  # continue the id sequence after the copied ids
-        await tx.execute(
-            "SELECT setval(pg_get_serial_sequence('shared_audit', 'id'), "
-            "COALESCE((SELECT MAX(id) FROM shared_audit), 0) + 1, false)"
-        )
+    # The ids go on after the copied ones (SQLite's INTEGER PRIMARY KEY does that itself).
+    for statement in db.pick(sqlite=[], postgres=[_AUDIT_IDS_GO_ON]):
+        await tx.execute(statement)
 
 
 _USAGE_COUNTS = (
@@ -170,11 +177,14 @@ async def _usage_by_model_with_cost(tx: Executor, db: Database) -> None:
     await tx.execute("DROP TABLE usage")
     await tx.execute("ALTER TABLE usage_new RENAME TO usage")
     await tx.execute("CREATE INDEX usage_by_group ON usage (group_key, day)")
-    if db.one_process:  # SQLite has no INCLUDE; a WITHOUT ROWID index carries the key anyway
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day, {_USAGE_COUNTS})")
-    else:
-        include = f"platform, sender, group_key, model, {_USAGE_COUNTS}"
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
+    await tx.execute(
+        db.pick(
+            # SQLite has no INCLUDE; an index of a WITHOUT ROWID table carries its key anyway
+            sqlite=f"CREATE INDEX usage_by_day ON usage (day, {_USAGE_COUNTS})",
+            postgres="CREATE INDEX usage_by_day ON usage (day) "
+            f"INCLUDE (platform, sender, group_key, model, {_USAGE_COUNTS})",
+        )
+    )
     await tx.execute(
         """CREATE TABLE budget_holds (
             id {sequence},
