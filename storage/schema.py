@@ -435,12 +435,17 @@ STEPS: dict[int, Step] = {
     15: _pages_that_stay_fast,
 }
 LATEST = max(STEPS)
+# Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the
+# last one's number in PRAGMA user_version).
+_BOOKKEEPING = "CREATE TABLE IF NOT EXISTS pinbot_migrations (version INTEGER NOT NULL)"
 
 
 async def migrate(db: Database, target: int = LATEST) -> int:
     """Apply every step after the database's version up to target, each in its own transaction;
     returns the version reached. SchemaTooNew for a database of a newer pinbot."""
     async with db.migrating():
+        for statement in db.pick(sqlite=[], postgres=[_BOOKKEEPING]):
+            await db.execute(statement)
         current = await db.schema_version()
         if current > LATEST:
             raise SchemaTooNew(

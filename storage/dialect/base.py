@@ -111,7 +111,8 @@ class Database(Executor):
 
     @abc.abstractmethod
     async def schema_version(self, on: Executor | None = None) -> int:
-        """The number of the last schema step applied (0 for an empty database)."""
+        """The number of the last schema step applied (0 for an empty database), once the
+        schema's migrate has made the table this dialect may keep it in."""
 
     @abc.abstractmethod
     async def set_schema_version(self, on: Executor, number: int) -> None:

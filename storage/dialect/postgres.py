@@ -187,8 +187,7 @@ class PostgresDatabase(_PgExecutor, Database):
             await self.leave()
 
     async def schema_version(self, on: Executor | None = None) -> int:
-        on = on or self
-        await on.execute("CREATE TABLE IF NOT EXISTS pinbot_migrations (version INTEGER NOT NULL)")
+        on = on or self  # pinbot_migrations: the schema's migrate makes it before it asks
         version = int(await on.fetchval("SELECT COALESCE(MAX(version), 0) FROM pinbot_migrations"))
         if version == 0 and await on.fetchval("SELECT to_regclass('pinbot_schema')") is not None:
             # Releases before one numbering for both backends kept PostgreSQL's own: its steps
