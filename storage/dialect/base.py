@@ -77,7 +77,9 @@ class Database(Executor):
     What is not abstract here suits a database that one process serves."""
 
     kind: str  # "SQLite" or "PostgreSQL", as messages name it
-    one_process: bool  # whether one process serves this database (SQLite)
+    # Whether rate buckets may live in this process's memory (exact, and no write per token):
+    # no other process serves the database.
+    buckets_in_memory: bool
     text_index: TextIndex  # its index of blocks' text, which storage.search reads
     for_update: str  # the clause that locks the rows a transaction's SELECT reads
     ilike: str  # LIKE ignoring case (SQLite's LIKE ignores the case of ASCII letters)

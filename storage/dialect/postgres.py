@@ -98,7 +98,7 @@ class PostgresDatabase(_PgExecutor, Database):
     """A pool of asyncpg connections; a worker's liveness rides on a connection of its own."""
 
     kind = "PostgreSQL"
-    one_process = False
+    buckets_in_memory = False  # every worker takes from the same buckets
     for_update = " FOR UPDATE"
     ilike = "ILIKE"
     types: ClassVar[dict[str, str]] = {name: both[1] for name, both in TYPES.items()}

@@ -100,7 +100,7 @@ class SqliteDatabase(_SqliteExecutor, Database):
     single write lands inside (and is rolled back with) a transaction on the shared connection."""
 
     kind = "SQLite"
-    one_process = True
+    buckets_in_memory = True  # one process serves the file (join holds its lock)
     for_update = ""
     ilike = "LIKE"
     types: ClassVar[dict[str, str]] = {name: both[0] for name, both in TYPES.items()}
