@@ -1,6 +1,8 @@
 """The schema: numbered steps, one list for both backends, applied in order on open; the database
-records the last one applied. Column types are named ({time}, {count}, {serial}, {sequence},
-{without_rowid}) and each dialect fills them in.
+records the last one applied. Every table, index and trigger of the store is defined here.
+Column types are named ({time}, {count}, {serial}, {sequence}, {without_rowid}) and each dialect
+fills them in; where the statements themselves differ, a step writes each dialect's side by side
+and the dialect picks its own (db.pick).
 
 Steps 1–8 are the schema of the releases before one store served both backends (PostgreSQL
 databases of those releases are recognised by their own numbering and continue at step 9).

@@ -1,5 +1,8 @@
 """The one place SQLite and PostgreSQL differ: connections, placeholders, transactions and their
-locks, column types, the schema version's bookkeeping and how a worker proves it is alive.
+locks, column types, the schema version's bookkeeping, how a worker proves it is alive, how the
+index of blocks' text is read and kept (TextIndex) and whether rate buckets may live in memory.
+What differs in the tables themselves is written side by side in storage.schema's steps, each
+dialect picking its own (Database.pick). No driver's exception is caught outside this package.
 
 Statements are written once, with `?` placeholders and `IN (?*)` for a list parameter. Besides
 reads and single writes, a `Database` runs atomic batches (`write`: one round trip to SQLite's
@@ -8,7 +11,7 @@ round trip there, one transaction on PostgreSQL) and transactions holding per-sc
 PostgreSQL's READ COMMITTED would let two writers both see a scope below its limit, so writes
 that a limit guards lock their scope first.
 
-base.py holds what every dialect provides, sqlite.py and postgres.py each dialect.
+base.py holds what every dialect provides; sqlite.py and postgres.py are the two dialects.
 """
 
 from __future__ import annotations
