@@ -152,7 +152,7 @@ async def _fill_postgres(url: str, scopes: int, scope_for: Callable[[int], str])
             columns=list(BLOCK_INSERT_COLUMNS),
         )
         if indexed:
-            from storage.search import PG_SEARCH_INDEX
+            from storage.schema import PG_SEARCH_INDEX
 
             await connection.execute(PG_SEARCH_INDEX)
         await connection.execute("ANALYZE blocks")

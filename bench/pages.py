@@ -179,7 +179,7 @@ async def _old_search(store: Store, sql: str, args: tuple[Any, ...]) -> list[Any
     """The search query as the page ran it, planned as before the index: PostgreSQL reads a GIN
     index through bitmap scans only, so without them it plans as if there were none."""
     async with store._db.transaction() as tx:
-        if not store._db.one_process:
+        if store.kind == "PostgreSQL":
             await tx.execute("SELECT set_config('enable_bitmapscan', 'off', true)")
         return await tx.fetch(sql, *args)
 

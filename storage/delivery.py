@@ -155,7 +155,7 @@ class DeliveryStore(Protocol):
         """Take one token from key's bucket (capacity tokens, refilled at per_s); None if one
         was there, else the seconds until one is. Exact across workers: the row is locked.
         A store that one process serves keeps its buckets in memory: as exact, and no write."""
-        if self._db.one_process:
+        if self._db.buckets_in_memory:
             return self._buckets.take(key, capacity=capacity, per_s=per_s, now=ts(now))
         refilled = "LEAST(?, rate_buckets.tokens + (? - rate_buckets.at) * ?)"
         left = f"({refilled} - CASE WHEN {refilled} >= 1 THEN 1 ELSE 0 END)"
@@ -174,6 +174,6 @@ class DeliveryStore(Protocol):
 
     async def forget_full_buckets(self, now: datetime) -> int:
         """Drop rate buckets that are full again (a new bucket behaves the same)."""
-        if self._db.one_process:
+        if self._db.buckets_in_memory:
             return self._buckets.forget_full(ts(now))
         return await self._db.execute("DELETE FROM rate_buckets WHERE full_at <= ?", ts(now))

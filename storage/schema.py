@@ -1,6 +1,8 @@
 """The schema: numbered steps, one list for both backends, applied in order on open; the database
-records the last one applied. Column types are named ({time}, {count}, {serial}, {sequence},
-{without_rowid}) and each dialect fills them in.
+records the last one applied. Every table, index and trigger of the store is defined here.
+Column types are named ({time}, {count}, {serial}, {sequence}, {without_rowid}) and each dialect
+fills them in; where the statements themselves differ, a step writes each dialect's side by side
+and the dialect picks its own (db.pick).
 
 Steps 1–8 are the schema of the releases before one store served both backends (PostgreSQL
 databases of those releases are recognised by their own numbering and continue at step 9).
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from storage import search, usage_sums
+from storage import usage_sums
 from storage.dialect import Database, Executor
 from storage.errors import SchemaTooNew
 from storage.models import ChangeKind, Channel, label_key
@@ -76,11 +78,14 @@ async def _usage_by_day_covering(tx: Executor, db: Database) -> None:
     """The web page sums a window of days for everyone: read from the index alone."""
     sums = "calls, prompt_tokens, cached_tokens, completion_tokens, estimated_calls"
     await tx.execute("DROP INDEX usage_by_day")
-    if db.one_process:  # SQLite has no INCLUDE; a WITHOUT ROWID index carries the key anyway
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day, {sums})")
-    else:
-        include = f"platform, sender, group_key, {sums}"
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
+    await tx.execute(
+        db.pick(
+            # SQLite has no INCLUDE; an index of a WITHOUT ROWID table carries its key anyway
+            sqlite=f"CREATE INDEX usage_by_day ON usage (day, {sums})",
+            postgres="CREATE INDEX usage_by_day ON usage (day) "
+            f"INCLUDE (platform, sender, group_key, {sums})",
+        )
+    )
 
 
 def _kind_of(action: str) -> tuple[str, str]:
@@ -90,6 +95,12 @@ def _kind_of(action: str) -> tuple[str, str]:
     if word.rstrip(",") not in set(ChangeKind):
         return ChangeKind.EDIT.value, action
     return word.rstrip(","), rest.lstrip(", ")
+
+
+_AUDIT_IDS_GO_ON = (
+    "SELECT setval(pg_get_serial_sequence('shared_audit', 'id'), "
+    "COALESCE((SELECT MAX(id) FROM shared_audit), 0) + 1, false)"
+)
 
 
 async def _audit_kinds(tx: Executor, db: Database) -> None:
@@ -129,11 +140,9 @@ async def _audit_kinds(tx: Executor, db: Database) -> None:
     await tx.execute("DROP TABLE shared_audit")
     await tx.execute("ALTER TABLE audit_new RENAME TO shared_audit")
     await tx.execute("CREATE INDEX shared_audit_by_group ON shared_audit (group_scope, at)")
-    if not db.one_process:  # continue the id sequence after the copied ids
-        await tx.execute(
-            "SELECT setval(pg_get_serial_sequence('shared_audit', 'id'), "
-            "COALESCE((SELECT MAX(id) FROM shared_audit), 0) + 1, false)"
-        )
+    # The ids go on after the copied ones (SQLite's INTEGER PRIMARY KEY does that itself).
+    for statement in db.pick(sqlite=[], postgres=[_AUDIT_IDS_GO_ON]):
+        await tx.execute(statement)
 
 
 _USAGE_COUNTS = (
@@ -170,11 +179,14 @@ async def _usage_by_model_with_cost(tx: Executor, db: Database) -> None:
     await tx.execute("DROP TABLE usage")
     await tx.execute("ALTER TABLE usage_new RENAME TO usage")
     await tx.execute("CREATE INDEX usage_by_group ON usage (group_key, day)")
-    if db.one_process:  # SQLite has no INCLUDE; a WITHOUT ROWID index carries the key anyway
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day, {_USAGE_COUNTS})")
-    else:
-        include = f"platform, sender, group_key, model, {_USAGE_COUNTS}"
-        await tx.execute(f"CREATE INDEX usage_by_day ON usage (day) INCLUDE ({include})")
+    await tx.execute(
+        db.pick(
+            # SQLite has no INCLUDE; an index of a WITHOUT ROWID table carries its key anyway
+            sqlite=f"CREATE INDEX usage_by_day ON usage (day, {_USAGE_COUNTS})",
+            postgres="CREATE INDEX usage_by_day ON usage (day) "
+            f"INCLUDE (platform, sender, group_key, model, {_USAGE_COUNTS})",
+        )
+    )
     await tx.execute(
         """CREATE TABLE budget_holds (
             id {sequence},
@@ -190,12 +202,82 @@ async def _usage_by_model_with_cost(tx: Executor, db: Database) -> None:
     await tx.execute("CREATE INDEX budget_holds_by_group ON budget_holds (group_key)")
 
 
+# The sums of usage the web page reads (storage.usage_sums): everyone's per UTC day, and per
+# sender and per group over the kept windows (span days from first_day).
+_USAGE_SUMS = [
+    """CREATE TABLE usage_day_sums (
+        day TEXT PRIMARY KEY,
+        calls {count} NOT NULL,
+        prompt_tokens {count} NOT NULL,
+        cached_tokens {count} NOT NULL,
+        completion_tokens {count} NOT NULL,
+        estimated_calls {count} NOT NULL,
+        cost {time} NOT NULL,
+        priced_calls {count} NOT NULL
+    ){without_rowid}""",
+    "CREATE TABLE usage_windows (span INTEGER PRIMARY KEY, first_day TEXT NOT NULL)",
+    """CREATE TABLE usage_window_sums (
+        span INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        key TEXT NOT NULL,
+        calls {count} NOT NULL,
+        prompt_tokens {count} NOT NULL,
+        cached_tokens {count} NOT NULL,
+        completion_tokens {count} NOT NULL,
+        estimated_calls {count} NOT NULL,
+        cost {time} NOT NULL,
+        priced_calls {count} NOT NULL,
+        tokens {count} NOT NULL,
+        PRIMARY KEY (span, kind, platform, key)
+    ){without_rowid}""",
+    "CREATE INDEX usage_window_ranking ON usage_window_sums (span, kind, tokens DESC)",
+]
+
+
+# The search index of blocks (storage.search), each dialect's: its first statement needs what a
+# server may lack (FTS5's trigram tokenizer; the right to create pg_trgm), so it is tried, and
+# without it searches scan. SQLite's FTS5 table is not written in the transaction of every change
+# (a segment per transaction would cost more than the change): triggers note each changed block
+# with the text the index holds for it (indexed 0: none yet; the first note stays until the block
+# is indexed), and the dialect's catch_up indexes the noted blocks.
+_NOTE_OLD = (
+    "INSERT INTO blocks_search_noted (id, indexed, label, content) SELECT old.id, 1, old.label, "
+    "old.content WHERE NOT EXISTS (SELECT 1 FROM blocks_search_noted WHERE id = old.id)"
+)
+SQLITE_SEARCH_INDEX = [
+    "CREATE VIRTUAL TABLE blocks_search USING fts5(label, content, content='blocks', "
+    # detail=none: no positions, a third of the size and of the cost to write; a term's
+    # trigrams are then looked up as a set, and the text condition settles the rest.
+    "content_rowid='id', tokenize='trigram', detail=none)",
+    "CREATE TABLE blocks_search_noted (id INTEGER PRIMARY KEY, indexed INTEGER NOT NULL, "
+    "label TEXT, content TEXT)",
+    "CREATE TRIGGER blocks_search_added AFTER INSERT ON blocks BEGIN "
+    "INSERT INTO blocks_search_noted (id, indexed) SELECT new.id, 0 "
+    "WHERE NOT EXISTS (SELECT 1 FROM blocks_search_noted WHERE id = new.id); END",
+    "CREATE TRIGGER blocks_search_changed AFTER UPDATE OF label, content ON blocks "
+    f"WHEN old.label IS NOT new.label OR old.content IS NOT new.content BEGIN {_NOTE_OLD}; END",
+    f"CREATE TRIGGER blocks_search_removed AFTER DELETE ON blocks BEGIN {_NOTE_OLD}; END",
+    "INSERT INTO blocks_search (blocks_search) VALUES ('rebuild')",
+]
+PG_SEARCH_INDEX = (
+    "CREATE INDEX blocks_search ON blocks USING gin (label gin_trgm_ops, content gin_trgm_ops)"
+)
+POSTGRES_SEARCH_INDEX = ["CREATE EXTENSION IF NOT EXISTS pg_trgm", PG_SEARCH_INDEX]
+
+
 async def _pages_that_stay_fast(tx: Executor, db: Database) -> None:
     """The web page's search index of blocks, and the sums of usage its usage page reads."""
-    for statement in usage_sums.TABLES:
+    for statement in _USAGE_SUMS:
         await tx.execute(statement.format(**db.types))
     await usage_sums.rebuild(tx)
-    await search.create_index(tx, db)
+    first, *then = db.pick(sqlite=SQLITE_SEARCH_INDEX, postgres=POSTGRES_SEARCH_INDEX)
+    reason = await tx.attempt(first)
+    if reason is not None:
+        log.warning("search scans every block: %s", db.text_index.missing(reason, then))
+        return
+    for statement in then:
+        await tx.execute(statement)
 
 
 STEPS: dict[int, Step] = {
@@ -369,12 +451,17 @@ STEPS: dict[int, Step] = {
     ],
 }
 LATEST = max(STEPS)
+# Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the
+# last one's number in PRAGMA user_version).
+_BOOKKEEPING = "CREATE TABLE IF NOT EXISTS pinbot_migrations (version INTEGER NOT NULL)"
 
 
 async def migrate(db: Database, target: int = LATEST) -> int:
     """Apply every step after the database's version up to target, each in its own transaction;
     returns the version reached. SchemaTooNew for a database of a newer pinbot."""
     async with db.migrating():
+        for statement in db.pick(sqlite=[], postgres=[_BOOKKEEPING]):
+            await db.execute(statement)
         current = await db.schema_version()
         if current > LATEST:
             raise SchemaTooNew(

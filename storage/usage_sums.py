@@ -7,7 +7,7 @@ stands for (`day >= first_day`). Each recorded call adds to every window that ha
 day. A window is moved when asked for another first day: by the days it gains or loses when
 they are fewer than it spans, else summed again from the usage rows, with every writer of usage
 kept waiting meanwhile. Costs are floats: a moved window's may differ from a fresh sum in the
-last digits."""
+last digits. The tables are defined in storage.schema (step 15)."""
 
 from __future__ import annotations
 
@@ -42,26 +42,6 @@ _WINDOW_ADD = (
     f"{_ADDED.format(table='usage_window_sums')}, tokens = usage_window_sums.tokens + "
     "excluded.tokens"
 )
-_COUNT_COLUMNS = ", ".join(
-    f"{count} {{{'time' if count == 'cost' else 'count'}}} NOT NULL" for count in COUNTS
-)
-TABLES = [
-    f"""CREATE TABLE usage_day_sums (
-        day TEXT PRIMARY KEY,
-        {_COUNT_COLUMNS}
-    ){{without_rowid}}""",
-    "CREATE TABLE usage_windows (span INTEGER PRIMARY KEY, first_day TEXT NOT NULL)",
-    f"""CREATE TABLE usage_window_sums (
-        span INTEGER NOT NULL,
-        kind TEXT NOT NULL,
-        platform TEXT NOT NULL,
-        key TEXT NOT NULL,
-        {_COUNT_COLUMNS},
-        tokens {{count}} NOT NULL,
-        PRIMARY KEY (span, kind, platform, key)
-    ){{without_rowid}}""",
-    "CREATE INDEX usage_window_ranking ON usage_window_sums (span, kind, tokens DESC)",
-]
 
 
 def recorded(

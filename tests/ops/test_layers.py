@@ -1,5 +1,7 @@
-"""The layers hold: only storage talks to a database driver, the core knows no platform or model
-SDK, adapters reach the store only through the core, and only keys.py writes a key's grammar."""
+"""The layers hold: only storage talks to a database driver, and within it only the dialect (what
+differs between SQLite and PostgreSQL) and the schema (every table); the core knows no platform
+or model SDK, adapters reach the store only through the core, and only keys.py writes a key's
+grammar."""
 
 from __future__ import annotations
 
@@ -9,6 +11,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVERS = {"sqlite3", "asyncpg", "aiosqlite"}
+# What only the dialect (a package) and the schema's steps may name: the drivers' modules (their
+# exceptions, their versions) and a branch on the backend.
+DIALECT = ("storage/dialect/", "storage/schema.py")
+DIALECT_ONLY = re.compile(r"\bone_process\b|\b(sqlite3|aiosqlite|asyncpg)\.")
+DEFINITION = re.compile(r"\bCREATE\s+(UNIQUE\s+)?(TABLE|INDEX|VIRTUAL\s+TABLE|TRIGGER)\b", re.I)
 PLATFORMS = {"telegram", "lark_oapi", "openai", "aiohttp", "httpx", "bot.adapters", "bot.web"}
 
 
@@ -35,6 +42,54 @@ def test_only_storage_imports_a_database_driver() -> None:
         for path in files("bot")
     }
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def lines(*folders: str) -> list[tuple[str, int, str]]:
+    """Each line of the Python files in folders: (path from the root, line number, text)."""
+    return [
+        (str(path.relative_to(ROOT)), number, line)
+        for folder in folders
+        for path in files(folder)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+    ]
+
+
+def test_within_storage_only_the_dialect_imports_a_database_driver() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in imports(path) if name.split(".")[0] in DRIVERS
+        )
+        for path in files("storage")
+        if not str(path.relative_to(ROOT)).startswith(DIALECT[0])
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_backend_differences_and_driver_exceptions_stay_in_the_dialect_and_the_schema() -> None:
+    offenders = [
+        f"{path}:{number}: {line.strip()}"
+        for path, number, line in lines("storage", "bot")
+        if DIALECT_ONLY.search(line) and not path.startswith(DIALECT)
+    ]
+    assert offenders == []
+
+
+def test_only_the_schema_writes_a_statement_per_dialect() -> None:
+    offenders = [
+        f"{path}:{number}: {line.strip()}"
+        for path, number, line in lines("storage", "bot")
+        if ".pick(" in line and path != "storage/schema.py"
+    ]
+    assert offenders == []
+
+
+def test_every_table_index_and_trigger_is_defined_in_the_schema() -> None:
+    offenders = [
+        f"{path}:{number}: {line.strip()}"
+        for path, number, line in lines("storage", "bot")
+        if DEFINITION.search(line) and path != "storage/schema.py"
+    ]
+    assert offenders == []
 
 
 def test_the_core_knows_no_platform_web_framework_or_model_sdk() -> None:

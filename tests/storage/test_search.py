@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from storage import Store, search
+from storage import Store, schema, search
 from storage.models import (
     Block,
     BlockState,
@@ -266,9 +266,11 @@ async def test_without_an_index_a_search_scans_with_the_same_answer(
     pg_cluster: PgCluster,
 ) -> None:
     # SQLite without FTS5's trigram tokenizer: the step cannot make the table.
-    monkeypatch.setattr(search, "_FTS5", search._FTS5.replace("fts5(", "no_such_module("))
+    fts5, *then = schema.SQLITE_SEARCH_INDEX
+    broken = [fts5.replace("fts5(", "no_such_module("), *then]
+    monkeypatch.setattr(schema, "SQLITE_SEARCH_INDEX", broken)
     monkeypatch.setattr(search, "HEAD_ROWS", 1)
-    with caplog.at_level(logging.WARNING, logger="storage.search"):
+    with caplog.at_level(logging.WARNING, logger="storage.schema"):
         async with await Store.open(tmp_path / "plain.sqlite3") as sqlite:
             await fill(sqlite)
             await same_answers(sqlite, limits=(100,))
@@ -284,7 +286,7 @@ async def test_without_an_index_a_search_scans_with_the_same_answer(
     finally:
         await admin.close()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="storage.search"):
+    with caplog.at_level(logging.WARNING, logger="storage.schema"):
         as_plain_user = url.replace("postgres@", f"{role}@", 1)
         async with await Store.open(url=as_plain_user) as postgres:
             await fill(postgres)
