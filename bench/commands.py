@@ -12,6 +12,7 @@ from bench.data import scope_of
 from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.incoming import SILENT, Incoming
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
@@ -56,7 +57,7 @@ async def _send_each(
     """`/pin <verb> <label> [content]` for each (user, label) of work, each committed."""
     for user, label in work:
         text = f"/pin {verb} {label}" + ("" if verb == "remove" else f" {content}")
-        reply = await bot.handle(conversations[user], text)
+        reply = await bot.handle(Incoming(conversations[user], text), SILENT)
         assert reply is not None and reply.outcome is Result.DONE, reply
 
 

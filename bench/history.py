@@ -24,6 +24,7 @@ from bench import baseline, commands, data
 from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.incoming import SILENT, Incoming
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
@@ -119,7 +120,9 @@ async def edit_every_block(path: Path, scopes: int, url: str | None = None) -> N
     try:
         for user, number in edits:
             conversation = Conversation("bench", ChatKind.DIRECT, str(user), str(user))
-            reply = await bot.handle(conversation, f"/pin edit block{number} {commands.EDITED}")
+            reply = await bot.handle(
+                Incoming(conversation, f"/pin edit block{number} {commands.EDITED}"), SILENT
+            )
             assert reply is not None and reply.outcome is Result.DONE, reply
     finally:
         await store.close()

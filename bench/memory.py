@@ -20,6 +20,7 @@ async def _serve(path: Path, scopes: int, turns: int) -> None:
     from bot.config import parse_config
     from bot.core.bot import Pinbot
     from bot.core.conversation import ChatKind, Conversation
+    from bot.core.incoming import SILENT, Incoming
     from bot.llm.offline import OfflineChatModel
     from storage import Store
 
@@ -30,8 +31,8 @@ async def _serve(path: Path, scopes: int, turns: int) -> None:
         for _ in range(turns):
             index = rng.randrange(max(scopes, 1))
             conversation = Conversation("bench", ChatKind.DIRECT, str(index), str(index))
-            await bot.handle(conversation, TEXT)  # a whole turn, history included
-            await bot.handle(conversation, "/pin list")
+            await bot.handle(Incoming(conversation, TEXT), SILENT)  # a whole turn, history included
+            await bot.handle(Incoming(conversation, "/pin list"), SILENT)
     finally:
         await store.close()
 

@@ -32,6 +32,7 @@ import asyncpg
 from bench import commands, data
 from bench.stats import percentile
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.incoming import SILENT, Incoming
 from bot.core.replies import Result
 from bot.web import views
 from storage import Store
@@ -241,7 +242,9 @@ async def _adds(
     cpu_before, started = time.process_time(), time.perf_counter()
     try:
         for n in range(count):
-            reply = await bot.handle(chats[n % 100], f"/pin add r{run}n{n} {CONTENT}")
+            reply = await bot.handle(
+                Incoming(chats[n % 100], f"/pin add r{run}n{n} {CONTENT}"), SILENT
+            )
             assert reply is not None and reply.outcome is Result.DONE, reply
         await store.catch_up_search()
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_before

@@ -18,6 +18,7 @@ from typing import Any
 from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.incoming import SILENT, Incoming
 from bot.llm.base import Message, ModelReply, ModelRequest, TextSink
 from storage import Store
 
@@ -110,9 +111,11 @@ async def _conversation(history_max_turns: int) -> list[list[Message]]:
         bot = Pinbot(config, store, model)
         try:
             for command in BLOCKS:
-                await bot.handle(SPEAKER, command)
+                await bot.handle(Incoming(SPEAKER, command), SILENT)
             for number in range(1, TURNS + 1):
-                await bot.handle(SPEAKER, f"Question {number}: what should I do next?")
+                await bot.handle(
+                    Incoming(SPEAKER, f"Question {number}: what should I do next?"), SILENT
+                )
         finally:
             await store.close()
         return model.requests

@@ -14,7 +14,10 @@ from playwright.async_api import Browser, async_playwright
 from bot.config import Config, parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.incoming import Incoming, Silent
+from bot.core.permissions import AdminLookup
 from bot.core.replies import Reply, Result
+from bot.llm.base import TextSink
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
@@ -195,6 +198,40 @@ def text_of(reply: Reply | None) -> str:
 def outcome_of(reply: Reply | None) -> Result | None:
     """How a message went (None when the bot did not answer)."""
     return None if reply is None else reply.outcome
+
+
+class Previewed(Silent):
+    """A surface that shows a streamed answer's previews to on_text, and nothing else."""
+
+    def __init__(self, on_text: TextSink) -> None:
+        self._on_text = on_text
+
+    @property
+    def on_text(self) -> TextSink | None:
+        """Where the previews go."""
+        return self._on_text
+
+
+async def ask(
+    bot: Pinbot,
+    conversation: Conversation,
+    text: str | None,
+    *,
+    mentioned: bool = False,
+    replied_to_bot: bool = False,
+    platform_admin: AdminLookup | None = None,
+    on_text: TextSink | None = None,
+) -> Reply | None:
+    """bot.handle of one message (text in conversation, with those facts), on a surface that
+    sends nothing (the reply is returned) and shows a streamed answer's previews to on_text."""
+    incoming = Incoming(
+        conversation,
+        text,
+        mentioned=mentioned,
+        replied_to_bot=replied_to_bot,
+        platform_admin=platform_admin,
+    )
+    return await bot.handle(incoming, Silent() if on_text is None else Previewed(on_text))
 
 
 def dm(user: str = "42", platform: str = "console") -> Conversation:

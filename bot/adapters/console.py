@@ -7,8 +7,10 @@ import sys
 from typing import BinaryIO, TextIO
 
 from bot.adapters import CONSOLE
+from bot.adapters.kit import ReplySurface
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
+from bot.core.incoming import Incoming
 from bot.core.replies import Reply, Sent
 
 PLATFORM = CONSOLE
@@ -68,6 +70,12 @@ async def run_console(
     source = source or sys.stdin.buffer
     bot.use_messenger(ConsoleMessenger(sink))
     loop = asyncio.get_running_loop()
+
+    async def write(reply: Reply) -> None:
+        sink.write(reply.text + "\n")
+        sink.flush()
+
+    surface = ReplySurface(write)  # no inbox: every reply is written at once
     interactive = source.isatty()
     if interactive:
         sink.write(
@@ -81,9 +89,7 @@ async def run_console(
         if not raw:
             return
         line, refusal = decode_line(raw)
-        reply = (
-            Reply.refused(refusal or "") if line is None else await bot.handle(conversation, line)
-        )
-        if reply is not None:
-            sink.write(reply.text + "\n")
-            sink.flush()
+        if line is None:
+            await surface.send(Reply.refused(refusal or ""))
+        else:
+            await bot.handle(Incoming(conversation, line), surface)

@@ -27,7 +27,7 @@ from bot.adapters.feishu_api import (
     FeishuTransientError,
 )
 from bot.adapters.feishu_format import CARD_VALUE_KEY
-from bot.adapters.kit import RefusalLog, Sent, with_backoff
+from bot.adapters.kit import RefusalLog, ReplySurface, Sent, from_inbox, in_inbox, with_backoff
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
@@ -35,6 +35,7 @@ from bot.core.clock import Clock, utc_now
 from bot.core.context import Quoted, QuotedLookup
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.inbox import Deliver
+from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
 from storage.models import PendingUpdate
@@ -524,25 +525,29 @@ class FeishuFrontend:
     async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
         """Work out an event's answer; it is sent once the event is marked processed (Unavailable,
         and nothing sent, when its processing could not be recorded)."""
-        event = FeishuMessage.from_json(pending.payload)
-        if event.message_type == CARD_ACTION:  # its outcome shows in the card: no reply
-            await self.pinbot.handle(
-                event.conversation(), event.content, mentioned=True, redelivered=True
+        return await from_inbox(self._process(FeishuMessage.from_json(pending.payload)))
+
+    async def _process(self, event: FeishuMessage) -> None:
+        """Hand a recorded event to the core: a message, answered with a reply to it, or a card
+        tap carried out (its outcome shows in the card: no reply)."""
+        surface: Surface
+        if event.message_type == CARD_ACTION:
+            incoming = Incoming(
+                event.conversation(), event.content, mentioned=True, redelivered=in_inbox()
             )
-            return None
-        raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
-        text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
-        readable = text if raw is not None else None
-        reply = await self.pinbot.handle(
-            event.conversation(),
-            readable,
-            mentioned=mentioned,
-            redelivered=True,
-            replied=self._replied_lookup(event.parent_id),
-        )
-        if not reply or not reply.text:
-            return None
-        return functools.partial(self._reply, event.message_id, reply)
+            surface = SILENT
+        else:
+            raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
+            text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
+            incoming = Incoming(
+                event.conversation(),
+                text if raw is not None else None,
+                mentioned=mentioned,
+                replied=self._replied_lookup(event.parent_id),
+                redelivered=in_inbox(),
+            )
+            surface = ReplySurface(functools.partial(self._reply, event.message_id))
+        await self.pinbot.handle(incoming, surface)
 
     def _replied_lookup(self, parent_id: str | None) -> QuotedLookup | None:
         """The message an event replies to, fetched by its id only when a command needs it."""

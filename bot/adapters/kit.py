@@ -1,17 +1,37 @@
-"""What every platform frontend shares: the interface the runtime drives, retries with backoff
+"""What every platform frontend shares: the interface the runtime drives, the surface a message
+is answered on and the one way its answer waits for the inbox's commit, retries with backoff
 while a platform cannot be reached, the formatted-then-plain fallback of a send, and one log
 line per refused webhook source a minute."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeVar
 
-from bot.core.replies import Messenger, Sent
+from bot.core.inbox import Deliver
+from bot.core.replies import Messenger, Reply, Sent
+from bot.llm.base import TextSink
+from storage.errors import Unavailable
 
-__all__ = ["Frontend", "Messenger", "RefusalLog", "Sent", "formatted_or_plain", "with_backoff"]
+__all__ = [
+    "Frontend",
+    "Lost",
+    "Messenger",
+    "RefusalLog",
+    "ReplySurface",
+    "Sent",
+    "formatted_or_plain",
+    "from_inbox",
+    "in_inbox",
+    "unless_lost",
+    "with_backoff",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,6 +51,96 @@ class Frontend(Protocol):
 
     async def stop(self) -> None:
         """Stop receiving, finish the messages in progress, disconnect."""
+
+
+class _Outbox:
+    """What one update from the inbox sends, held back until the inbox marks it processed;
+    lost when its processing could not be recorded."""
+
+    def __init__(self) -> None:
+        self.sends: list[Deliver] = []
+        self.lost = False
+
+    async def deliver(self) -> None:
+        for send in self.sends:
+            await send()
+
+
+# The update being processed from the inbox, if any. A context variable, because a platform
+# library may stand between the inbox and the handler that answers (python-telegram-bot does).
+_OUTBOX: contextvars.ContextVar[_Outbox | None] = contextvars.ContextVar("outbox", default=None)
+
+
+async def from_inbox(work: Awaitable[object]) -> Deliver | None:
+    """Process one update from the inbox: every send of a surface built during work is held
+    back and returned, as the inbox's Deliver, to go out once the update is marked processed
+    (None: nothing to send). Unavailable, and nothing sent, when the work found the database
+    unreachable: the update's next processing answers it."""
+    outbox = _Outbox()
+    token = _OUTBOX.set(outbox)
+    try:
+        await work
+    finally:
+        _OUTBOX.reset(token)
+    if outbox.lost:
+        raise Unavailable("the database could not record the update's processing")
+    return outbox.deliver if outbox.sends else None
+
+
+def in_inbox() -> bool:
+    """Whether the update being processed comes from the inbox (`Incoming.redelivered`)."""
+    return _OUTBOX.get() is not None
+
+
+class Lost:
+    """An update from the inbox whose processing could not be recorded: nothing is sent for it,
+    and its next processing answers it."""
+
+
+async def unless_lost(work: Awaitable[T]) -> T | Lost:
+    """work's result; for an update from the inbox whose work finds the database unreachable, a
+    Lost (and from_inbox raises Unavailable: the update stays waiting). For a handler whose
+    exceptions a platform library would swallow; elsewhere Unavailable goes up."""
+    try:
+        return await work
+    except Unavailable:
+        outbox = _OUTBOX.get()
+        if outbox is None:
+            raise
+        outbox.lost = True
+        return Lost()
+
+
+class ReplySurface:
+    """The surface of one message a frontend answers (a `Surface` of the core): no indicator and
+    no previews unless a platform's subclass adds them; send() hands the reply to answer, at once
+    or, when the message comes from the inbox, once the inbox has marked it processed. Build it
+    while the message is processed (it reads which of the two from there)."""
+
+    def __init__(self, answer: Callable[[Reply], Awaitable[None]]) -> None:
+        self._answer = answer
+        self._outbox = _OUTBOX.get()
+
+    @property
+    def deferred(self) -> bool:
+        """Whether sends wait for the inbox's commit (then nothing may show before it)."""
+        return self._outbox is not None
+
+    @property
+    def on_text(self) -> TextSink | None:
+        """No previews."""
+        return None
+
+    def thinking(self) -> AbstractAsyncContextManager[None]:
+        """No indicator."""
+        return contextlib.nullcontext()
+
+    async def send(self, reply: Reply) -> None:
+        """Answer the message with reply now, or once the update is marked processed."""
+        if self._outbox is None:
+            await self._answer(reply)
+        else:
+            self._outbox.sends.append(functools.partial(self._answer, reply))
 
 
 async def with_backoff(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import hmac
 import json
@@ -13,9 +12,9 @@ import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from aiohttp import web
@@ -41,7 +40,16 @@ from telegram.ext import (
 )
 
 from bot.adapters import TELEGRAM
-from bot.adapters.kit import RefusalLog, Sent, with_backoff
+from bot.adapters.kit import (
+    Lost,
+    RefusalLog,
+    ReplySurface,
+    Sent,
+    from_inbox,
+    in_inbox,
+    unless_lost,
+    with_backoff,
+)
 from bot.adapters.telegram_http import AiohttpRequest
 from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
@@ -50,13 +58,13 @@ from bot.core.bot import Pinbot
 from bot.core.context import Quoted, QuotedLookup
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.inbox import Deliver
+from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
-from storage.errors import Unavailable
+from bot.llm.base import TextSink
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 PLATFORM = TELEGRAM
 # Telegram sends these as `from` when the real sender is hidden behind a chat.
@@ -209,9 +217,9 @@ class TelegramFrontend:
                 self.check_pinned_messages,
             )
         text_updates = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
-        self.app.add_handler(MessageHandler(text_updates & filters.TEXT, self.on_text))
+        self.app.add_handler(MessageHandler(text_updates & filters.TEXT, self.on_message))
         self.app.add_handler(
-            MessageHandler(filters.UpdateType.MESSAGE & UNREADABLE_CONTENT, self.on_unreadable)
+            MessageHandler(filters.UpdateType.MESSAGE & UNREADABLE_CONTENT, self.on_message)
         )
         self.app.add_handler(CallbackQueryHandler(self.on_tap))
         self.app.add_error_handler(self.on_error)
@@ -351,15 +359,8 @@ class TelegramFrontend:
         """Process an update from the inbox; what it answers is sent once the update is marked
         processed. Unavailable when its turn could not be recorded: nothing is sent, and the
         update's next processing answers it."""
-        deferred = _Deferred()
-        token = _DEFERRED.set(deferred)
-        try:
-            await self.app.process_update(Update.de_json(json.loads(pending.payload), self.app.bot))
-        finally:
-            _DEFERRED.reset(token)
-        if deferred.lost:
-            raise Unavailable("the database could not record the update's processing")
-        return deferred.deliver if deferred.sends else None
+        update = Update.de_json(json.loads(pending.payload), self.app.bot)
+        return await from_inbox(self.app.process_update(update))
 
     async def _connect(self) -> None:
         """getMe, retried with backoff while Telegram cannot be reached (network, timeouts,
@@ -411,56 +412,38 @@ class TelegramFrontend:
 
     # --- handlers -------------------------------------------------------------------------------
 
-    async def on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """Hand a text message to the core with what Telegram says about it; send the reply."""
-        message = update.effective_message
-        if message is None or message.text is None:
-            return
-        conversation = conversation_of(message)
-        stream = StreamedReply(self.sender, message)
-        deferred = _DEFERRED.get()
-        try:
-            reply = await _unless_lost(
-                self.pinbot.handle(
-                    conversation,
-                    self._without_mention(message.text),
-                    mentioned=self._mentions_me(message),
-                    replied_to_bot=self._replies_to_me(message),
-                    platform_admin=self._admin_lookup(message, conversation),
-                    # From the inbox nothing shows before the turn is recorded: no previews.
-                    on_text=None if deferred else stream.update,
-                    thinking=lambda: self._typing(message),
-                    redelivered=deferred is not None,
-                    replied=self._replied_lookup(message),
-                )
-            )
-            if isinstance(reply, _Lost):
-                return
-            if reply and reply.text:
-                await _send(deferred, functools.partial(stream.finish, reply))
-        finally:
-            stream.close()  # previews of a turn that failed stop here
-
-    async def on_unreadable(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """Tell the sender, when the message is for the bot, that only text is read; a caption
-        is not taken as the message."""
+    async def on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Hand a message to the core with what Telegram says about it; the core answers on its
+        surface. A message with no text (a photo, a sticker, a file) reaches the core as
+        unreadable: a caption is not taken as the message."""
         message = update.effective_message
         if message is None:
             return
-        deferred = _DEFERRED.get()
-        reply = await _unless_lost(
-            self.pinbot.handle(
-                conversation_of(message),
-                None,
-                mentioned=self._mentions_me(message),
-                replied_to_bot=self._replies_to_me(message),
-                redelivered=deferred is not None,
-            )
+        surface = TelegramSurface(self, message)
+        try:
+            await self._handle(self._incoming(message), surface)
+        finally:
+            surface.close()  # previews of a turn that failed stop here
+
+    def _incoming(self, message: Message) -> Incoming:
+        """What Telegram says about a message, as the core takes it."""
+        conversation = conversation_of(message)
+        text = message.text
+        return Incoming(
+            conversation,
+            None if text is None else self._without_mention(text),
+            mentioned=self._mentions_me(message),
+            replied_to_bot=self._replies_to_me(message),
+            replied=self._replied_lookup(message),
+            platform_admin=self._admin_lookup(message, conversation),
+            redelivered=in_inbox(),
         )
-        if isinstance(reply, _Lost):
-            return
-        if reply and reply.text:
-            await _send(deferred, functools.partial(self.sender.reply, message, reply))
+
+    async def _handle(self, incoming: Incoming, surface: Surface) -> Reply | None:
+        """The one way a Telegram update reaches the core (None also when an update from the
+        inbox found the database unreachable: it is answered by its next processing)."""
+        reply = await unless_lost(self.pinbot.handle(incoming, surface))
+        return None if isinstance(reply, Lost) else reply
 
     async def on_pinned(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A message was pinned in a group: it becomes the group's pinned-message block when
@@ -475,7 +458,7 @@ class TelegramFrontend:
         readable = pinned if isinstance(pinned, Message) else None
         text = (readable.text or readable.caption) if readable else None
         author = readable.from_user if readable else None
-        outcome = await _unless_lost(
+        outcome = await unless_lost(
             self.pinbot.chat_pinned(
                 conversation,
                 text,
@@ -484,7 +467,7 @@ class TelegramFrontend:
                 platform_admin=self._admin_lookup(message, conversation),
             )
         )
-        if isinstance(outcome, _Lost):
+        if isinstance(outcome, Lost):
             return
         log.info("pinned message %s in chat %s %s", pinned.message_id, message.chat.id, outcome)
 
@@ -521,19 +504,16 @@ class TelegramFrontend:
         tapped = await self.pinbot.tapped(conversation, query.data or "", platform_admin)
         if tapped is None or tapped.command is None:
             return
-        deferred = _DEFERRED.get()
-        reply = await _unless_lost(
-            self.pinbot.handle(
-                conversation,
-                tapped.command,
-                mentioned=True,
-                platform_admin=platform_admin,
-                redelivered=deferred is not None,
-            )
+        incoming = Incoming(
+            conversation,
+            tapped.command,
+            mentioned=True,
+            platform_admin=platform_admin,
+            redelivered=in_inbox(),
         )
-        if isinstance(reply, _Lost):
-            return
-        log.info("tap %r in chat %s: %s", query.data, message.chat.id, reply.text if reply else "")
+        reply = await self._handle(incoming, SILENT)  # the outcome shows in the buttons' message
+        if reply is not None:
+            log.info("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
 
     async def check_pinned_messages(self, now: datetime) -> None:
         """Telegram sends nothing when a message is unpinned: ask getChat of each group whose
@@ -558,8 +538,8 @@ class TelegramFrontend:
             old, new = message.migrate_from_chat_id, message.chat.id
         else:
             return
-        moved = await _unless_lost(self.pinbot.move_group(PLATFORM, str(old), str(new)))
-        if isinstance(moved, _Lost):
+        moved = await unless_lost(self.pinbot.move_group(PLATFORM, str(old), str(new)))
+        if isinstance(moved, Lost):
             return
         log.info("group %s migrated to %s: %d block(s) moved", old, new, moved)
 
@@ -626,7 +606,9 @@ class TelegramFrontend:
         return stripped or text
 
     @contextlib.asynccontextmanager
-    async def _typing(self, message: Message) -> AsyncIterator[None]:
+    async def typing(self, message: Message) -> AsyncIterator[None]:
+        """Show "typing…" in message's chat (and topic) until the block ends."""
+
         async def keep_typing() -> None:
             while True:
                 try:
@@ -679,49 +661,29 @@ class TelegramFrontend:
         return is_admin
 
 
-@dataclass
-class _Deferred:
-    """What an update processed from the inbox sends, held back until it is marked processed;
-    lost when its processing could not be recorded."""
+class TelegramSurface(ReplySurface):
+    """A Telegram message being answered: "typing" while the model works, a streamed answer
+    previewed as a reply that grows (only when the answer goes out at once: from the inbox
+    nothing shows before the turn is recorded), and the reply sent as that stream's final
+    form, split to Telegram's limit."""
 
-    sends: list[Deliver] = field(default_factory=list)
-    lost: bool = False
+    def __init__(self, frontend: TelegramFrontend, message: Message) -> None:
+        self._stream = StreamedReply(frontend.sender, message)
+        super().__init__(self._stream.finish)
+        self._typing = functools.partial(frontend.typing, message)
 
-    async def deliver(self) -> None:
-        for send in self.sends:
-            await send()
+    @property
+    def on_text(self) -> TextSink | None:
+        """The previews of a streamed answer (none from the inbox)."""
+        return None if self.deferred else self._stream.update
 
+    def thinking(self) -> AbstractAsyncContextManager[None]:
+        """Telegram's "typing…" while the model works."""
+        return self._typing()
 
-# The update being processed from the inbox, if any (python-telegram-bot calls the handlers).
-_DEFERRED: contextvars.ContextVar[_Deferred | None] = contextvars.ContextVar(
-    "telegram_deferred", default=None
-)
-
-
-class _Lost:
-    """An update from the inbox whose processing could not be recorded: nothing is sent for it,
-    and its next processing answers it."""
-
-
-async def _unless_lost(work: Awaitable[T]) -> T | _Lost:
-    """work's result; for an update from the inbox whose work finds the database unreachable,
-    a _Lost (the update stays waiting); elsewhere Unavailable goes up."""
-    try:
-        return await work
-    except Unavailable:
-        deferred = _DEFERRED.get()
-        if deferred is None:
-            raise
-        deferred.lost = True
-        return _Lost()
-
-
-async def _send(deferred: _Deferred | None, send: Deliver) -> None:
-    """Send now, or once the update from the inbox is marked processed."""
-    if deferred is None:
-        await send()
-    else:
-        deferred.sends.append(send)
+    def close(self) -> None:
+        """Stop showing previews of a turn that ended without a reply."""
+        self._stream.close()
 
 
 def _chat_id(update: dict[str, Any]) -> int | None:

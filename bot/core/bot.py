@@ -1,18 +1,17 @@
 """The core's front door: one incoming message in, at most one English reply out.
 
-Adapters report what they know of a message (the conversation, whether it mentions or replies to
-the bot, how to ask the platform about group admins); `Pinbot.handle` decides whether it is for
-this bot, resolves the sender once, and routes it to `/pin`, the other commands, or a chat turn.
+Adapters report what they know of a message as an `Incoming` (the conversation, whether it mentions
+or replies to the bot, how to ask the platform about group admins) with a `Surface` for what the
+core asks back; `Pinbot.handle(incoming, surface)` decides whether it is for this bot, resolves
+the sender once, routes it to `/pin`, the other commands, or a chat turn, and sends the reply.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,10 +21,11 @@ from bot.core.chat import ChatService
 from bot.core.chatpin import ChatPin
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin, parse_sticky, split_command
-from bot.core.context import GroupTrigger, MessageContext, QuotedLookup, is_addressed
+from bot.core.context import GroupTrigger, MessageContext, is_addressed
 from bot.core.conversation import Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
+from bot.core.incoming import Incoming, Surface
 from bot.core.jobs import Jobs
 from bot.core.keys import group_children, group_key, group_prefix, parse_scope
 from bot.core.limits import RateLimiter
@@ -36,7 +36,7 @@ from bot.core.proposals import ADMINS_ONLY, parse_tap
 from bot.core.replies import Messenger, Reply
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
-from bot.llm.base import ChatModel, TextSink
+from bot.llm.base import ChatModel
 from storage import Store
 from storage.errors import Unavailable
 
@@ -48,8 +48,6 @@ UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 HOUSEKEEPING_INTERVAL = timedelta(hours=1)
 # SQLite indexes changed blocks for search in batches: often enough that a search has few left.
 SEARCH_INDEX_INTERVAL = timedelta(minutes=1)
-# A thinking indicator: a context manager that runs while the model works on a turn.
-Thinking = Callable[[], AbstractAsyncContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -201,41 +199,36 @@ class Pinbot:
             and bot.casefold() != self.bot_username.casefold()
         )
 
-    async def handle(
-        self,
-        conversation: Conversation,
-        text: str | None,
-        *,
-        mentioned: bool = False,
-        replied_to_bot: bool = False,
-        platform_admin: AdminLookup | None = None,
-        on_text: TextSink | None = None,
-        thinking: Thinking | None = None,
-        redelivered: bool = False,
-        replied: QuotedLookup | None = None,
-    ) -> Reply | None:
-        """Answer one message; None means the message is not for this bot.
+    async def handle(self, incoming: Incoming, surface: Surface) -> Reply | None:
+        """Answer one message: the reply goes to surface.send and is returned too (for the
+        caller's log); None means the message is not for this bot, and nothing is sent.
 
-        text is None for a message the bot cannot read (a photo, voice note, sticker or file); it
-        gets one short answer per chat and minute when addressed, and nothing goes to the model.
-        A command is for the bot unless it names another bot; other text when the trigger policy
-        says the bot is addressed (`is_addressed`). platform_admin asks the platform whether the
-        sender administers the group; it is called at most once, and only when that could change
-        a decision. While a streaming model answers, on_text gets the text so far; thinking runs
-        while the model works; replied gives the message a command replies to (asked only when
-        a command needs it: `/pin add <label>` with no content pins it). With redelivered (the
-        update waits in the inbox until it is processed), a database that cannot be reached
-        raises Unavailable instead of answering: the update's next processing answers it, once.
+        A message the bot cannot read (text None) gets one short answer per chat and minute when
+        addressed, and nothing goes to the model. A command is for the bot unless it names
+        another bot; other text when the trigger policy says the bot is addressed
+        (`is_addressed`). The platform is asked about admin status (incoming.platform_admin) at
+        most once, and only when that could change a decision; the replied message only when a
+        command needs it. While a streaming model answers, surface.on_text gets the text so far;
+        surface.thinking() runs while the model works. A fault is logged and answered with one
+        short line; for a redelivered update a database that cannot be reached raises
+        Unavailable instead, and nothing is sent: the update's next processing answers it, once.
         """
+        reply = await self._reply_to(incoming, surface)
+        if reply is not None and reply.text:
+            await surface.send(reply)
+        return reply
+
+    async def _reply_to(self, incoming: Incoming, surface: Surface) -> Reply | None:
+        conversation = incoming.conversation
         addressed = is_addressed(
             conversation,
-            mentioned=mentioned,
-            replied_to_bot=replied_to_bot,
+            mentioned=incoming.mentioned,
+            replied_to_bot=incoming.replied_to_bot,
             trigger=self._triggers.get(conversation.platform, "all"),
         )
-        if text is None:
+        if incoming.text is None:
             return await self._answer_unreadable(conversation) if addressed else None
-        text = text.strip()
+        text = incoming.text.strip()
         if not text:
             return None
         if text.startswith("/"):
@@ -245,11 +238,9 @@ class Pinbot:
             return None
         started = time.perf_counter()
         try:
-            reply = await self._answer(
-                conversation, text, platform_admin, on_text, thinking, replied
-            )
+            reply = await self._answer(incoming, text, surface)
         except Unavailable:
-            if redelivered:
+            if incoming.redelivered:
                 raise
             log.exception("the database could not be reached for %s", conversation.session_key)
             return Reply.failed(FAILED_REPLY)
@@ -267,17 +258,14 @@ class Pinbot:
         log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply.text)
         return reply
 
-    async def _answer(
-        self,
-        conversation: Conversation,
-        text: str,
-        platform_admin: AdminLookup | None,
-        on_text: TextSink | None,
-        thinking: Thinking | None,
-        replied: QuotedLookup | None = None,
-    ) -> Reply:
+    async def _answer(self, incoming: Incoming, text: str, surface: Surface) -> Reply:
+        conversation = incoming.conversation
         context = MessageContext.resolve(
-            conversation, self.config.pins, platform_admin, self.config.access, replied
+            conversation,
+            self.config.pins,
+            incoming.platform_admin,
+            self.config.access,
+            incoming.replied,
         )
         if refusal := context.admission.refusal:
             return Reply.refused(refusal)
@@ -295,8 +283,8 @@ class Pinbot:
             )
         if refusal := await self.usage.budget_refusal(context):
             return Reply.refused(refusal)
-        async with thinking() if thinking else contextlib.nullcontext():
-            return await self.chat.turn(context, text, on_text)
+        async with surface.thinking():
+            return await self.chat.turn(context, text, surface.on_text)
 
     async def _answer_unreadable(self, conversation: Conversation) -> Reply | None:
         if refusal := admission(conversation, self.config.access).refusal:

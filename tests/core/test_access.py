@@ -9,7 +9,7 @@ import pytest
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import Result
 from storage import Store
-from tests.conftest import BotFactory, dm, group, outcome_of, text_of
+from tests.conftest import BotFactory, ask, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 
 GROUP_KEY = "console:group:-100123"
@@ -54,8 +54,8 @@ async def test_access_lists(
         },
         pins={"enable_in_group": True},
     )
-    chat = text_of(await bot.handle(speaker, "hello"))
-    command = await bot.handle(speaker, "/pin add a b")
+    chat = text_of(await ask(bot, speaker, "hello"))
+    command = await ask(bot, speaker, "/pin add a b")
     if allowed:
         assert chat == "ok" and outcome_of(command) is Result.DONE
         return
@@ -73,25 +73,25 @@ async def test_access_lists(
 
 async def test_scoped_user_entry_and_star(make_bot: BotFactory) -> None:
     bot = make_bot(access={"allowed_users": ["console:direct:44"], "allowed_groups": ["*"]})
-    assert "[offline model]" in text_of(await bot.handle(dm("44"), "hi"))
-    assert "Sorry" in text_of(await bot.handle(dm("45"), "hi"))
-    assert "[offline model]" in text_of(await bot.handle(group("45", chat="-1"), "hi"))
+    assert "[offline model]" in text_of(await ask(bot, dm("44"), "hi"))
+    assert "Sorry" in text_of(await ask(bot, dm("45"), "hi"))
+    assert "[offline model]" in text_of(await ask(bot, group("45", chat="-1"), "hi"))
 
 
 async def test_unaddressed_group_chatter_gets_no_refusal(make_bot: BotFactory) -> None:
     bot = make_bot(access={"allowed_groups": ["-1"]})
-    assert await bot.handle(group(platform="telegram"), "just chatting") is None
+    assert await ask(bot, group(platform="telegram"), "just chatting") is None
 
 
 async def test_whoami_in_a_dm(make_bot: BotFactory) -> None:
-    reply = text_of(await make_bot().handle(dm("42"), "/whoami"))
+    reply = text_of(await ask(make_bot(), dm("42"), "/whoami"))
     assert "Your ids: 42 (id)" in reply and "Session key: console:direct:42" in reply
     assert "Pins here: on. You are a DM user" in reply
     assert "group_shared_admin_ids" not in reply
 
 
 async def test_whoami_in_a_topic_with_pins_off(make_bot: BotFactory) -> None:
-    reply = text_of(await make_bot().handle(group("42", topic="7"), "/whoami"))
+    reply = text_of(await ask(make_bot(), group("42", topic="7"), "/whoami"))
     assert "Session key: console:group:-100123:topic:7" in reply
     assert f"Group session key: {GROUP_KEY}" in reply
     assert "Pins here: off" in reply and "pins.enable_in_group" in reply
@@ -112,19 +112,19 @@ async def test_whoami_for_a_scoped_admin_with_feishu_ids(make_bot: BotFactory) -
     bot = make_bot(
         pins={"enable_in_group": True, "group_shared_admin_ids": [f"{feishu_group}::u:on_9"]}
     )
-    reply = text_of(await bot.handle(speaker, "/whoami")) or ""
+    reply = text_of(await ask(bot, speaker, "/whoami")) or ""
     assert "Your ids: ou_9 (open_id), u_9 (user_id), on_9 (union_id)" in reply
     assert "You are a shared admin" in reply
     assert "To make you" not in reply and "::u:" not in reply  # nothing to add: an admin already
     member = Conversation("feishu", ChatKind.GROUP, "oc_1", "ou_8", sender_aliases=("u_8",))
-    reply = text_of(await bot.handle(member, "/whoami")) or ""
+    reply = text_of(await ask(bot, member, "/whoami")) or ""
     assert "You are a member" in reply
     assert f"in this group only: {feishu_group}::u:ou_8, {feishu_group}::u:u_8" in reply
 
 
 async def test_whoami_never_shows_other_ids(make_bot: BotFactory) -> None:
     bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["777", "888"]})
-    reply = text_of(await bot.handle(group("42"), "/whoami")) or ""
+    reply = text_of(await ask(bot, group("42"), "/whoami")) or ""
     assert "777" not in reply and "888" not in reply
 
 
@@ -150,10 +150,10 @@ async def test_every_kind_of_shared_change_is_logged(
         (admin, "/pin shared add tmp x"),
         (other, "/pin shared clear confirm"),
     ):
-        assert outcome_of(await bot.handle(speaker, command)) is Result.DONE, command
+        assert outcome_of(await ask(bot, speaker, command)) is Result.DONE, command
         clock.advance(minutes=1)
-    await bot.handle(group("42"), "/pin shared add sneaky x")  # refused: no entry
-    await bot.handle(group("42"), "/pin add mine personal")  # personal: not logged
+    await ask(bot, group("42"), "/pin shared add sneaky x")  # refused: no entry
+    await ask(bot, group("42"), "/pin add mine personal")  # personal: not logged
     entries = await store.audit_log(GROUP_KEY, 50)
     assert [(e.actor, e.action, e.label, e.old_content, e.new_content) for e in entries] == [
         ("8", "clear", "tmp", "x", None),
@@ -167,18 +167,18 @@ async def test_every_kind_of_shared_change_is_logged(
         ("8", "edit", "rules", "Be kind", "Be very kind"),
         ("7", "add context", "rules", None, "Be kind"),
     ]
-    shown = text_of(await bot.handle(group("42"), "/pin shared log 3")) or ""
+    shown = text_of(await ask(bot, group("42"), "/pin shared log 3")) or ""
     assert shown.startswith("Last 3 change(s)") and "· 8 · clear" in shown
     assert "before: Be very kind" in shown
-    assert "/pin shared log" in text_of(await bot.handle(group("42"), "/pin log"))
-    assert "from 1 to 50" in text_of(await bot.handle(group("42"), "/pin shared log 99"))
+    assert "/pin shared log" in text_of(await ask(bot, group("42"), "/pin log"))
+    assert "from 1 to 50" in text_of(await ask(bot, group("42"), "/pin shared log 99"))
 
 
 async def test_audit_retention(make_bot: BotFactory, store: Store, clock: FakeClock) -> None:
     bot = make_bot(pins={**ADMIN_PINS, "audit_retention_days": 30})
-    await bot.handle(group("7"), "/pin shared add old x")
+    await ask(bot, group("7"), "/pin shared add old x")
     clock.advance(days=31)
-    await bot.handle(group("7"), "/pin shared add new y")
+    await ask(bot, group("7"), "/pin shared add new y")
     assert [e.label for e in await store.audit_log(GROUP_KEY, 50)] == ["new"]
 
 
@@ -186,7 +186,7 @@ async def test_audit_survives_restart_and_moves_with_migration(
     make_bot: BotFactory, store: Store
 ) -> None:
     bot = make_bot(pins=ADMIN_PINS)
-    await bot.handle(group("7"), "/pin shared add rules Be kind")
+    await ask(bot, group("7"), "/pin shared add rules Be kind")
     await bot.move_group("console", "-100123", "-100999")
     assert await store.audit_log(GROUP_KEY, 10) == []
     (entry,) = await store.audit_log("console:group:-100999", 10)
@@ -226,10 +226,10 @@ async def test_access_table(
         access={"allowed_users": users, "allowed_groups": groups},
         pins={"enable_in_group": True},
     )
-    chat = text_of(await bot.handle(speaker, "hello"))
-    added = await bot.handle(speaker, "/pin add a b")
+    chat = text_of(await ask(bot, speaker, "hello"))
+    added = await ask(bot, speaker, "/pin add a b")
     command = text_of(added)
-    whoami = text_of(await bot.handle(speaker, "/whoami")) or ""
+    whoami = text_of(await ask(bot, speaker, "/whoami")) or ""
     if admitted:
         assert chat == "ok" and outcome_of(added) is Result.DONE
         assert f"Access: {reason}" in whoami or reason in whoami, whoami

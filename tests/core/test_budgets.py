@@ -18,7 +18,7 @@ from bot.core.replies import Result
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from storage.models import Hold
-from tests.conftest import dm, group, make_config, outcome_of, text_of
+from tests.conftest import ask, dm, group, make_config, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.pg import fresh_database
@@ -73,7 +73,7 @@ async def test_concurrent_chats_of_one_user_overshoot_by_one_call_at_most(
     bot = await open_bot(budgets={"user_daily_tokens": 100})
     fake_openai.release = asyncio.Event()  # the model answers when the test says so
     chats = [dm(), *(group(chat=f"-{n}") for n in range(1, 6))]
-    turns = [asyncio.create_task(bot.handle(chat, f"question {n}")) for n, chat in enumerate(chats)]
+    turns = [asyncio.create_task(ask(bot, chat, f"question {n}")) for n, chat in enumerate(chats)]
     await fake_openai.wait_for_requests(1)
     done, _ = await asyncio.wait(turns, timeout=30, return_when=asyncio.FIRST_COMPLETED)
     while len(done) < 5:  # the other five are refused while the first call is in flight
@@ -93,8 +93,8 @@ async def test_concurrent_chats_of_one_user_overshoot_by_one_call_at_most(
     assert await billed(bot) == 60
     # One more call is admitted while 60 < 100 (the call that crosses the budget completes),
     # and none after it: the overshoot is bounded by one call.
-    assert outcome_of(await bot.handle(dm(), "again")) is Result.DONE
-    assert outcome_of(await bot.handle(dm(), "and again")) is Result.REFUSED
+    assert outcome_of(await ask(bot, dm(), "again")) is Result.DONE
+    assert outcome_of(await ask(bot, dm(), "and again")) is Result.REFUSED
     assert len(fake_openai.requests) == 2 and await billed(bot) == 120 <= 100 + 60
 
 
@@ -106,7 +106,7 @@ async def test_tool_rounds_are_held_one_by_one_and_the_answer_so_far_is_kept(
     )
     said = iter(["Let me look.", "Still looking."])
     fake_openai.respond = lambda body: tool_calls(("pin_get", {}), text=next(said))
-    reply = await bot.handle(dm(), "what is pinned?")
+    reply = await ask(bot, dm(), "what is pinned?")
     assert len(fake_openai.requests) == 2  # 0 and 60 were under 100; 120 is not
     assert reply is not None and reply.text.startswith("Let me look.\n\nStill looking.")
     assert "token budget for today is used up (120 of 100 tokens" in reply.text
@@ -127,7 +127,7 @@ async def test_a_refused_summary_drops_the_older_turns(
         chat={"history_max_turns": 2, "compaction_keep_turns": 1},
     )
     for n in range(3):
-        assert outcome_of(await bot.handle(group(chat="-9"), f"turn {n}")) is Result.DONE
+        assert outcome_of(await ask(bot, group(chat="-9"), f"turn {n}")) is Result.DONE
     assert len(await bot.store.history("console:group:-9")) == 6
     # The turn passes the budget's check; then, before its summary is asked, a call of the same
     # user elsewhere holds the rest of the budget.
@@ -142,7 +142,7 @@ async def test_a_refused_summary_drops_the_older_turns(
         return refusal
 
     monkeypatch.setattr(ledger, "budget_refusal", then_elsewhere)
-    reply = await bot.handle(group(chat="-9"), "turn 3")  # its summary is refused, then its call
+    reply = await ask(bot, group(chat="-9"), "turn 3")  # its summary is refused, then its call
     assert outcome_of(reply) is Result.REFUSED and len(fake_openai.requests) == 3
     assert [e.content for e in await bot.store.history("console:group:-9")] == [
         "turn 2",
@@ -159,13 +159,13 @@ async def test_messages_without_a_sender_count_to_their_group_only(
         for chat in ("-1", "-2")
     ]
     for conversation in anonymous * 2:  # 4 calls, 240 tokens: no user budget pools them
-        assert outcome_of(await bot.handle(conversation, "hi")) is Result.DONE
+        assert outcome_of(await ask(bot, conversation, "hi")) is Result.DONE
     for chat in ("-1", "-2"):
         used = await bot.store.group_usage(f"console:group:{chat}", TODAY, TODAY)
         assert used.calls == 2
     users, groups = await bot.store.usage_report(TODAY)
     assert users == [] and len(groups) == 2
-    report = text_of(await bot.handle(anonymous[0], "/usage"))
+    report = text_of(await ask(bot, anonymous[0], "/usage"))
     assert "count to this group's usage and budget only" in report and "2 call(s)" in report
 
 
@@ -179,22 +179,22 @@ async def test_the_bill_in_money_and_budgets_in_money(
         pricing={"currency": "EUR", "models": {"fake-model": price}},
         budgets={"user_daily_cost": 0.0003},
     )
-    assert outcome_of(await bot.handle(dm(), "one")) is Result.DONE
+    assert outcome_of(await ask(bot, dm(), "one")) is Result.DONE
     # 10 fresh prompt tokens at 2.0, 40 cached at 0.5, 10 completion at 8.0, per million
     cost = (10 * 2.0 + 40 * 0.5 + 10 * 8.0) / 1_000_000
     used = await bot.store.sender_usage("console", "42", TODAY, TODAY)
     assert used.known_cost == pytest.approx(cost) and used.priced_calls == 1
-    report = text_of(await bot.handle(dm(), "/usage"))
+    report = text_of(await ask(bot, dm(), "/usage"))
     assert "0.0001 EUR" in report and "80% cache hits" in report
-    assert outcome_of(await bot.handle(dm(), "two")) is Result.DONE  # 0.00012 < 0.0003
-    assert outcome_of(await bot.handle(dm(), "three")) is Result.DONE  # 0.00024 < 0.0003
-    refused = await bot.handle(dm(), "four")
+    assert outcome_of(await ask(bot, dm(), "two")) is Result.DONE  # 0.00012 < 0.0003
+    assert outcome_of(await ask(bot, dm(), "three")) is Result.DONE  # 0.00024 < 0.0003
+    refused = await ask(bot, dm(), "four")
     assert outcome_of(refused) is Result.REFUSED
     assert "budget in EUR for today is used up" in text_of(refused)
     assert "budgets.user_daily_cost" in text_of(refused)
     assert [r["model"] for r in fake_openai.requests] == ["fake-model"] * 3
     fake_openai.respond = lambda body: completion("unpriced")
     other = await open_bot(llm={"model": "no-price-model"})
-    await other.handle(dm("7"), "hi")
+    await ask(other, dm("7"), "hi")
     (row,) = [u for u in (await other.store.usage_report(TODAY))[0] if u.key == "7"]
     assert row.totals.known_cost is None

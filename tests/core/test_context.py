@@ -13,7 +13,7 @@ from bot.core.context import is_addressed
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.permissions import Action, Role, Speaker, resolve_access
 from bot.llm.base import ModelReply, ModelRequest, ToolCall
-from tests.conftest import BotFactory, dm, group, text_of
+from tests.conftest import BotFactory, ask, dm, group, text_of
 
 PINS = PinsConfig(enable_in_group=True, inherit_platform_admins=True, group_shared_admin_ids=["1"])
 
@@ -99,18 +99,18 @@ async def test_each_platform_follows_its_own_trigger_and_the_console_is_always_a
     make_bot: BotFactory,
 ) -> None:
     bot = make_bot(feishu={"group_trigger": "all"})
-    assert await bot.handle(group(platform="console"), "hi") is not None
-    assert await bot.handle(group(platform="telegram"), "hi") is None
-    assert await bot.handle(group(platform="telegram"), "hi", mentioned=True) is not None
-    assert await bot.handle(group(platform="telegram"), "hi", replied_to_bot=True) is not None
-    assert await bot.handle(group(platform="feishu"), "hi") is not None
+    assert await ask(bot, group(platform="console"), "hi") is not None
+    assert await ask(bot, group(platform="telegram"), "hi") is None
+    assert await ask(bot, group(platform="telegram"), "hi", mentioned=True) is not None
+    assert await ask(bot, group(platform="telegram"), "hi", replied_to_bot=True) is not None
+    assert await ask(bot, group(platform="feishu"), "hi") is not None
 
 
 async def test_commands_naming_another_bot_are_not_for_us(make_bot: BotFactory) -> None:
     bot = make_bot()
     bot.bot_username = "pin_bot"
-    assert await bot.handle(dm(), "/pin@other_bot list") is None
-    assert await bot.handle(dm(), "/pin@PIN_BOT list") is not None
+    assert await ask(bot, dm(), "/pin@other_bot list") is None
+    assert await ask(bot, dm(), "/pin@PIN_BOT list") is not None
 
 
 class ToolCallingModel:
@@ -147,8 +147,8 @@ async def test_access_is_resolved_once_per_message(
         pins={"enable_in_group": True, "inherit_platform_admins": True},
         llm={"agent_tools": True},
     )
-    assert text_of(await bot.handle(group("5"), "save x", platform_admin=lookup)) == "done"
+    assert text_of(await ask(bot, group("5"), "save x", platform_admin=lookup)) == "done"
     assert len(calls) == 1 and lookup.asked == 1  # the strong pin_set needed the platform
-    reply = text_of(await bot.handle(group("5"), "/whoami", platform_admin=lookup))
+    reply = text_of(await ask(bot, group("5"), "/whoami", platform_admin=lookup))
     assert reply is not None and "You are a shared admin" in reply and len(calls) == 2
     assert [b.label for b in await bot.store.blocks(["console:group:-100123::u:5"])] == ["x"]

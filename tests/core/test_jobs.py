@@ -9,7 +9,7 @@ import pytest
 
 from bot.core.jobs import ROLE, Jobs
 from storage import Store
-from tests.conftest import BotFactory, dm
+from tests.conftest import BotFactory, ask, dm
 from tests.fakes.clock import FakeClock
 
 
@@ -91,10 +91,10 @@ async def test_the_bots_search_index_job_indexes_changed_blocks(
     bot = make_bot()
     await store.register_worker(now=clock())
     assert "search index" in await bot.jobs.run_due()
-    reply = await bot.handle(dm(), "/pin add tone Answer in one sentence.")
+    reply = await ask(bot, dm(), "/pin add tone Answer in one sentence.")
     assert reply is not None and "Saved" in reply.text
     assert await store.catch_up_search() == 1  # noted, not yet indexed
-    await bot.handle(dm(), "/pin edit tone Answer in two sentences.")
+    await ask(bot, dm(), "/pin edit tone Answer in two sentences.")
     clock.advance(minutes=1)
     assert "search index" in await bot.jobs.run_due()
     assert await store.catch_up_search() == 0  # the job indexed it

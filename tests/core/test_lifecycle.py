@@ -12,7 +12,7 @@ from bot.config import PinsConfig
 from bot.core.policy import BlockPolicy
 from storage import Store
 from storage.models import Block, Level, State
-from tests.conftest import BotFactory, dm, group, text_of
+from tests.conftest import BotFactory, ask, dm, group, text_of
 from tests.fakes.clock import FakeClock
 
 DM_SCOPE = "console:direct:42"
@@ -55,10 +55,10 @@ def test_expiry_rule(block: Block, calls_before: int, due: bool) -> None:
 
 async def idle_block(make_bot: BotFactory, **pins: Any) -> Any:
     bot = make_bot(pins=pins)
-    await bot.handle(dm(), "/pin add keep active one")
-    await bot.handle(dm(), "/pin add gone idle one")
-    await bot.handle(dm(), "/pin add safe pinned one --pinned")
-    await bot.handle(dm(), "/pin idle gone")
+    await ask(bot, dm(), "/pin add keep active one")
+    await ask(bot, dm(), "/pin add gone idle one")
+    await ask(bot, dm(), "/pin add safe pinned one --pinned")
+    await ask(bot, dm(), "/pin idle gone")
     return bot
 
 
@@ -71,13 +71,13 @@ async def test_idle_block_goes_after_days_and_calls(
 ) -> None:
     bot = await idle_block(make_bot)
     for _ in range(10):
-        reply = text_of(await bot.handle(dm(), "hi"))
+        reply = text_of(await ask(bot, dm(), "hi"))
         assert reply and "gone" not in reply
     clock.advance(days=6, hours=23)
-    await bot.handle(dm(), "hi")
+    await ask(bot, dm(), "hi")
     assert await labels(store) == ["gone", "keep", "safe"]
     clock.advance(hours=1)
-    await bot.handle(dm(), "hi")  # 11 calls after idling: 7 days and 10 further calls have passed
+    await ask(bot, dm(), "hi")  # 11 calls after idling: 7 days and 10 further calls have passed
     assert await labels(store) == ["keep", "safe"]
 
 
@@ -87,9 +87,9 @@ async def test_idle_block_stays_with_days_but_too_few_calls(
     bot = await idle_block(make_bot)
     clock.advance(days=8)
     for _ in range(10):
-        await bot.handle(dm(), "hi")
+        await ask(bot, dm(), "hi")
     assert await labels(store) == ["gone", "keep", "safe"]
-    await bot.handle(dm(), "hi")
+    await ask(bot, dm(), "hi")
     assert await labels(store) == ["keep", "safe"]
 
 
@@ -98,14 +98,14 @@ async def test_idle_block_goes_after_hard_retention(
 ) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=29)
-    await bot.handle(dm(), "hi")
+    await ask(bot, dm(), "hi")
     assert await labels(store) == ["gone", "keep", "safe"]
     clock.advance(days=1)
-    await bot.handle(dm(), "hi")
+    await ask(bot, dm(), "hi")
     assert await labels(store) == ["keep", "safe"]
     clock.advance(days=400)
     for _ in range(20):
-        await bot.handle(dm(), "hi")
+        await ask(bot, dm(), "hi")
     assert await labels(store) == ["keep", "safe"]  # active and pinned never go by themselves
 
 
@@ -114,9 +114,9 @@ async def test_cleanup_happens_only_at_a_model_request(
 ) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=31)
-    await bot.handle(dm(), "/pin list")
+    await ask(bot, dm(), "/pin list")
     assert await labels(store) == ["gone", "keep", "safe"]
-    await bot.handle(dm(), "hi")
+    await ask(bot, dm(), "hi")
     assert await labels(store) == ["keep", "safe"]
 
 
@@ -125,10 +125,10 @@ async def test_reactivated_block_is_safe_and_reidling_restarts_the_clock(
 ) -> None:
     bot = await idle_block(make_bot)
     clock.advance(days=20)
-    await bot.handle(dm(), "/pin activate gone")
-    await bot.handle(dm(), "/pin idle gone")
+    await ask(bot, dm(), "/pin activate gone")
+    await ask(bot, dm(), "/pin idle gone")
     clock.advance(days=20)
-    await bot.handle(dm(), "hi")
+    await ask(bot, dm(), "hi")
     assert await labels(store) == ["gone", "keep", "safe"]
 
 
@@ -137,11 +137,11 @@ async def test_shared_scope_counts_every_members_calls(
 ) -> None:
     pins = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
     bot = make_bot(pins=pins)
-    await bot.handle(group("7"), "/pin shared add old stale")
-    await bot.handle(group("7"), "/pin shared idle old")
+    await ask(bot, group("7"), "/pin shared add old stale")
+    await ask(bot, group("7"), "/pin shared idle old")
     clock.advance(days=8)
     for member in range(11):
-        await bot.handle(group(str(100 + member)), "hi")
+        await ask(bot, group(str(100 + member)), "hi")
     assert await store.blocks(["console:group:-100123"]) == []
     assert await store.model_calls("console:group:-100123") == 11
     assert await store.model_calls("console:group:-100123::u:100") == 1

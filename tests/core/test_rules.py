@@ -9,7 +9,7 @@ from pathlib import Path
 from bot.config import PinsConfig
 from bot.core.policy import RULE_TEXTS, BlockPolicy, Refused, Rule, Where, refusal
 from storage.models import BlockState, Level, State
-from tests.conftest import BotFactory, dm
+from tests.conftest import BotFactory, ask, dm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +52,6 @@ def test_refusals_carry_their_rule() -> None:
 
 async def test_a_command_reply_is_the_rules_text(make_bot: BotFactory) -> None:
     bot = make_bot(pins={"max_blocks_per_session": 1})
-    await bot.handle(dm(), "/pin add a one")
-    reply = await bot.handle(dm(), "/pin add b two")
+    await ask(bot, dm(), "/pin add a one")
+    reply = await ask(bot, dm(), "/pin add b two")
     assert reply is not None and reply.text == refusal(Rule.TOO_MANY, count=2, limit=1).reason

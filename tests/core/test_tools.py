@@ -11,7 +11,7 @@ from bot.core.blocks import Done, Refused
 from bot.core.context import MessageContext
 from bot.core.policy import Rule
 from bot.core.tools import PIN_TOOLS, STICKY_TOOLS, TOOL_SETS, Op, PinTools, ToolSet
-from tests.conftest import BotFactory, dm
+from tests.conftest import BotFactory, ask, dm
 
 
 def test_every_set_offers_every_operation_once() -> None:
@@ -44,7 +44,7 @@ async def test_both_sets_run_the_same_operations_with_the_same_refusals(
     make_bot: BotFactory, tools: ToolSet
 ) -> None:
     bot = make_bot()
-    await bot.handle(dm(), "/pin add safety Never run rm -rf --pinned")
+    await ask(bot, dm(), "/pin add safety Never run rm -rf --pinned")
     context = MessageContext.resolve(dm(), PinsConfig(), None)
     run = PinTools(bot.pins.ops, tools)
     label = tools.label

@@ -16,7 +16,7 @@ from bot.core.replies import Result
 from bot.core.transfer import apply_import, export_document, plan_import
 from storage import Store
 from storage.models import State
-from tests.conftest import BotFactory, OpenAIBots, dm, group, make_config, outcome_of, text_of
+from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, make_config, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
@@ -28,7 +28,7 @@ async def contents(store: Store, scope: str = "console:direct:42") -> dict[str, 
 
 
 async def say(bot: Any, text: str, conversation: Any = None) -> str:
-    return text_of(await bot.handle(conversation or dm(), text))
+    return text_of(await ask(bot, conversation or dm(), text))
 
 
 async def test_history_lists_every_version_newest_first_and_undo_walks_back(
@@ -55,7 +55,7 @@ async def test_history_lists_every_version_newest_first_and_undo_walks_back(
     assert await contents(store) == {"tone": "Be brief."}
     assert "Undid add strong of 'tone'" in await say(bot, "/pin undo")
     assert await contents(store) == {}
-    nothing = await bot.handle(dm(), "/pin undo")  # undo never undoes its own undos
+    nothing = await ask(bot, dm(), "/pin undo")  # undo never undoes its own undos
     assert outcome_of(nothing) is Result.REFUSED and "nothing to undo" in text_of(nothing)
     # An undo is a version too, so a restore takes it back.
     assert "Restored 'tone' to version 2" in await say(bot, "/pin restore tone")
@@ -85,7 +85,7 @@ async def test_shared_undo_is_for_shared_admins_whoever_made_the_change(
     await say(bot, "/pin shared edit rule Be kind, always.", group("8"))
     history = await say(bot, "/pin shared history rule", group("42"))  # members may read it
     assert "1. (now)" in history and "· 8 · edit ·" in history
-    refused = await bot.handle(group("42"), "/pin shared undo")
+    refused = await ask(bot, group("42"), "/pin shared undo")
     assert outcome_of(refused) is Result.REFUSED
     assert await contents(store, "console:group:-100123") == {"rule": "Be kind, always."}
     undone = await say(bot, "/pin shared undo", group("7"))
@@ -138,7 +138,7 @@ async def test_restore_brings_back_a_removed_block_within_the_limits_of_now(
     await say(bot, "/pin add b two")
     await say(bot, "/pin remove a")
     await say(bot, "/pin add c three")
-    refused = await bot.handle(dm(), "/pin restore a")
+    refused = await ask(bot, dm(), "/pin restore a")
     assert outcome_of(refused) is Result.REFUSED
     assert "Your blocks would hold 3 blocks; the limit is 2" in text_of(refused)
     await say(bot, "/pin remove c")
@@ -146,7 +146,7 @@ async def test_restore_brings_back_a_removed_block_within_the_limits_of_now(
     assert (await contents(store))["a"] == "one, edited"
     assert "Restored 'a' to version 4" in await say(bot, "/pin restore a 4")  # over it: an edit
     assert (await contents(store))["a"] == "one"
-    bad = await bot.handle(dm(), "/pin restore a 99")
+    bad = await ask(bot, dm(), "/pin restore a 99")
     assert outcome_of(bad) is Result.REFUSED and "versions 1 to" in text_of(bad)
 
 
@@ -163,7 +163,7 @@ async def test_versions_are_kept_for_a_while_and_a_few_per_block(
     await store.register_worker(now=clock())
     clock.advance(days=31)
     await bot.jobs.run_due()  # the periodic job, never the turn path
-    refused = await bot.handle(dm(), "/pin history tone")
+    refused = await ask(bot, dm(), "/pin history tone")
     assert outcome_of(refused) is Result.REFUSED and "No changes" in text_of(refused)
 
 

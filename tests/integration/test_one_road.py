@@ -20,7 +20,7 @@ from bot.core.policy import RULE_TEXTS, Rule
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
 from storage.models import NewProposal, ProposalStatus
-from tests.conftest import group, make_config, text_of
+from tests.conftest import ask, group, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_console import console, tool_results
@@ -206,8 +206,8 @@ async def test_approve_and_reject_at_once_decide_once(two_workers: tuple[Pinbot,
         assert added is not None
         number = added.number
         approved, rejected = await asyncio.gather(
-            approver.handle(group("7", "-100"), f"/pin shared approve {number}"),
-            rejecter.handle(group("8", "-100"), f"/pin shared reject {number}"),
+            ask(approver, group("7", "-100"), f"/pin shared approve {number}"),
+            ask(rejecter, group("8", "-100"), f"/pin shared reject {number}"),
         )
         decided = await store.proposal(SHARED, number)
         assert decided is not None

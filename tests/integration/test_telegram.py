@@ -29,7 +29,7 @@ from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
 from storage import Store
-from tests.conftest import TEST_KEY_ENV, agent_llm, dm, make_config, text_of
+from tests.conftest import TEST_KEY_ENV, agent_llm, ask, dm, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
@@ -258,7 +258,7 @@ async def test_long_replies_are_split_on_lines_and_arrive_whole(
         content = f"{i:02d}xxxx" + " word" * 98 + " end"
         assert len(content) == 500
         await bot.reply_to(message(chat, f"/pin add b{i:02d} {content}", me))
-    expected = text_of(await bot.frontend.pinbot.handle(dm("42", "telegram"), "/pin list"))
+    expected = text_of(await ask(bot.frontend.pinbot, dm("42", "telegram"), "/pin list"))
     parts = await bot.reply_to(message(chat, "/pin list", me), count=3)
     assert all(len(part) <= 4096 for part in parts)
     assert "\n".join(parts) == expected
@@ -273,7 +273,7 @@ async def test_a_long_sticky_view_is_split_like_any_reply(
     me, chat = user(42), private_chat(42)
     for i in range(60):
         await bot.reply_to(message(chat, f"/pin add slot-{i:02d}-{'x' * 12} note {i}", me))
-    expected = text_of(await bot.frontend.pinbot.handle(dm("42", "telegram"), "/sticky"))
+    expected = text_of(await ask(bot.frontend.pinbot, dm("42", "telegram"), "/sticky"))
     assert len(expected) > 4096 and expected.count(" characters, about ") == 60
     parts = await bot.reply_to(message(chat, "/sticky", me), count=2)
     assert all(len(part) <= 4096 for part in parts)

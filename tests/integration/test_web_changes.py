@@ -17,7 +17,7 @@ from bot.core.replies import Result
 from bot.serving import serve_app
 from bot.web.app import WebPage
 from tests.browser import WAIT_MS, shot, sign_in
-from tests.conftest import OpenAIBots, group, outcome_of, text_of
+from tests.conftest import OpenAIBots, ask, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.integration.test_web import TOKEN
@@ -35,7 +35,7 @@ def admin() -> Any:
 
 async def said(bot: Pinbot, text: str) -> str:
     """The bot's reply to the group's admin."""
-    return text_of(await bot.handle(admin(), text))
+    return text_of(await ask(bot, admin(), text))
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ async def start(
 
     async def begin(**web: Any) -> Started:
         bot = await openai_bots(pins=PINS, web=web)
-        added = await bot.handle(admin(), "/pin shared add rules Be kind.")
+        added = await ask(bot, admin(), "/pin shared add rules Be kind.")
         assert outcome_of(added) is Result.DONE
         page_app = WebPage(bot.store, bot.config, TOKEN, clock=clock)
         runner, port = await serve_app(page_app.app(), host="127.0.0.1", port=0, port_setting="p")
@@ -70,7 +70,7 @@ async def submit(page: Page, selector: str) -> None:
 
 async def model_sees(bot: Pinbot, fake_openai: FakeOpenAI) -> str:
     """The system message of the group's next model request."""
-    await bot.handle(group("42", platform="telegram"), "hello", mentioned=True)
+    await ask(bot, group("42", platform="telegram"), "hello", mentioned=True)
     return str(fake_openai.messages()[0]["content"])
 
 

@@ -14,7 +14,7 @@ from bot.core.render import CONTEXT_RULES, STRONG_RULES
 from bot.llm import build_model
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from tests.conftest import BotFactory, dm, group, make_config, text_of
+from tests.conftest import BotFactory, ask, dm, group, make_config, text_of
 from tests.fakes.openai_server import FakeOpenAI
 
 SYSTEM = "You are a test assistant."
@@ -85,7 +85,7 @@ async def test_no_blocks_means_the_plain_request(
     make_bot: BotFactory, fake_openai: FakeOpenAI
 ) -> None:
     bot = openai_bot(make_bot, fake_openai)
-    assert text_of(await bot.handle(dm(), "hello")) == "reply 1"
+    assert text_of(await ask(bot, dm(), "hello")) == "reply 1"
     assert fake_openai.requests[0]["model"] == "fake-model"
     assert fake_openai.messages() == [
         {"role": "system", "content": SYSTEM},
@@ -96,11 +96,11 @@ async def test_no_blocks_means_the_plain_request(
 
 async def test_dm_blocks_arrive_exactly(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
     bot = openai_bot(make_bot, fake_openai)
-    await bot.handle(dm(), "/pin add tone Antworte knapp.")
-    await bot.handle(dm(), "/pin add-context proj Project:\npinbot --pinned")
-    await bot.handle(dm(), "/pin add-context old stale")
-    await bot.handle(dm(), "/pin idle old")
-    await bot.handle(dm(), "Wie geht's?")
+    await ask(bot, dm(), "/pin add tone Antworte knapp.")
+    await ask(bot, dm(), "/pin add-context proj Project:\npinbot --pinned")
+    await ask(bot, dm(), "/pin add-context old stale")
+    await ask(bot, dm(), "/pin idle old")
+    await ask(bot, dm(), "Wie geht's?")
     messages = fake_openai.messages()
     m, c = marker_of(messages[0]), marker_of(messages[-1])
     assert messages == [
@@ -126,12 +126,12 @@ async def test_group_request_has_shared_then_own_blocks_only(
         "group_strong_user_ids": ["5"],
     }
     bot = openai_bot(make_bot, fake_openai, pins)
-    await bot.handle(group("7"), "/pin shared add-strong house No profanity.")
-    await bot.handle(group("7"), "/pin shared add faq FAQ text")
-    await bot.handle(group("5"), "/pin add-strong mine Call me Ana.")
-    await bot.handle(group("5"), "/pin add note Ana's note")
-    await bot.handle(group("42"), "/pin add other Not for Ana")
-    await bot.handle(group("5", topic="3"), "hi")
+    await ask(bot, group("7"), "/pin shared add-strong house No profanity.")
+    await ask(bot, group("7"), "/pin shared add faq FAQ text")
+    await ask(bot, group("5"), "/pin add-strong mine Call me Ana.")
+    await ask(bot, group("5"), "/pin add note Ana's note")
+    await ask(bot, group("42"), "/pin add other Not for Ana")
+    await ask(bot, group("5", topic="3"), "hi")
     messages = fake_openai.messages()
     m, c = marker_of(messages[0]), marker_of(messages[-1])
     assert messages == [
@@ -156,8 +156,8 @@ async def test_injection_disabled_sends_the_plain_request(
     make_bot: BotFactory, fake_openai: FakeOpenAI
 ) -> None:
     bot = openai_bot(make_bot, fake_openai, {"allow_prompt_injection": False})
-    await bot.handle(dm(), "/pin add tone Be brief")
-    await bot.handle(dm(), "hello")
+    await ask(bot, dm(), "/pin add tone Be brief")
+    await ask(bot, dm(), "hello")
     assert fake_openai.messages() == [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "hello"},
@@ -168,10 +168,10 @@ async def test_history_holds_own_words_and_replies_not_wrappers(
     make_bot: BotFactory, fake_openai: FakeOpenAI
 ) -> None:
     bot = openai_bot(make_bot, fake_openai)
-    await bot.handle(dm(), "/pin add-context ref Some reference")
-    await bot.handle(dm(), "first")
-    await bot.handle(dm(), "/pin list")
-    await bot.handle(dm(), "second")
+    await ask(bot, dm(), "/pin add-context ref Some reference")
+    await ask(bot, dm(), "first")
+    await ask(bot, dm(), "/pin list")
+    await ask(bot, dm(), "second")
     messages = fake_openai.messages()
     assert messages[1:3] == [
         {"role": "user", "content": "first"},
@@ -191,7 +191,7 @@ async def test_history_budget_drops_oldest_turns(
         chat={"history_max_turns": 2, "compaction": "drop", "compaction_keep_turns": 2},
     )
     for word in ("one", "two", "three", "four"):
-        await bot.handle(dm(), word)
+        await ask(bot, dm(), word)
     assert [m["content"] for m in fake_openai.messages()] == [
         SYSTEM,
         "two",
@@ -237,19 +237,19 @@ async def test_failing_backend_gives_one_clear_message_and_no_history(
 ) -> None:
     bot = openai_bot(make_bot, fake_openai)
     fake_openai.status, fake_openai.error = status, error
-    reply = text_of(await bot.handle(dm(), "hello"))
+    reply = text_of(await ask(bot, dm(), "hello"))
     assert reply is not None and fragment in reply and "sk-test" not in reply
     assert error["message"] in caplog.text  # the server's own words reach the log
     assert await store.history("console:direct:42") == []
     fake_openai.status = 200
-    assert text_of(await bot.handle(dm(), "again")) == f"reply {len(fake_openai.requests)}"
+    assert text_of(await ask(bot, dm(), "again")) == f"reply {len(fake_openai.requests)}"
     assert fake_openai.messages()[1:] == [{"role": "user", "content": "again"}]
 
 
 async def test_retries_are_bounded_by_config(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
     bot = openai_bot(make_bot, fake_openai, max_retries=1)
     fake_openai.status = 500
-    await bot.handle(dm(), "hello")
+    await ask(bot, dm(), "hello")
     assert len(fake_openai.requests) == 2
 
 
@@ -258,7 +258,7 @@ async def test_timeout(make_bot: BotFactory, fake_openai: FakeOpenAI) -> None:
 
     fake_openai.release = asyncio.Event()  # never set: the server never answers
     bot = openai_bot(make_bot, fake_openai, timeout_s=0.05)
-    reply = text_of(await bot.handle(dm(), "hello"))
+    reply = text_of(await ask(bot, dm(), "hello"))
     assert reply is not None and "in time" in reply
     fake_openai.release.set()
 
@@ -275,7 +275,7 @@ async def test_refused_connection(make_bot: BotFactory, store: Store) -> None:
     }
     config = make_config(llm=settings)
     bot = make_bot(OpenAIChatModel.from_config(config.llm), llm=settings)
-    reply = text_of(await bot.handle(dm(), "hello"))
+    reply = text_of(await ask(bot, dm(), "hello"))
     assert reply is not None and "could not be reached" in reply
 
 

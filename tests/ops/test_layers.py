@@ -1,7 +1,8 @@
 """The layers hold: only storage talks to a database driver, and within it only the dialect (what
 differs between SQLite and PostgreSQL) and the schema (every table); the core knows no platform
-or model SDK, adapters reach the store only through the core, and only keys.py writes a key's
-grammar."""
+or model SDK, adapters reach the store only through the core, only keys.py writes a key's
+grammar, and each adapter hands a message to the core one way (`Pinbot.handle(incoming,
+surface)`)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,56 @@ def test_only_keys_py_writes_the_scope_key_grammar() -> None:
         if grammar.search(line) or '"%:direct:%"' in line
     ]
     assert offenders == []
+
+
+def calls_of(path: Path, method: str) -> list[int]:
+    """The lines of path that call `<something>.method(...)`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == method
+    ]
+
+
+def method_of(path: Path, cls: str, name: str) -> ast.AsyncFunctionDef | ast.FunctionDef:
+    """The definition of cls.name in path."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.AsyncFunctionDef | ast.FunctionDef) and item.name == name:
+                    return item
+    raise AssertionError(f"{cls}.{name} not found in {path}")
+
+
+def test_pinbot_handle_takes_the_incoming_message_and_its_surface() -> None:
+    handle = method_of(ROOT / "bot/core/bot.py", "Pinbot", "handle")
+    arguments = handle.args
+    assert [a.arg for a in arguments.args] == ["self", "incoming", "surface"]
+    assert [ast.unparse(a.annotation) for a in arguments.args[1:] if a.annotation] == [
+        "Incoming",
+        "Surface",
+    ]
+    assert not (arguments.kwonlyargs or arguments.defaults or arguments.vararg or arguments.kwarg)
+
+
+def test_each_adapter_hands_a_message_to_the_core_one_way() -> None:
+    adapters = ROOT / "bot/adapters"
+    sites = {path.name: len(calls_of(path, "handle")) for path in files("bot/adapters")}
+    assert {name: count for name, count in sites.items() if count} == {
+        "console.py": 1,
+        "feishu.py": 1,
+        "telegram.py": 1,
+    }
+    # Both platforms with an inbox send after its commit one way: what kit.from_inbox returns.
+    for name, frontend in (("telegram.py", "TelegramFrontend"), ("feishu.py", "FeishuFrontend")):
+        process = method_of(adapters / name, frontend, "_process_recorded")
+        returned = [
+            ast.unparse(n.value) if n.value else "None"
+            for n in ast.walk(process)
+            if isinstance(n, ast.Return)
+        ]
+        assert len(returned) == 1 and returned[0].startswith("await from_inbox("), name

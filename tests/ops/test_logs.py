@@ -11,7 +11,7 @@ import pytest
 
 from bot.config import LoggingConfig
 from bot.logs import REDACTOR, setup_logging
-from tests.conftest import BotFactory, dm
+from tests.conftest import BotFactory, ask, dm
 
 SECRET = "sk-live-0123456789abcdefghijklmnop"
 
@@ -27,8 +27,8 @@ async def test_info_json_logs_hold_no_content(
 ) -> None:
     setup_logging(LoggingConfig(level="info", json=True))
     bot = make_bot()
-    await bot.handle(dm(), "/pin add private-label very private content")
-    await bot.handle(dm(), "my private question")
+    await ask(bot, dm(), "/pin add private-label very private content")
+    await ask(bot, dm(), "my private question")
     lines = capsys.readouterr().err.strip().splitlines()
     events = [json.loads(line) for line in lines]
     assert [e["message"].split(" ")[:2] for e in events if e["logger"] == "bot.core.bot"] == [
@@ -45,7 +45,7 @@ async def test_debug_logs_show_content_but_never_secrets(
     setup_logging(LoggingConfig(level="debug"))
     REDACTOR.add(SECRET)
     bot = make_bot()
-    await bot.handle(dm(), f"my key is {SECRET}, please remember")
+    await ask(bot, dm(), f"my key is {SECRET}, please remember")
     logged = capsys.readouterr().err
     assert "my key is [redacted], please remember" in logged
     assert SECRET not in logged

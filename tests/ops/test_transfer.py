@@ -16,7 +16,7 @@ from bot.core.blocks import BlockOps
 from bot.core.policy import BlockPolicy
 from bot.core.transfer import apply_import, describe_changes, export_document, plan_import
 from storage import Store
-from tests.conftest import BotFactory, dm, group, make_config
+from tests.conftest import BotFactory, ask, dm, group, make_config
 from tests.fakes.clock import FakeClock
 
 NOW = FakeClock()()
@@ -26,15 +26,15 @@ PINBOT = str(Path(sys.executable).parent / "pinbot")
 
 async def populate(make_bot: BotFactory, clock: FakeClock) -> None:
     bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
-    await bot.handle(dm(), "/pin add 规则 请用中文回答。\n第二行 — ünïcödé ✓ --pinned")
-    await bot.handle(dm(), "/pin add-context notes line one\n\tindented line two")
-    await bot.handle(dm(), "/pin add old stale")
-    await bot.handle(dm(), "/pin idle old")
-    await bot.handle(dm(), "hello")
-    await bot.handle(group("7"), "/pin shared add-strong house Be kind")
-    await bot.handle(group("42", topic="3"), "/pin add mine Ma note")
+    await ask(bot, dm(), "/pin add 规则 请用中文回答。\n第二行 — ünïcödé ✓ --pinned")
+    await ask(bot, dm(), "/pin add-context notes line one\n\tindented line two")
+    await ask(bot, dm(), "/pin add old stale")
+    await ask(bot, dm(), "/pin idle old")
+    await ask(bot, dm(), "hello")
+    await ask(bot, group("7"), "/pin shared add-strong house Be kind")
+    await ask(bot, group("42", topic="3"), "/pin add mine Ma note")
     clock.advance(days=1)
-    await bot.handle(dm(), "/pin edit notes line one, edited\n\tindented line two")
+    await ask(bot, dm(), "/pin edit notes line one, edited\n\tindented line two")
 
 
 async def test_round_trip_is_exact(

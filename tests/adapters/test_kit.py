@@ -1,0 +1,77 @@
+"""The one way a reply waits for the inbox's commit: a ReplySurface sends at once, or, while an
+update from the inbox is processed (from_inbox), once the inbox has marked it processed."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.adapters.kit import Lost, ReplySurface, from_inbox, in_inbox, unless_lost
+from bot.core.replies import Reply
+from storage.errors import Unavailable
+
+
+class Answers:
+    """What a surface sent, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def __call__(self, reply: Reply) -> None:
+        self.sent.append(reply.text)
+
+
+async def test_outside_the_inbox_a_reply_goes_at_once() -> None:
+    answers = Answers()
+    surface = ReplySurface(answers)
+    assert not surface.deferred and not in_inbox()
+    assert surface.on_text is None
+    async with surface.thinking():
+        pass
+    await surface.send(Reply("hello"))
+    assert answers.sent == ["hello"]
+
+
+async def test_from_the_inbox_replies_wait_until_the_update_is_marked_processed() -> None:
+    answers = Answers()
+    seen: list[bool] = []
+
+    async def process() -> None:
+        surface = ReplySurface(answers)
+        seen.append(surface.deferred and in_inbox())
+        await surface.send(Reply("one"))
+        await surface.send(Reply("two"))
+
+    deliver = await from_inbox(process())
+    assert seen == [True] and answers.sent == [] and not in_inbox()
+    assert deliver is not None
+    await deliver()
+    assert answers.sent == ["one", "two"]
+
+
+async def test_an_update_that_sends_nothing_has_nothing_to_deliver() -> None:
+    async def process() -> None:
+        ReplySurface(Answers())
+
+    assert await from_inbox(process()) is None
+
+
+async def test_a_lost_update_sends_nothing_and_stays_waiting() -> None:
+    answers = Answers()
+
+    async def unreachable() -> str:
+        raise Unavailable("the database is gone")
+
+    async def process() -> None:
+        await ReplySurface(answers).send(Reply("too early"))
+        assert isinstance(await unless_lost(unreachable()), Lost)
+
+    with pytest.raises(Unavailable):
+        await from_inbox(process())
+    assert answers.sent == [] and not in_inbox()
+    with pytest.raises(Unavailable):  # outside the inbox it is not swallowed
+        await unless_lost(unreachable())
+
+    async def reachable() -> str:
+        return "fine"
+
+    assert await unless_lost(reachable()) == "fine"
