@@ -26,6 +26,7 @@ from bench import (
     memory,
     pages,
     prefix,
+    road,
     streaming,
     turn,
     web,
@@ -374,6 +375,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
     return [
         *_baseline_targets(report),
         *_message_targets(report),
+        *road.targets(report["road"]),
         *_history_targets(report),
         (
             "turn p50 <= 2x single aiosqlite query (largest store)",
@@ -641,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
             chats, per_chat = settings["cpu"]
             report["cpu_vs_baseline"] = baseline.cpu_against(
                 folder, chats, per_chat, settings["baseline_runs"]
+            )
+            report["road"] = road.against(
+                folder, chats, per_chat, settings["baseline_runs"], lambda n: _database(cluster, n)
             )
             report["pages"] = pages.run(
                 folder, settings["pages"], lambda name: _database(cluster, name), cluster.data
