@@ -4,12 +4,12 @@ through storage.changes only (and idle ones are cleaned up here)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 from storage import models, rows
-from storage.dialect import Database, Step
+from storage.dialect import Database
 from storage.models import (
     AuditEntry,
     Block,
@@ -20,7 +20,6 @@ from storage.models import (
 )
 from storage.rows import BLOCK_COLUMNS, block_from_row, prefix_range, ts
 from storage.search import SearchIndex
-from storage.versions import new_op, recorded, version_row
 
 Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, blocks)
 KEEP = Limits(0)  # for writes that only remove: the default number of versions kept
@@ -55,18 +54,6 @@ class BlockStore(Protocol):
             list(scopes),
         )
         return [block_from_row(row) for row in found]
-
-    async def delete_expired(self, blocks: Collection[Block], *, now: datetime) -> int:
-        """Delete idle blocks whose retention has passed (actor and channel: cleanup), each kept
-        as a version; returns how many went."""
-        if not blocks:
-            return 0
-        op = new_op()
-        versions = [
-            version_row(op, b.scope, b.label, ChangeKind.REMOVE, CLEANUP, now, b) for b in blocks
-        ]
-        delete = Step("DELETE FROM blocks WHERE id IN (?*)", ([b.id for b in blocks],))
-        return await self._db.write(delete, *recorded(versions, KEEP.versions))
 
     # --- model-call counts --------------------------------------------------------------------
 

@@ -168,7 +168,8 @@ class ChangeStore(Protocol):
         wanted = change.wanted[0]
         key = models.label_key(wanted.label)
         seen = change.seen.get(key)
-        before = seen.block if isinstance(seen, Seen) else None
+        before = seen.block if seen is not None else None
+        mark = seen.mark if seen is not None and seen.mark is not None else ""
         after = wanted.state
         if before is not None and after == BlockState.of(before):
             return []
@@ -193,14 +194,11 @@ class ChangeStore(Protocol):
             assert after is not None
             await self._insert(change.scope, wanted.label, after, kept, now=now, limits=limits)
         elif after is None:
-            delete = Step(
-                _DELETE, (before.id, before.rev, seen.mark if isinstance(seen, Seen) else "")
-            )
+            delete = Step(_DELETE, (before.id, before.rev, mark))
             if not await self._db.write(delete, *kept, lock=(change.scope,), guard=True):
                 raise Stale(before.label)
         else:
-            assert isinstance(seen, Seen)
-            await self._update(seen, after, kept, now=now, limits=limits)
+            await self._update(Seen(before, mark), after, kept, now=now, limits=limits)
         return [Applied(label, before, after)]
 
     async def _insert(
@@ -278,6 +276,9 @@ def _one_label(change: BlockChange) -> bool:
     key = models.label_key(wanted.label)
     if key not in change.seen or set(change.seen) != {key}:
         return False
+    seen = change.seen[key]
+    if seen is not None and seen.mark is None:
+        return False
     times = (wanted.created_at, wanted.updated_at, wanted.idle_since, wanted.idle_calls)
     return change.seen[key] is not None or (wanted.state is not None and times == (None,) * 4)
 
@@ -295,7 +296,7 @@ async def _apply_in(
             raise Stale(now_seen.block.label)
         if isinstance(seen, Seen) and (
             now_seen is None
-            or now_seen.mark != seen.mark
+            or (seen.mark is not None and now_seen.mark != seen.mark)
             or now_seen.block.id != seen.block.id
             or now_seen.block.rev != seen.block.rev
         ):
@@ -411,6 +412,10 @@ def _write(scope: str, entry: _Entry, now: datetime, calls: int | None, importin
     )
     updated = ts(want.updated_at) if want.updated_at else stamp
     values = (after.content, after.level.value, after.state.value, after.priority)
+    if before is not None and idle and before.state is State.IDLE and want.idle_since is None:
+        # A block that stays idle keeps its idle mark: its retention runs on.
+        idle_since = None if before.idle_since is None else ts(before.idle_since)
+        idle_calls = before.idle_calls
     if before is not None:
         created = ts(want.created_at) if importing and want.created_at else ts(before.created_at)
         return Step(

@@ -117,10 +117,11 @@ class Wanted:
 @dataclass(frozen=True, slots=True)
 class Seen:
     """A label as a change was reviewed against it: its block and its mark (the operation of
-    its newest kept version, '' when none is kept)."""
+    its newest kept version, '' when none is kept; None: not read, the block's id and revision
+    decide)."""
 
     block: Block
-    mark: str
+    mark: str | None
 
 
 ABSENT = None  # what a BlockChange's `seen` says of a label that had no block when reviewed

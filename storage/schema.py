@@ -437,8 +437,9 @@ STEPS: dict[int, Step] = {
     15: _pages_that_stay_fast,
     # A proposal is decided against its block's newest version (base_version: that version's
     # operation, '' when none was kept), not its revision, which a block removed and added
-    # again can repeat. A pending proposal whose block is still at base_rev gets that block's
-    # mark; any other stays without one, and its approval is refused as made on an older block.
+    # again can repeat. A pending proposal whose block is still at base_rev with base_content
+    # gets that block's mark; any other stays without one, and its approval is refused as made
+    # on an older block.
     16: [
         "ALTER TABLE proposals ADD COLUMN base_version TEXT",
         """UPDATE proposals SET base_version = COALESCE((SELECT v.op FROM block_versions v
@@ -447,7 +448,7 @@ STEPS: dict[int, Step] = {
             ORDER BY v.id DESC LIMIT 1), '')
         WHERE status = 'pending' AND base_rev IS NOT NULL AND EXISTS (SELECT 1 FROM blocks b
             WHERE b.scope = proposals.group_scope AND b.label = proposals.label
-            AND b.rev = proposals.base_rev)""",
+            AND b.rev = proposals.base_rev AND b.content = proposals.base_content)""",
     ],
 }
 LATEST = max(STEPS)

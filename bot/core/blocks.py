@@ -331,7 +331,7 @@ class BlockOps:
                 seen_of(blocks, marks, labels),
                 kind=ChangeKind.CLEAR,
             )
-            if not confirm:
+            if not confirm or not blocks:
                 if problem := await self.policy.review(
                     change, target.where, speaker=target.speaker, blocks=blocks
                 ):

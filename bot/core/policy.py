@@ -28,6 +28,10 @@ _WITHOUT_ALLOWED_CONTROLS = str.maketrans(dict.fromkeys(_ALLOWED_CONTROLS))
 # look like something else; content may hold them (e.g. joiners in emoji and scripts).
 _LABEL_CATEGORIES = ("Cc", "Cs", "Cf")
 _CONTENT_CATEGORIES = ("Cc", "Cs")
+# Characters that reorder how text around them is shown: free text could look like other text.
+_DIRECTION_CONTROLS = frozenset(
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"
+)
 _QUOTES = "\"'`“”‘’„«»「」『』"
 _DAY = timedelta(days=1)
 MAX_RECORDED_CHARS = 200  # of an actor, an operation id or a detail that an import brings
@@ -196,9 +200,12 @@ def priority_problem(priority: int | None) -> Refused | None:
 
 
 def text_problem(text: str, what: str, limit: int) -> Refused | None:
-    """Why free text recorded with a change (an actor, a reason) cannot be kept: a control
-    character, or more than limit characters; None if it is fine."""
-    if bad := _bad_character(text, _CONTENT_CATEGORIES, controls=False):
+    """Why free text recorded with a change (an actor, a reason) cannot be kept: a control or
+    direction-control character, or more than limit characters; None if it is fine."""
+    bad = _bad_character(text, _CONTENT_CATEGORIES, controls=False) or next(
+        (f"U+{ord(char):04X}" for char in text if char in _DIRECTION_CONTROLS), None
+    )
+    if bad:
         return refusal(Rule.TEXT_CHARACTER, what=what, character=bad)
     if len(text) > limit:
         return refusal(Rule.TEXT_TOO_LONG, what=what, length=len(text), limit=limit)

@@ -276,7 +276,14 @@ class Proposals:
         if new.base_rev is None:
             if existing is not None:
                 return stale
-        elif existing is None or marks.get(key, "") != new.base_version:
+        elif (
+            existing is None
+            or marks.get(key, "") != new.base_version
+            # Where no version is kept (retention), the block itself must still be the one
+            # the proposal was made on.
+            or existing.rev != new.base_rev
+            or existing.content != new.base_content
+        ):
             return stale
         change = _proposed(
             target,

@@ -22,7 +22,7 @@ from bot.core.policy import (
 )
 from storage import Store
 from storage.blocks import BlockStore
-from storage.errors import Conflict
+from storage.errors import Conflict, LimitReached, OverBudget
 from storage.models import (
     Block,
     BlockChange,
@@ -379,7 +379,7 @@ def _parse_history(
     if not isinstance(items, list):
         problems.append(f"scope '{scope}': history must be a list")
         return []
-    versions = []
+    versions: list[Version] = []
     for index, item in enumerate(items):
         where = f"scope '{scope}', history #{index + 1}"
         before = len(problems)
@@ -391,45 +391,76 @@ def _parse_history(
         if not all(isinstance(value, str) for value in text.values()):
             problems.append(f"{where}: op, label, actor and detail must be strings")
         kind, channel = item.get("kind"), item.get("channel")
-        if not isinstance(kind, str) or kind not in set(ChangeKind):
-            problems.append(f"{where}: kind must be one of {', '.join(ChangeKind)}")
-        if not isinstance(channel, str) or channel not in set(Channel):
-            problems.append(f"{where}: channel must be one of {', '.join(Channel)}")
-        for name in ("origin", "undone_by"):
-            if item.get(name) is not None and not isinstance(item.get(name), str):
-                problems.append(f"{where}: {name} must be a string or null")
+        _check_recorded(item, where, problems)
         at = _parse_time(item.get("at"), where, "at", problems)
         created = _parse_time(item.get("created_at"), where, "created_at", problems, True)
         state = _parse_state(item.get("before"), where, problems)
         if len(problems) > before or at is None:
             continue
-        if problem := _version_problem(text, state, scope, policy):
-            problems.append(f"{where}: {problem}")
+        if found := _version_problem(text, state, scope, policy):
+            problems.append(f"{where}: {found}")
+            continue
+        key = (str(text["op"]), label_key(str(text["label"])))
+        if any((v.op, label_key(v.label)) == key for v in versions):
+            problems.append(
+                f"{where}: operation {key[0]!r} already has a version of '{text['label']}' "
+                "(labels are matched ignoring case and width); keep one of them"
+            )
             continue
         versions.append(
             Version(
                 *(0, str(text["op"]), scope, str(text["label"]), ChangeKind(str(kind))),
                 *(str(text["detail"]), str(text["actor"]), Channel(str(channel)), at, state),
-                *(created, Origin.decode(item.get("origin")), item.get("undone_by")),
+                *(created, _origin(item["origin"]) if item.get("origin") else None),
+                *(item.get("undone_by"),),
             )
         )
     return versions
+
+
+def _check_recorded(item: dict[str, Any], where: str, problems: list[str]) -> None:
+    """A version's kind, channel, origin and undone_by: known values and plain text."""
+    kind, channel = item.get("kind"), item.get("channel")
+    if not isinstance(kind, str) or kind not in set(ChangeKind):
+        problems.append(f"{where}: kind must be one of {', '.join(ChangeKind)}")
+    if not isinstance(channel, str) or channel not in set(Channel):
+        problems.append(f"{where}: channel must be one of {', '.join(Channel)}")
+    for name in ("origin", "undone_by"):
+        value = item.get(name)
+        if value is not None and not isinstance(value, str):
+            problems.append(f"{where}: {name} must be a string or null")
+        elif value is not None and (problem := text_problem(value, name, MAX_RECORDED_CHARS)):
+            problems.append(f"{where}: {problem.reason}")
+    if isinstance(item.get("origin"), str) and _origin(item["origin"]) is None:
+        problems.append(
+            f"{where}: origin must be message:<id>:<author> or proposal:<number>, or null"
+        )
 
 
 def _version_problem(
     text: dict[str, Any], state: BlockState | None, scope: str, policy: BlockPolicy
 ) -> str | None:
     """The first rule a version breaks: its label's, its free text's, its content's."""
+    group = is_group_scope(scope)
     problem = (
         policy.label_problem(text["label"])
         or text_problem(text["actor"], "actor", MAX_RECORDED_CHARS)
         or text_problem(text["detail"], "detail", MAX_RECORDED_CHARS)
         or text_problem(text["op"], "operation id", MAX_RECORDED_CHARS)
+        # A group's members read a version's actor and detail in /pin shared history.
+        or policy.secret_problem(f"{text['actor']} {text['detail']}", group=group)
     )
     if problem is None and state is not None:
-        group = is_group_scope(scope)
         problem = policy.state_problem(text["label"], state, group=group, new_label=False)
     return None if problem is None else problem.reason
+
+
+def _origin(text: str) -> Origin | None:
+    """An origin as an export writes it, or None when it is not one."""
+    try:
+        return Origin.decode(text)
+    except ValueError:
+        return None
 
 
 def _parse_state(item: Any, where: str, problems: list[str]) -> BlockState | None:
@@ -512,6 +543,9 @@ async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
         await ops.commit_all(changes)
     except Conflict:
         plan.problems.append("the blocks changed while importing; run the import again")
+        return 0
+    except (LimitReached, OverBudget):  # another writer filled a scope meanwhile
+        plan.problems.append("a scope's limits changed while importing; run the import again")
         return 0
     return sum(len(blocks) for _, blocks in plan.scopes.values())
 

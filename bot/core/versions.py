@@ -11,7 +11,7 @@ from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
 from bot.core.policy import BlockPolicy, Rule, refusal
 from storage.changes import Applied
 from storage.errors import Stale
-from storage.models import BlockState, Channel, Version, Wanted
+from storage.models import Block, BlockState, Channel, Version, Wanted, label_key
 from storage.versions import VersionStore
 
 SHOWN_CHARS = 60  # of each version's content in /pin history
@@ -103,6 +103,9 @@ class BlockHistory:
         """Revert the scope's last operation (an undo steps over earlier changes, never over
         undos), as one operation: a change like any other, made now by the speaker, under the
         rules of now."""
+        # The blocks are read before the operation to undo: a change landing after this read
+        # (the operation's own, or a later one) makes the undo stale, never silently lost.
+        now = await self._ops.scope_now(target)
         versions = await self._store.last_operation(target.scope)
         if not versions:
             if problem := await self._ops.may_change(target):
@@ -111,10 +114,11 @@ class BlockHistory:
         wanted: dict[str, Wanted] = {}
         for version in versions:  # the first version of a label holds its state before
             wanted.setdefault(
-                version.label.casefold(), Wanted(version.label, version.before, version.created_at)
+                label_key(version.label),
+                Wanted(version.label, version.before, version.created_at),
             )
         outcome = await self._apply(
-            target, list(wanted.values()), Channel.UNDO, undoes=versions[0].op
+            target, list(wanted.values()), Channel.UNDO, now, undoes=versions[0].op
         )
         if isinstance(outcome, Refused):
             return outcome
@@ -131,6 +135,7 @@ class BlockHistory:
         removed one; over a block that exists now it is an edit."""
         if problem := await self._ops.may_change(target):
             return problem
+        now = await self._ops.scope_now(target)  # before the versions, as in undo
         versions = await self._store.versions(target.scope, label)
         states = await self._states(target, label, versions) if versions else []
         number = number or 2
@@ -150,18 +155,23 @@ class BlockHistory:
             return Done(f"'{versions[0].label}' is already as version 1 (now).")
         created = next((v.created_at for v in versions if v.created_at), None)
         wanted = [Wanted(versions[0].label, state, created)]
-        outcome = await self._apply(target, wanted, Channel.RESTORE)
+        outcome = await self._apply(target, wanted, Channel.RESTORE, now)
         if isinstance(outcome, Refused):
             return outcome
         source = f" ({_when(made_by.at)}, by {_who(made_by)})" if made_by else ""
         return Done(f"Restored '{versions[0].label}' to version {number}{source}.")
 
     async def _apply(
-        self, target: Target, wanted: list[Wanted], channel: Channel, undoes: str | None = None
+        self,
+        target: Target,
+        wanted: list[Wanted],
+        channel: Channel,
+        now: tuple[list[Block], dict[str, str]],
+        undoes: str | None = None,
     ) -> Outcome:
         """Bring labels to wanted states as one change by the speaker, reviewed against the
-        blocks as they are now."""
-        blocks, marks = await self._ops.scope_now(target)
+        blocks as they were read (now: blocks and marks) before the versions were."""
+        blocks, marks = now
         seen = seen_of(blocks, marks, [want.label for want in wanted])
         change = target.changed(wanted, seen, channel=channel, undoes=undoes)
         try:
@@ -169,8 +179,23 @@ class BlockHistory:
         except Stale as stale:
             return refusal(Rule.STALE, target.where, label=stale.label)
         if isinstance(applied, Refused):
+            if applied.code in _AS_IT_WAS:
+                labels = ", ".join(f"'{want.label}'" for want in wanted if want.state)
+                reason = f"{labels} cannot come back as it was: {applied.reason}"
+                return Refused(reason, applied.code)
             return applied
         return Done(_summary(applied))
+
+
+# Refusals of what a version holds (not of the scope or the speaker): the reply names the block.
+_AS_IT_WAS = {
+    Rule.LABEL_TOO_LONG,
+    Rule.LABEL_CHARACTER,
+    Rule.CONTENT_TOO_LONG,
+    Rule.CONTENT_CHARACTER,
+    Rule.CREDENTIAL,
+    Rule.PRIORITY,
+}
 
 
 def _summary(applied: list[Applied]) -> str:

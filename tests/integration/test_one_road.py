@@ -78,7 +78,7 @@ async def test_undo_needs_the_rights_a_level_change_needs(tmp_path: Path, url: s
 
 
 async def test_restore_meets_the_label_rule_of_now(tmp_path: Path, url: str | None) -> None:
-    label = "a-label-of-25-characters"
+    label = "a-label-of-24-characters"
     config = configure(tmp_path, url, pins={"max_label_length": 30})
     code, out, err = await console(
         config, [f"/pin add {label} Kept.", f"/pin remove {label}"], "--user", "42"
@@ -86,7 +86,8 @@ async def test_restore_meets_the_label_rule_of_now(tmp_path: Path, url: str | No
     assert code == 0, err
     config = configure(tmp_path, url, pins={"max_label_length": 10})
     code, out, err = await console(config, [f"/pin restore {label}"], "--user", "42")
-    assert out.strip() == RULE_TEXTS[Rule.LABEL_TOO_LONG].format(length=len(label), limit=10)
+    too_long = RULE_TEXTS[Rule.LABEL_TOO_LONG].format(length=len(label), limit=10)
+    assert out.strip() == f"'{label}' cannot come back as it was: {too_long}"
     assert await blocks_of(tmp_path, url, "console:direct:42") == []
 
 

@@ -155,7 +155,8 @@ async def test_idle_marks_and_call_counts(open_store: Opener) -> None:
     blocks, before = await store.start_model_call(["s", "empty"])
     assert before == {"s": 3} and [b.label for b in blocks] == ["a"]
     assert await store.model_calls("s") == 4 and await store.model_calls("empty") == 1
-    assert await store.delete_expired([a], now=NOW) == 1
+    await writes.delete(store, a, now=NOW, change=BY_7)
+    assert await store.blocks(["s"]) == []
 
 
 async def test_history_compaction_and_reset(open_store: Opener) -> None:

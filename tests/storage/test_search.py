@@ -196,7 +196,8 @@ async def test_every_write_to_blocks_keeps_search_right(store: Store, way: str) 
     await store.move_group(
         "t:group:-1", "t:group:-7", members_prefix="t:group:-1::u:", sessions_prefix="t:group:-1:"
     )
-    await store.delete_expired(await store.blocks(["f:direct:4"]), now=NOW)
+    for block in await store.blocks(["f:direct:4"]):
+        await writes.delete(store, block, now=NOW, change=BY_7)
     await writes.bring(
         store,
         "f:group:-3",
