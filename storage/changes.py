@@ -268,19 +268,21 @@ class ChangeStore(Protocol):
 
 def _one_label(change: BlockChange) -> bool:
     """Whether the change is one label's add, edit or removal with nothing besides."""
-    if len(change.wanted) != 1 or change.kind is not None or change.undoes is not None:
+    if len(change.wanted) != 1 or len(change.seen) != 1:
         return False
-    if change.calls is not None or change.history is not None or change.proposal is not None:
+    if change.kind is not None or change.undoes is not None or change.calls is not None:
+        return False
+    if change.history is not None or change.proposal is not None:
         return False
     wanted = change.wanted[0]
     key = models.label_key(wanted.label)
-    if key not in change.seen or set(change.seen) != {key}:
+    if key not in change.seen:
         return False
     seen = change.seen[key]
-    if seen is not None and seen.mark is None:
-        return False
+    if seen is not None:
+        return seen.mark is not None
     times = (wanted.created_at, wanted.updated_at, wanted.idle_since, wanted.idle_calls)
-    return change.seen[key] is not None or (wanted.state is not None and times == (None,) * 4)
+    return wanted.state is not None and times == (None, None, None, None)
 
 
 async def _apply_in(

@@ -4,6 +4,7 @@ own typed schema on every turn: input from users is validated before it reaches 
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 
 
+@functools.lru_cache(maxsize=65_536)  # every change looks its labels up several times
 def label_key(label: str) -> str:
     """The form labels are compared in within a scope: NFKC-normalised and case-folded, so a
     full-width or differently cased look-alike of a label is the same label."""

@@ -4,6 +4,7 @@ rule check) and the store applies (the one write); every operation returns a typ
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -87,7 +88,7 @@ class Target:
         speaker = Speaker(Access(Role.SHARED_ADMIN))
         return cls(group_scope, True, True, speaker, Change(actor, channel))
 
-    @property
+    @functools.cached_property
     def where(self) -> Where:
         """The scope as the block policy and replies name it."""
         return Where(self.shared, self.group)

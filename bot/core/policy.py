@@ -8,6 +8,7 @@ which says what to do."""
 
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from collections.abc import Sequence
@@ -153,7 +154,7 @@ class Where:
     shared: bool
     group: bool
 
-    @property
+    @functools.cached_property
     def noun(self) -> str:
         """How replies name these blocks."""
         if self.shared:
@@ -275,7 +276,7 @@ class BlockPolicy:
             (self.label_problem(label) if new_label else None)
             or self.content_problem(state.content)
             or priority_problem(state.priority)
-            or self.secret_problem(f"{label} {state.content}", group=group)
+            or (self.secret_problem(f"{label} {state.content}", group=True) if group else None)
         )
 
     def limits_problem(
@@ -330,14 +331,12 @@ class BlockPolicy:
             current = {key: seen.block for key, seen in change.seen.items() if seen is not None}
         else:
             current = {label_key(block.label): block for block in blocks}
-        after = {key: BlockState.of(block) for key, block in current.items()}
+        after: dict[str, BlockState | None] = {}
         strong = False
         for want in change.wanted:
-            key, before = label_key(want.label), current.get(label_key(want.label))
-            if want.state is None:
-                after.pop(key, None)
-            else:
-                after[key] = want.state
+            key = label_key(want.label)
+            before = current.get(key)
+            after[key] = want.state
             if before is not None and want.state == BlockState.of(before):
                 continue
             if problem := self._label_problem(change, want.label, before, want.state, where):
@@ -352,7 +351,11 @@ class BlockPolicy:
             return problem
         if problem := self._history_problem(change, where):
             return problem
-        return None if blocks is None else self.limits_problem(blocks, [*after.values()], where)
+        if blocks is None:
+            return None
+        kept = [BlockState.of(b) for k, b in current.items() if k not in after]
+        states = [*kept, *(state for state in after.values() if state is not None)]
+        return self.limits_problem(blocks, states, where)
 
     @staticmethod
     async def _permission(speaker: Speaker | None, action: Action) -> Refused | None:
