@@ -268,11 +268,15 @@ class ChangeStore(Protocol):
 
 def _one_label(change: BlockChange) -> bool:
     """Whether the change is one label's add, edit or removal with nothing besides."""
-    if len(change.wanted) != 1 or len(change.seen) != 1:
-        return False
-    if change.kind is not None or change.undoes is not None or change.calls is not None:
-        return False
-    if change.history is not None or change.proposal is not None:
+    if (
+        len(change.wanted) != 1
+        or len(change.seen) != 1
+        or change.kind is not None
+        or change.undoes is not None
+        or change.calls is not None
+        or change.history is not None
+        or (change.change.origin is not None and change.proposal is not None)
+    ):
         return False
     wanted = change.wanted[0]
     key = models.label_key(wanted.label)
@@ -281,8 +285,7 @@ def _one_label(change: BlockChange) -> bool:
     seen = change.seen[key]
     if seen is not None:
         return seen.mark is not None
-    times = (wanted.created_at, wanted.updated_at, wanted.idle_since, wanted.idle_calls)
-    return wanted.state is not None and times == (None, None, None, None)
+    return wanted.state is not None and wanted.created_at is None and wanted.updated_at is None
 
 
 async def _apply_in(

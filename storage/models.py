@@ -160,7 +160,7 @@ class BlockChange:
     def proposal(self) -> int | None:
         """The proposal this change carries out, if any: it is decided by this change."""
         origin = self.change.origin
-        if self.change.channel is Channel.PROPOSAL and origin is not None:
+        if origin is not None and self.change.channel is Channel.PROPOSAL:
             return origin.proposal
         return None
 

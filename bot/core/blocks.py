@@ -222,12 +222,14 @@ class BlockOps:
         state = BlockState(content, level, State.PINNED if pinned else State.ACTIVE, priority)
         change = target.changed([Wanted(label, state)], {label_key(label): ABSENT}, origin=origin)
         for _ in range(_ATTEMPTS):
-            outcome = await self._decided(target, change, None)
+            try:  # a label taken meanwhile is refused by the store; Conflict: decide again
+                outcome = await self.commit(target, change, None)
+            except Conflict:
+                continue
             if isinstance(outcome, Refused):
                 return outcome
-            if outcome is not None:
-                kept = ", pinned (kept until you remove it)" if pinned else ""
-                return Done(f"Saved {level.value} block '{label}'{kept}.")
+            kept = ", pinned (kept until you remove it)" if pinned else ""
+            return Done(f"Saved {level.value} block '{label}'{kept}.")
         return refusal(Rule.BUSY)
 
     async def change(

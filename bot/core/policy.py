@@ -341,15 +341,20 @@ class BlockPolicy:
                 continue
             if problem := self._label_problem(change, want.label, before, want.state, where):
                 return problem
-            levels = (before.level if before else None, want.state and want.state.level)
-            strong = strong or (want.state is not None and Level.STRONG in levels)
+            strong = strong or (
+                want.state is not None
+                and (
+                    want.state.level is Level.STRONG
+                    or (before is not None and before.level is Level.STRONG)
+                )
+            )
         if (
             strong
             and not where.shared
             and (problem := await self._permission(speaker, Action.PERSONAL_STRONG))
         ):
             return problem
-        if problem := self._history_problem(change, where):
+        if change.history is not None and (problem := self._history_problem(change, where)):
             return problem
         if blocks is None:
             return None
