@@ -50,6 +50,28 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return len(os.sched_getaffinity(0)) + 1
 
 
+# Modules whose tests take longest (whole groups of worker processes, generated replies): they
+# are handed out first, so that no parallel worker is still running them when the others are
+# done. The order of everything else is as collected.
+LONGEST_FIRST = (
+    "tests/integration/test_workers.py",
+    "tests/adapters/test_markdown_properties.py",
+    "tests/ops/test_crash_safety.py",
+    "tests/integration/test_web.py",
+    "tests/integration/test_web_changes.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the longest modules' tests first (a stable order, the same in every worker)."""
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
