@@ -12,11 +12,23 @@ from bench.data import scope_of
 from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
-from bot.core.incoming import SILENT, Incoming
-from bot.core.replies import Result
+from bot.core.replies import Reply, Result
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
 from storage.models import label_key
+
+try:
+    from bot.core.incoming import SILENT, Incoming
+except ImportError:  # an earlier tree, measured by this harness (bench.history.call_in)
+    Incoming = None  # type: ignore[assignment,misc]
+
+
+async def handle(bot: Pinbot, conversation: Conversation, text: str) -> Reply | None:
+    """bot's answer to text in conversation, through the entry this tree's Pinbot has."""
+    if Incoming is None:
+        return await bot.handle(conversation, text)  # type: ignore[arg-type]
+    return await bot.handle(Incoming(conversation, text), SILENT)
+
 
 CONTENT = "Keep answers short and cite the source of every figure you give, please. " * 2
 EDITED = CONTENT.replace("short", "brief")  # an edit that changes the content
@@ -57,7 +69,7 @@ async def _send_each(
     """`/pin <verb> <label> [content]` for each (user, label) of work, each committed."""
     for user, label in work:
         text = f"/pin {verb} {label}" + ("" if verb == "remove" else f" {content}")
-        reply = await bot.handle(Incoming(conversations[user], text), SILENT)
+        reply = await handle(bot, conversations[user], text)
         assert reply is not None and reply.outcome is Result.DONE, reply
 
 

@@ -152,7 +152,10 @@ async def _fill_postgres(url: str, scopes: int, scope_for: Callable[[int], str])
             columns=list(BLOCK_INSERT_COLUMNS),
         )
         if indexed:
-            from storage.schema import PG_SEARCH_INDEX
+            try:
+                from storage.schema import PG_SEARCH_INDEX
+            except ImportError:  # an earlier tree (bench.history.call_in) kept it in search
+                from storage.search import PG_SEARCH_INDEX  # type: ignore[attr-defined,no-redef]
 
             await connection.execute(PG_SEARCH_INDEX)
         await connection.execute("ANALYZE blocks")
