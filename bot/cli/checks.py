@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bot.cli.store import url_problem
 from bot.config import Config, telegram_token_problem
 from bot.core.access import ANYONE
 from bot.core.keys import ScopeKind, group_key_of, parse_scope, strip_agent_prefix, topic_of
 from bot.core.permissions import AllowEntry
+from storage.dialect import url_problem
 
 
 def _secret(variable: str, key: str, needed_for: str) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from bot.config import Config, ConfigError
 from bot.logs import REDACTOR
 from storage import Store
+from storage.dialect import url_problem
 from storage.errors import SchemaTooNew, Unavailable
 
 PRIVATE_FILE_MODE = 0o600
@@ -44,28 +45,6 @@ def hide_credentials(url: str) -> None:
         REDACTOR.add(credentials)
         REDACTOR.add(credentials.partition(":")[2])
         REDACTOR.add(urllib.parse.unquote(credentials.partition(":")[2]))
-
-
-def url_problem(url: str) -> str | None:
-    """What keeps url from being a PostgreSQL URL pinbot can connect with, without quoting any
-    of it; None when it reads well."""
-    scheme, separator, rest = url.partition("://")
-    if not separator or scheme not in ("postgresql", "postgres"):
-        return "not a postgresql:// URL; write postgresql://user:password@host:5432/database"
-    credentials = rest.rpartition("@")[0]
-    if any(char in credentials for char in "/?#[]"):
-        return (
-            "percent-encode reserved characters in the password (or user name): "
-            "/ ? # [ ] as %2F %3F %23 %5B %5D"
-        )
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return "the port after the host is not a number from 1 to 65535"
-    if port == 0:
-        return "the port after the host is not a number from 1 to 65535"
-    return None
 
 
 async def open_store(config: Config, *, create: bool = True) -> Store:

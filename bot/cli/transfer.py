@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 
 from bot.cli.command import Subcommand, load
-from bot.cli.store import open_store
-from bot.config import ConfigError
+from bot.cli.store import database_url, open_store
+from bot.config import Config, ConfigError
+
+
+def _source_exists(config: Config, config_file: str) -> None:
+    """ConfigError when the source is a SQLite file that is not there: a mistyped path would
+    otherwise copy an empty store and say it succeeded."""
+    path = config.storage.path
+    if database_url(config) is None and path != ":memory:" and not Path(path).is_file():
+        what = "is a directory, not a database file" if Path(path).is_dir() else "does not exist"
+        raise ConfigError(
+            f"storage.path of {config_file}: the SQLite database {path} {what}; "
+            "nothing was copied (name the file to copy from)"
+        )
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +30,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _transfer(source_file: str, target_file: str) -> int:
     source_config, target_config = load(source_file), load(target_file)
+    _source_exists(source_config, source_file)
     async with await open_store(source_config, create=False) as source:
         dump = await source.dump()
     async with await open_store(target_config) as target:

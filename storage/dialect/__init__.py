@@ -25,6 +25,7 @@ from storage.dialect.postgres import (
     WORKER_LOCKS,
     PostgresDatabase,
     inspect_postgres,
+    url_problem,
 )
 from storage.dialect.sqlite import SqliteDatabase, inspect_sqlite
 
@@ -40,6 +41,7 @@ __all__ = [
     "Step",
     "connect",
     "inspect",
+    "url_problem",
 ]
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
+import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import asyncpg
+import asyncpg.connect_utils
 
 from storage.dialect.base import (
     LIST,
@@ -61,6 +64,82 @@ def _pg_faults() -> Iterator[None]:
         yield
     except _PG_UNAVAILABLE as error:
         raise Unavailable(str(error) or type(error).__name__) from error
+
+
+PORT_PROBLEM = "the port after the host is not a number from 1 to 65535"
+RESERVED = "/?#[]"
+MAX_PORT = 65535
+
+
+def _credentials_problem(rest: str) -> str | None:
+    """What in the user name and password (up to the URL's last @) asyncpg would read as
+    something else: a reserved character ends the host part early, and asyncpg ends the
+    credentials at the first @, so the rest of a password becomes part of the host."""
+    credentials = rest.rpartition("@")[0]
+    if any(char in credentials for char in RESERVED):
+        return (
+            "percent-encode reserved characters in the password (or user name): "
+            "/ ? # [ ] as %2F %3F %23 %5B %5D"
+        )
+    user, _, password = credentials.partition(":")  # asyncpg's split too: at the first colon
+    for part, text in (("password", password), ("user name", user)):
+        if "@" in text:
+            return (
+                f"the {part} holds an @ that is not percent-encoded: write it as %40 "
+                "(asyncpg ends the user name and password at the first @)"
+            )
+    return None
+
+
+def _asyncpg_problem(url: str) -> str | None:
+    """What asyncpg's own parser, the one every connection of the store goes through, refuses
+    in url (with the PG* variables and files it reads too), or what it reads into an address
+    nothing can connect to; the part named, no text of the URL quoted."""
+    parse: Any = getattr(asyncpg.connect_utils, "_parse_connect_dsn_and_args", None)
+    if parse is None:  # another asyncpg: what it makes of the URL shows when it connects
+        return None
+    arguments = dict.fromkeys(inspect.signature(parse).parameters)
+    try:
+        addresses, _ = parse(**{**arguments, "dsn": url})
+    except asyncpg.ClientConfigurationError as error:  # its messages name settings, not values
+        return f"asyncpg cannot use it: {error}"
+    except ValueError:  # int() of a port: the URL's, ?port=, or $PGPORT
+        return f"{PORT_PROBLEM} (or in ?port= or $PGPORT)"
+    except IndexError:  # an empty name in a list of hosts
+        return "a host in the list of hosts is empty (two commas, or one at an end)"
+    except Exception as error:
+        return f"asyncpg cannot read it ({type(error).__name__})"
+    for address in addresses:
+        if isinstance(address, str):  # a Unix socket
+            continue
+        host, port = address
+        if not 0 < port <= MAX_PORT:
+            return PORT_PROBLEM
+        if not host or any(char == "@" or char.isspace() for char in host):
+            return "the host is not a host name or address"
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps the store from connecting with url, found without connecting: the URL read
+    exactly as asyncpg reads it when the store connects, and refused where that reading is not
+    what was written. None when it reads well. The part at fault is named; no text of the URL
+    is quoted (it holds a password)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in ("postgresql", "postgres"):
+        return "not a postgresql:// URL; write postgresql://user:password@host:5432/database"
+    if problem := _credentials_problem(rest):
+        return problem
+    try:
+        query = urllib.parse.urlparse(url).query  # asyncpg's first step
+    except ValueError:  # Python's own reading refuses it: an IPv6 address with one bracket
+        return "the host is not a host name or address (an IPv6 address goes inside [ ])"
+    try:
+        if query:
+            urllib.parse.parse_qs(query, strict_parsing=True)  # as asyncpg reads it
+    except ValueError:
+        return "the query after ? is not name=value pairs joined by &"
+    return _asyncpg_problem(url)
 
 
 class _PgExecutor(Executor):
@@ -119,7 +198,10 @@ class PostgresDatabase(_PgExecutor, Database):
 
     @classmethod
     async def open(cls, url: str) -> PostgresDatabase:
-        """Connect to the database at url."""
+        """Connect to the database at url; Unavailable naming what is wrong with a URL that asyncpg
+        would read as something else than was written (see url_problem)."""
+        if problem := url_problem(url):
+            raise Unavailable(f"the PostgreSQL URL: {problem}")
         with _pg_faults():
             pool = await asyncpg.create_pool(
                 url, min_size=1, max_size=POOL_SIZE, reset=_keep_session
