@@ -5,6 +5,11 @@ Session keys follow OpenClaw's form: `<platform>:direct:<user>`, `<platform>:gro
 Scopes (where blocks live) are a DM user's session key, a group's session key (its shared
 blocks), or `<group session key>::u:<sender>` (a member's personal blocks in that group).
 A leading `agent:<name>:` is accepted and ignored wherever a key is read.
+
+`read_scope` is the stricter reading of what the bot itself writes: a platform it serves and ids
+of the form that platform gives (Telegram: a user is a positive integer, a group a negative
+one, at most 2**53 - 1 either way, no leading zeros or '+'; Feishu: chats `oc_…`, users `ou_…`;
+the console: the ids its command line accepts). Anything else names a scope no request reads.
 """
 
 from __future__ import annotations
@@ -24,6 +29,23 @@ _SCOPE = re.compile(
     rf"^(?P<platform>{_PART}):(?:{DIRECT}:(?P<user>{_PART})"
     rf"|{GROUP}:(?P<chat>{_PART})(?:{re.escape(MEMBER_MARK)}(?P<sender>{_PART}))?)$"
 )
+
+
+TELEGRAM_MAX_ID = 2**53 - 1  # Telegram: "at most 52 significant bits"
+_TELEGRAM_USER = re.compile(r"[1-9][0-9]{0,15}")
+_TELEGRAM_GROUP = re.compile(r"-[1-9][0-9]{0,15}")
+_FEISHU_USER = re.compile(r"ou_[0-9A-Za-z_-]{1,64}")
+_FEISHU_CHAT = re.compile(r"oc_[0-9A-Za-z_-]{1,64}")
+# The console's command line takes any id without ':' or spaces; control characters are left
+# out too (none can be typed into a terminal argument that a page would show as it is).
+_CONSOLE_ID = re.compile(r"[^\s:\x00-\x1f\x7f]{1,128}")
+# platform → (the form of a user id: a DM's owner, a member; the form of a group's chat id)
+_ID_FORMS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
+    "console": (_CONSOLE_ID, _CONSOLE_ID),
+    "feishu": (_FEISHU_USER, _FEISHU_CHAT),
+    "telegram": (_TELEGRAM_USER, _TELEGRAM_GROUP),
+}
+READ_PLATFORMS = tuple(_ID_FORMS)  # the platforms whose scopes the bot reads
 
 
 class ScopeKind(StrEnum):
@@ -123,6 +145,34 @@ def parse_scope(key: str) -> Scope | None:
     if sender is not None:
         return Scope(bare, platform, ScopeKind.MEMBER, chat, sender)
     return Scope(bare, platform, ScopeKind.SHARED, chat)
+
+
+def _id_read(form: re.Pattern[str], text: str) -> bool:
+    if form.fullmatch(text) is None:
+        return False
+    return form not in (_TELEGRAM_USER, _TELEGRAM_GROUP) or abs(int(text)) <= TELEGRAM_MAX_ID
+
+
+def read_scope(key: str, *, agent_prefix: bool = False) -> Scope | None:
+    """The scope key exactly as the bot itself writes it, or None: a platform the bot serves,
+    ids of the form that platform gives, nothing around them (with agent_prefix, a leading
+    `agent:<name>:` is dropped first, as configs write it). Its key round-trips: the Scope's
+    key is the key given (without that prefix)."""
+    bare = _AGENT_PREFIX.sub("", key, count=1) if agent_prefix else key
+    scope = parse_scope(bare)
+    if scope is None or scope.key != bare:
+        return None
+    forms = _ID_FORMS.get(scope.platform)
+    if forms is None:
+        return None
+    user, chat = forms
+    if scope.kind is ScopeKind.DIRECT:
+        return scope if _id_read(user, scope.owner) else None
+    if not _id_read(chat, scope.owner):
+        return None
+    if scope.sender is not None and not _id_read(user, scope.sender):
+        return None
+    return scope
 
 
 def is_shared_scope(key: str) -> bool:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.core.blocks import BlockOps, seen_of
-from bot.core.keys import is_group_scope, is_shared_scope, parse_scope
+from bot.core.keys import is_group_scope, is_shared_scope, read_scope
 from bot.core.policy import (
     MAX_RECORDED_CHARS,
     BlockPolicy,
@@ -39,6 +39,10 @@ from storage.models import (
 )
 
 FORMAT = "pinbot-blocks"
+SCOPE_RULES = (
+    "the platform console, feishu or telegram in lower case; Telegram users are positive and "
+    "groups negative whole numbers without leading zeros, Feishu chats oc_… and users ou_…"
+)
 SCOPE_EXAMPLES = "e.g. telegram:direct:42, telegram:group:-100123, telegram:group:-100123::u:42"
 VERSION = 1
 IMPORT = Change("import", Channel.IMPORT)
@@ -351,9 +355,14 @@ def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan
         return plan
     written_as: dict[str, str] = {}
     for written, body in scopes.items():
-        parsed_scope = parse_scope(written)  # drops a leading agent:<name>: as everywhere
+        # Only a key exactly as the bot writes it (a leading agent:<name>: dropped, as configs
+        # write it): blocks under any other key would be in no request, and no page's.
+        parsed_scope = read_scope(written, agent_prefix=True)
         if parsed_scope is None or _bad_text(written):
-            plan.problems.append(f"scope {written!r}: not a scope key ({SCOPE_EXAMPLES})")
+            plan.problems.append(
+                f"scope {written!r}: not a scope key the bot reads ({SCOPE_RULES}; "
+                f"{SCOPE_EXAMPLES})"
+            )
             continue
         scope = parsed_scope.key
         if scope in written_as:

@@ -4,22 +4,22 @@ that let content people typed be only text, and a per-session token on every for
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import jinja2
 from aiohttp import web
 
-from bot.adapters import PLATFORMS
 from bot.config import Config
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
-from bot.core.keys import ScopeKind, group_key_of, parse_scope
+from bot.core.keys import ScopeKind, group_key_of, parse_scope, read_scope
 from bot.core.policy import BlockPolicy, default_level, priority_problem
 from bot.core.versions import BlockHistory
 from bot.web import views
@@ -85,6 +85,7 @@ class WebPage:
             levels=[level.value for level in Level],
             shared_default_level=default_level(group=True).value,
         )
+        self.templates.filters["segment"] = views.segment
 
     def app(self) -> web.Application:
         """The aiohttp application serving every page."""
@@ -99,7 +100,8 @@ class WebPage:
         app.router.add_post("/scope/{key}/change", self.change_block)
         app.router.add_post("/scope/{key}/remove", self.remove_block)
         app.router.add_post("/scope/{key}/restore", self.restore_block)
-        app.router.add_get("/scope/{key}/history/{label}", self.block_history)
+        app.router.add_get("/scope/{key}/history", self.block_history)
+        app.router.add_get("/scope/{key}/history/{label:.+}", self.block_history)
         app.router.add_get("/audit", self.audit)
         app.router.add_get("/usage", self.usage)
         app.router.add_get("/search", self.search)
@@ -236,16 +238,11 @@ class WebPage:
 
     def _shared_target(self, request: web.Request) -> Target:
         """The group whose shared blocks a form changes: only a shared scope's key exactly as
-        the bot itself reads it (no agent: prefix, a platform the bot serves); anything else
-        is 404 and changes nothing."""
+        the bot itself writes it (keys.read_scope: a platform the bot serves, ids of the form
+        that platform gives); anything else is 404 and changes nothing."""
         key = request.match_info["key"]
-        parsed = parse_scope(key)
-        if (
-            parsed is None
-            or parsed.kind is not ScopeKind.SHARED
-            or parsed.key != key
-            or parsed.platform not in PLATFORMS
-        ):
+        parsed = read_scope(key)
+        if parsed is None or parsed.kind is not ScopeKind.SHARED:
             raise web.HTTPNotFound(text="Only a group's shared blocks can be changed here.")
         return Target.operator(key, self.actor)
 
@@ -260,7 +257,7 @@ class WebPage:
             typed = {name: _text(form, name) for name in form if name != "csrf"}
             code = outcome.code.value if outcome.code else ""
             self._flash[session] = Flash("refused", outcome.reason, typed, code)
-        raise web.HTTPSeeOther(f"/scope/{quote(target.scope, safe='')}")
+        raise web.HTTPSeeOther(f"/scope/{views.segment(target.scope)}")
 
     async def add_block(self, request: web.Request) -> web.Response:
         """Add a shared block, as `/pin shared add` would."""
@@ -319,14 +316,16 @@ class WebPage:
 
     async def block_history(self, request: web.Request) -> web.Response:
         """A shared block's versions, newest first, each with what changed from the one before
-        and a button that brings it back."""
+        (compared off the event loop, within the page's budget) and a button that brings it
+        back. The label comes as ?label= (any label, encoded) or as the rest of the path."""
         target = self._shared_target(request)
-        label = request.match_info["label"]
-        numbered = await self.history.numbered(target, label)
+        label = request.match_info.get("label") or request.query.get("label", "")
+        numbered = await self.history.numbered(target, label) if label else []
         if not numbered:
             return self.render(request, "not_found.html", status=404)
+        changes = await asyncio.to_thread(views.diffs, numbered)
         versions = [
-            views.VersionView(number, state, made_by, views.diff(numbered, number))
+            views.VersionView(number, state, made_by, changes[number - 1])
             for number, (state, made_by) in enumerate(numbered, start=1)
         ]
         return self.render(
@@ -336,6 +335,7 @@ class WebPage:
             key=target.scope,
             label=label,
             versions=versions,
+            compared=sum(found is not None for found in changes),
         )
 
     async def audit(self, request: web.Request) -> web.Response:

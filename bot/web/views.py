@@ -5,20 +5,22 @@ scopes are left out unless the operator opted in (`web.show_direct`)."""
 from __future__ import annotations
 
 import difflib
+import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from urllib.parse import quote
 
-from bot.adapters import PLATFORMS
 from bot.core.keys import (
+    READ_PLATFORMS,
     ScopeKind,
     after_platform,
     direct_prefix,
     group_prefix,
     members_prefix,
-    parse_scope,
     platform_of,
+    read_scope,
 )
 from bot.core.render import STRONG_TITLE, estimate
 from storage import Store
@@ -41,6 +43,17 @@ TOP_ROWS = 50  # users and groups listed on the usage page
 MIN_SEARCH_CHARS = 2
 MAX_PAGE = 100_000
 FIRST_YEAR, LAST_YEAR = 1970, 9998  # a day after LAST_YEAR still fits a date
+# A history page compares at most this many lines (both sides of every diff, summed), for at
+# most this long; older versions are then listed without what changed (issue 36: ndiff over 49
+# edits of a 100-line block took 41 s on the one event loop).
+DIFF_LINES = 4_000
+DIFF_SECONDS = 0.5
+
+
+def segment(text: str) -> str:
+    """text as one URL path segment or query value: every reserved character encoded ('/',
+    '?', '#', '%', '&', spaces too), other letters as UTF-8."""
+    return quote(text, safe="")
 
 
 @dataclass
@@ -62,13 +75,26 @@ class GroupsPage:
 
 
 async def platforms(store: Store) -> list[str]:
-    """The platforms that have blocks, in key order (one query each, and one more)."""
+    """The platforms the bot serves that have blocks, in key order (one query for each
+    platform found, and one more)."""
     found: list[str] = []
     after = ""
     while (key := await store.first_scope_after(after)) is not None:
         found.append(platform_of(key))
         after = after_platform(found[-1])
-    return found
+    return [platform for platform in found if platform in READ_PLATFORMS]
+
+
+async def scopes_read(
+    store: Store, prefix: str, *, after: str, limit: int
+) -> list[tuple[str, int]]:
+    """Like store.scopes_with_prefix, but only the scopes the bot reads (keys.read_scope):
+    a key written some other way (by an older import, say) is no page's, and no row's."""
+    return [
+        (scope, count)
+        for scope, count in await store.scopes_with_prefix(prefix, after=after, limit=limit)
+        if read_scope(scope) is not None
+    ]
 
 
 async def _shared_count(store: Store, group: str) -> int:
@@ -89,7 +115,7 @@ async def groups_page(store: Store, after: str = "") -> GroupsPage:
             if not batch:
                 break
             for scope, count in batch:
-                parsed = parse_scope(scope)
+                parsed = read_scope(scope)
                 group = parsed.group_key if parsed else None
                 if group is None or group in seen:
                     cursor = scope
@@ -104,8 +130,8 @@ async def groups_page(store: Store, after: str = "") -> GroupsPage:
                 shared = count if scope == group else 0
                 if scope != group and group <= after and await _shared_count(store, group):
                     continue
-                members = await store.scopes_with_prefix(
-                    members_prefix(group), after="", limit=MAX_MEMBERS
+                members = await scopes_read(
+                    store, members_prefix(group), after="", limit=MAX_MEMBERS
                 )
                 if not shared and members and members[0][0] <= after:
                     continue  # shown on an earlier page
@@ -125,9 +151,15 @@ async def direct_page(store: Store, after: str = "") -> DirectPage:
     """Up to PAGE_SIZE DM scopes after the cursor, in key order, with their block counts."""
     rows: list[tuple[str, int]] = []
     for prefix in [direct_prefix(platform) for platform in await platforms(store)]:
-        rows += await store.scopes_with_prefix(prefix, after=after, limit=PAGE_SIZE - len(rows))
-        if len(rows) == PAGE_SIZE:
-            return DirectPage(rows, rows[-1][0])
+        cursor = after
+        while batch := await store.scopes_with_prefix(prefix, after=cursor, limit=SCAN_BATCH):
+            for scope, count in batch:
+                if read_scope(scope) is None:
+                    continue  # no DM the bot reads
+                if len(rows) == PAGE_SIZE:
+                    return DirectPage(rows, rows[-1][0])
+                rows.append((scope, count))
+            cursor = batch[-1][0]
     return DirectPage(rows, None)
 
 
@@ -149,11 +181,9 @@ async def scope_view(
 ) -> ScopeView | None:
     """The page of a group or (when shown) DM scope key; None when there is no such page.
     strong_title is the strong section's title (pins.header_label), which the estimates count."""
-    parsed = parse_scope(key)
-    if parsed is None or parsed.key != key or parsed.kind is ScopeKind.MEMBER:
-        return None  # only keys exactly as the bot reads them
-    if parsed.platform not in PLATFORMS:
-        return None
+    parsed = read_scope(key)
+    if parsed is None or parsed.kind is ScopeKind.MEMBER:
+        return None  # only keys exactly as the bot writes them
     if parsed.kind is ScopeKind.DIRECT and not show_direct:
         return None
     blocks = await store.blocks([key])
@@ -161,7 +191,8 @@ async def scope_view(
         return ScopeView(key, parsed.kind, blocks, estimate([], blocks, strong_title).total)
     by_member: dict[str, list[Block]] = defaultdict(list)
     for block in await store.blocks_with_prefix(members_prefix(key)):
-        by_member[block.scope].append(block)
+        if read_scope(block.scope) is not None:
+            by_member[block.scope].append(block)
     members = [
         (scope.removeprefix(members_prefix(key)), own, estimate(blocks, own, strong_title).total)
         for scope, own in by_member.items()
@@ -178,26 +209,37 @@ async def scope_view(
 @dataclass(frozen=True)
 class VersionView:
     """One version of a shared block on its history page: its number (1 = now), its state
-    (None: no block), the change that made it, and the lines it changed from the one before."""
+    (None: no block), the change that made it, and the lines it changed from the one before
+    (None: not compared, the page's budget for comparing being spent)."""
 
     number: int
     state: BlockState | None
     made_by: Version | None
-    changes: list[tuple[str, str]]  # (mark, line): '+' added, '-' taken out, ' ' kept
+    changes: list[tuple[str, str]] | None  # (mark, line): '+' added, '-' taken out, ' ' kept
 
 
-def diff(
-    numbered: Sequence[tuple[BlockState | None, Version | None]], number: int
-) -> list[tuple[str, str]]:
+Numbered = Sequence[tuple[BlockState | None, Version | None]]
+
+
+def _lines(state: BlockState | None) -> list[str]:
+    return state.content.splitlines() if state else []
+
+
+def diff(numbered: Numbered, number: int) -> list[tuple[str, str]]:
     """What version number changed from the one before it (the next older), line by line, with
-    a level, state or priority change as a line of its own."""
+    a level, state or priority change as a line of its own. Lines are matched whole (no
+    character-level comparison within changed lines, which is what made ndiff slow)."""
     after = numbered[number - 1][0]
     before = numbered[number][0] if number < len(numbered) else None
-    old = before.content.splitlines() if before else []
-    new = after.content.splitlines() if after else []
-    changes = [
-        (line[0], line[2:]) for line in difflib.ndiff(old, new) if line[:1] in ("+", "-", " ")
-    ]
+    old, new = _lines(before), _lines(after)
+    changes: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, old_from, old_to, new_from, new_to in matcher.get_opcodes():
+        if tag == "equal":
+            changes += [(" ", line) for line in old[old_from:old_to]]
+            continue
+        changes += [("-", line) for line in old[old_from:old_to]]
+        changes += [("+", line) for line in new[new_from:new_to]]
     if before and after:
         for name in ("level", "state", "priority"):
             was, now = getattr(before, name), getattr(after, name)
@@ -205,6 +247,29 @@ def diff(
                 shown = [getattr(value, "value", value) for value in (was, now)]
                 changes.append(("~", f"{name}: {shown[0]} → {shown[1]}"))
     return changes
+
+
+def diffs(
+    numbered: Numbered,
+    *,
+    max_lines: int | None = None,
+    max_seconds: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[list[tuple[str, str]] | None]:
+    """Each version's diff (as diff), newest first, within a budget: the lines compared over
+    the whole page (DIFF_LINES) and the time spent (DIFF_SECONDS). Once either is spent, the
+    rest are None: listed without what changed. Meant to run off the event loop."""
+    lines_left = DIFF_LINES if max_lines is None else max_lines
+    deadline = clock() + (DIFF_SECONDS if max_seconds is None else max_seconds)
+    found: list[list[tuple[str, str]] | None] = []
+    for number in range(1, len(numbered) + 1):
+        older = numbered[number][0] if number < len(numbered) else None
+        size = len(_lines(numbered[number - 1][0])) + len(_lines(older))
+        if size > lines_left or clock() > deadline:
+            break
+        lines_left -= size
+        found.append(diff(numbered, number))
+    return found + [None] * (len(numbered) - len(found))
 
 
 @dataclass
@@ -309,5 +374,12 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
         return []
     # Groups' scopes (shared and members') by their key prefixes: a search in key order then
     # skips every DM scope at once instead of reading past them.
-    within = None if show_direct else [group_prefix(p) for p in await platforms(store)]
-    return await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, within=within)
+    found = await platforms(store)
+    within = [(direct_prefix(p) if show_direct else None) for p in found] + [
+        group_prefix(p) for p in found
+    ]
+    prefixes = [prefix for prefix in within if prefix is not None]
+    if not prefixes:
+        return []
+    blocks = await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, within=prefixes)
+    return [block for block in blocks if read_scope(block.scope) is not None]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from bot.adapters import PLATFORMS
 from bot.core.keys import (
+    READ_PLATFORMS,
     Scope,
     ScopeKind,
     direct_key,
@@ -15,6 +17,7 @@ from bot.core.keys import (
     is_shared_scope,
     member_scope,
     parse_scope,
+    read_scope,
     sender_session,
     split_member_entry,
     topic_key,
@@ -83,3 +86,58 @@ def test_group_key_of_session_keys() -> None:
     assert group_key_of("telegram:group:-5:topic:3:sender:9") == "telegram:group:-5"
     assert group_key_of("agent:x:feishu:group:oc_1") == "feishu:group:oc_1"
     assert group_key_of("telegram:direct:5") is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "telegram:direct:42",
+        "telegram:group:-100123",
+        "telegram:group:-100123::u:42",
+        "telegram:direct:9007199254740991",  # 2**53 - 1, Telegram's largest id
+        "feishu:direct:ou_7d8a6e6df7621556ce0d21922b676706",
+        "feishu:group:oc_a0553eda9014c201e6969b478895c230::u:ou_2",
+        "console:group:team/a::u:42",
+    ],
+)
+def test_keys_the_bot_writes_are_read_and_round_trip(key: str) -> None:
+    scope = read_scope(key)
+    assert scope is not None and scope.key == key and scope == parse_scope(key)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "telegram:group:-100123x",
+        "telegram:group:42",  # Telegram's groups are negative
+        "telegram:direct:-42",  # and its users positive
+        "telegram:group:-1::u:-5",
+        f"telegram:group:-{'1' * 40}",
+        "telegram:direct:9007199254740992",
+        "telegram:direct:042",
+        "telegram:direct:+42",
+        "TELEGRAM:direct:42",
+        "foo:direct:1",
+        "irc:group:-1",
+        "feishu:group:..",
+        "feishu:direct:oc_1",
+        "feishu:group:ou_1",
+        "console:direct:a\x00b",
+        "agent:main:telegram:direct:42",  # only with agent_prefix
+        " telegram:direct:42",
+        "telegram:direct:42 ",
+        "telegram:group:-1:topic:3",
+    ],
+)
+def test_keys_the_bot_never_writes_are_not_read(key: str) -> None:
+    assert read_scope(key) is None
+
+
+def test_an_agent_prefix_is_dropped_only_when_asked() -> None:
+    scope = read_scope("agent:main:telegram:direct:42", agent_prefix=True)
+    assert scope is not None and scope.key == "telegram:direct:42"
+    assert read_scope("agent:main:TELEGRAM:direct:42", agent_prefix=True) is None
+
+
+def test_the_platforms_read_are_the_platforms_served() -> None:
+    assert set(READ_PLATFORMS) == set(PLATFORMS)

@@ -194,3 +194,29 @@ def test_import_accepts_an_agent_prefix_on_scope_keys() -> None:
     }
     plan = plan_import(document, BlockPolicy(make_config().pins), NOW)
     assert plan.problems == [] and list(plan.scopes) == ["telegram:direct:5"]
+
+
+async def test_cli_import_refuses_scope_keys_the_bot_never_reads(tmp_path: Path) -> None:
+    """Issue 36, finding 3: each of these was imported; blocks under them are in no request."""
+    block = {"label": "a", "content": "b"}
+    never_read = [
+        "TELEGRAM:direct:42",
+        "telegram:direct:042",
+        "foo:direct:1",
+        "telegram:group:-100123x",
+        "telegram:group:42",
+        f"telegram:group:-{'1' * 40}",
+        "feishu:group:..",
+    ]
+    good = {"telegram:direct:42": {"blocks": [block]}}  # with them, and nothing written either
+    db = tmp_path / "db.sqlite3"
+    for key in never_read:
+        file = tmp_path / "import.json"
+        document = {"scopes": {**good, key: {"blocks": [block]}}}
+        file.write_text(json.dumps(document), encoding="utf-8")
+        code, out, _ = await run_cli("import", str(file), db=db)
+        assert code == 1, (key, out)
+        assert f"scope {key!r}: not a scope key the bot reads" in out
+        assert "1 problem(s); nothing was imported" in out
+    async with await Store.open(db) as store:
+        assert await store.export_scopes() == {}
