@@ -19,8 +19,10 @@ import aiohttp
 import pytest
 import yaml
 
+from tests.conftest import TEST_KEY_ENV, agent_llm
 from tests.fakes.http import free_port
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, service, user
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, service, tap, user
 
 GROUP = -1003636
 SECRET = "hook-s3cret"
@@ -199,3 +201,68 @@ async def test_a_message_pinned_again_becomes_the_block_again(
         assert versions(history) == 7, history  # + idle, + M1
     assert "Traceback" not in err[0] and " ERROR " not in err[0], err[0]
     assert set(bot.statuses) <= {200}
+
+
+FORGED = [
+    "pinbot:proposal:approve:²",  # a digit to str.isdigit that int() refuses
+    "pinbot:proposal:approve:١",  # an Arabic-Indic one: int() reads it as 1
+    "pinbot:proposal:approve:1:1",
+    "pinbot:proposal:approve:" + "9" * 40,
+    "pinbot:proposal:approve:-1",
+    "pinbot:proposal:maybe:1",
+    "something else",
+    "",
+]
+STALE = ["pinbot:proposal:reject:7", "pinbot:proposal:approve:999999999"]  # no such proposal
+
+
+@MODES
+async def test_every_tap_is_answered_and_forged_data_changes_nothing(
+    tmp_path: Path,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
+    """Finding 5: a shared admin's taps with forged or stale data on a pending proposal's
+    message are each answered once, the webhook acknowledges each (200), nothing changes and
+    nothing fails in the log; a real tap then still works."""
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    fake_openai.script = [
+        tool_calls(("pin_propose", {"label": "deadline", "content": "Release on Friday."})),
+        completion("Proposed."),
+    ]
+    settings = {"pins": ADMIN_PINS, "llm": agent_llm(fake_openai.base_url)}
+    chat = group_chat(GROUP)
+    async with running_bot(tmp_path, fake_telegram, mode, settings) as (bot, err):
+        assert await bot.ask("@pin_bot keep the deadline", 42) == "Proposed."
+        ((params, result),) = [
+            (p, r) for p, r in fake_telegram.results("sendMessage") if "reply_markup" in p
+        ]
+        shown = {"message_id": result["message_id"], "text": params["text"]}
+        taps = [await bot.post(tap(chat, user(7), shown, data)) for data in FORGED + STALE]
+        asked = [t["callback_query"]["id"] for t in taps]
+
+        def answered() -> list[str]:
+            return [
+                str(a["callback_query_id"]) for a in fake_telegram.called("answerCallbackQuery")
+            ]
+
+        await fake_telegram.wait_for(lambda: len(answered()) >= len(asked), WAIT_S)
+        assert sorted(answered()) == sorted(asked)  # each once
+        notices = {
+            a["callback_query_id"]: a["text"] for a in fake_telegram.called("answerCallbackQuery")
+        }
+        assert {notices[q] for q in asked[: len(FORGED)]} == {"This button does nothing any more."}
+        listed = await bot.ask("/pin shared proposals", 42)
+        assert "Pending proposals (1):" in listed and "#1 add 'deadline'" in listed
+        assert "no shared blocks" in await bot.ask("/pin shared list", 42)
+        assert fake_telegram.called("editMessageText") == []
+        # The real button still works.
+        await bot.post(tap(chat, user(7), shown, "pinbot:proposal:approve:1"))
+        await fake_telegram.wait_for(lambda: bool(fake_telegram.called("editMessageText")), WAIT_S)
+        assert "Release on Friday." in await bot.ask("/pin shared list", 42)
+    assert fake_telegram.called("answerCallbackQuery")[-1]["text"] == "Approving proposal #1…"
+    for sign in ("ValueError", "never awaited", "Traceback", " ERROR "):
+        assert sign not in err[0], err[0]
+    assert bot.statuses == ([200] * (len(taps) + 5) if mode == "webhook" else [])
