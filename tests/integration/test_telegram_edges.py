@@ -266,3 +266,22 @@ async def test_every_tap_is_answered_and_forged_data_changes_nothing(
     for sign in ("ValueError", "never awaited", "Traceback", " ERROR "):
         assert sign not in err[0], err[0]
     assert bot.statuses == ([200] * (len(taps) + 5) if mode == "webhook" else [])
+
+
+async def test_the_webhook_acknowledges_an_update_it_cannot_handle(
+    tmp_path: Path, fake_telegram: FakeTelegram
+) -> None:
+    """A recorded update that cannot be read (a callback query without its sender) is
+    acknowledged with 200 and logged, never 500 (Telegram would deliver it again and again);
+    a body that is no update at all is 400; the bot goes on answering."""
+    async with running_bot(tmp_path, fake_telegram, "webhook", {}) as (bot, err):
+        await bot.post({"callback_query": {"id": "broken", "data": "pinbot:proposal:approve:1"}})
+        assert bot.statuses == [200]
+        assert bot.hook is not None
+        headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
+        async with aiohttp.ClientSession() as session:
+            for body in ({"update_id": "1"}, {"update_id": -1}, [1], {"update_id": 2**70}):
+                async with session.post(bot.hook, json=body, headers=headers) as response:
+                    assert response.status == 400, body
+        assert await bot.ask("/pin shared list", 42)
+    assert "answering the button tap of update" in err[0]
