@@ -126,7 +126,10 @@ class ChatOrderedUpdates(BaseUpdateProcessor):
         """Await coroutine once every earlier update of the same chat is done; a button tap is
         first answered (at_once), without waiting for the chat."""
         if isinstance(update, Update) and update.callback_query and self.at_once:
-            await self.at_once(update)
+            try:
+                await self.at_once(update)
+            except Exception:  # the tap is still carried out (or not) in its chat's order
+                log.exception("answering a button tap failed")
         chat = update.effective_chat if isinstance(update, Update) else None
         key: object = chat.id if chat is not None else id(update)
         lock = self._locks.get(key)
@@ -331,7 +334,8 @@ class TelegramFrontend:
 
     async def on_webhook(self, request: web.Request) -> web.Response:
         """Record a posted update (Telegram gets 200 once it is committed, and 500, to deliver
-        it again, when it could not be), then process it in its chat's order."""
+        it again, only when the store could not record it), then process it in its chat's
+        order. An update that cannot be handled (bad data in it) is acknowledged and logged."""
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, (self._webhook_secret or "").encode()):
             self._refusals.note(request.remote or "unknown", "wrong secret token")
@@ -339,8 +343,10 @@ class TelegramFrontend:
         raw = await request.text()
         try:
             data = json.loads(raw)
-            update_id = int(data["update_id"])
-        except (ValueError, TypeError, KeyError):
+            update_id = data["update_id"]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            update_id = None
+        if type(update_id) is not int or not 0 <= update_id < 2**63:
             return web.Response(status=400, text="not a Telegram update")
         chat = _chat_id(data)
         key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
@@ -352,7 +358,10 @@ class TelegramFrontend:
             log.error("could not record update %d: %s", update_id, error)
             return web.Response(status=500)
         if recorded and "callback_query" in data:  # answered once, by the worker recording it
-            await self.answer_tap(Update.de_json(data, self.app.bot))
+            try:
+                await self.answer_tap(Update.de_json(data, self.app.bot))
+            except Exception:  # recorded: Telegram must not deliver it again for this
+                log.exception("answering the button tap of update %d failed", update_id)
         return web.Response(status=200)
 
     async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
@@ -473,7 +482,8 @@ class TelegramFrontend:
 
     async def answer_tap(self, update: Update) -> None:
         """Answer a tap on a button at once (the tapper's button stops spinning): what it does,
-        or why it counts for nothing."""
+        or why it counts for nothing. Every tap is answered, whatever its data, and whatever
+        went wrong working out the answer."""
         query = update.callback_query
         if query is None:
             return
@@ -481,12 +491,15 @@ class TelegramFrontend:
         if not isinstance(message, Message):
             notice = "This message is too old for its buttons; use /pin shared proposals."
         else:
-            tapped = await self.pinbot.tapped(
-                conversation_of(message, query.from_user),
-                query.data or "",
-                self._admin_lookup(message, conversation_of(message, query.from_user)),
-            )
-            notice = tapped.notice if tapped else "This button does nothing any more."
+            try:
+                conversation = conversation_of(message, query.from_user)
+                tapped = await self.pinbot.tapped(
+                    conversation, query.data or "", self._admin_lookup(message, conversation)
+                )
+                notice = tapped.notice if tapped else "This button does nothing any more."
+            except Exception:
+                log.exception("working out the answer to a button tap failed")
+                notice = "That did not work; try again, or use /pin shared proposals."
         try:
             await query.answer(notice)
         except TelegramError as error:

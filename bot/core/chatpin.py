@@ -1,7 +1,8 @@
 """A group's pinned chat message as its shared context block (telegram.sync_pinned_message):
 a message pinned by someone who may change the shared blocks becomes the block (replacing the
-one before), and a group found with no pinned message at all has the block idled. Only a pin
-ever sets the block's content."""
+one before, and active again if it was idle), whatever was pinned before: a message pinned
+again after another one, or after everything was unpinned, is the block again. A group found
+with no pinned message at all has the block idled. Only a pin ever sets the block's content."""
 
 from __future__ import annotations
 
@@ -43,16 +44,18 @@ class ChatPin:
             return f"not taken: {refusal.reason}"
         if not text or not text.strip():
             return "not taken: the pinned message has no text"
-        versions = await self._store.versions(target.scope, self.label)
-        last = next((v for v in versions if v.channel is Channel.TELEGRAM_PIN and v.origin), None)
-        if last is not None and last.origin is not None and last.origin.message_id == message_id:
-            return "already taken: the same pinned message"  # a repeated delivery
         content = text.strip()
         if problem := self._ops.policy.content_problem(content):
             note = f"the chat's pinned message is not the '{self.label}' block: {problem.reason}"
             await self._store.set_note(target.scope, NOTE, note, now=self._ops.now())
             return f"not taken: {problem.reason}"
         block = find_block(await self._ops.blocks(target), self.label)
+        if block is not None and block.state is State.ACTIVE and block.content == content:
+            # A repeated delivery of this pin, or the message the block holds pinned again:
+            # the block is this message already. (A message pinned again after another one,
+            # or after the block went idle, is no longer what the block holds: it is taken.)
+            await self._store.set_note(target.scope, NOTE, None, now=self._ops.now())
+            return "already taken: the block holds this message"
         if block is None:
             outcome = await self._ops.add(
                 target, self.label, content, level=Level.CONTEXT, origin=origin

@@ -6,6 +6,7 @@ again when it is approved; it is decided once."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 
 from bot.config import PinsConfig
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 APPROVE, REJECT = "approve", "reject"
 TAP_PREFIX = "pinbot:proposal:"  # a button's data: pinbot:proposal:approve:3
 MAX_REASON_CHARS = 300
+MAX_NUMBER = 10**9  # the largest proposal number a tap or a command names
 _DECIDED = {
     ProposalStatus.APPLIED: "approved",
     ProposalStatus.REFUSED: "approved, but could not be applied",
@@ -54,9 +56,13 @@ def tap_data(verb: str, number: int) -> str:
 
 
 def parse_tap(data: str) -> tuple[bool, int] | None:
-    """(approve?, number) of a proposal button's data; None for data that is not one."""
+    """(approve?, number) of a proposal button's data; None for data that is not one (forged
+    data included: only ASCII digits make a number, as `/pin shared approve <n>` takes it;
+    "²" or "١" are digits to str.isdigit, and int() fails on the first and reads the second)."""
     verb, _, number = data.removeprefix(TAP_PREFIX).partition(":")
-    if not data.startswith(TAP_PREFIX) or verb not in (APPROVE, REJECT) or not number.isdigit():
+    if not data.startswith(TAP_PREFIX) or verb not in (APPROVE, REJECT):
+        return None
+    if not re.fullmatch(r"[1-9][0-9]{0,9}", number, flags=re.ASCII) or int(number) > MAX_NUMBER:
         return None
     return verb == APPROVE, int(number)
 
