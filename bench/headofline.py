@@ -17,7 +17,7 @@ from bench.stats import percentile
 from bot.adapters.telegram import TelegramFrontend
 from bot.config import parse_config
 from bot.core.bot import Pinbot
-from bot.llm.base import ModelReply, ModelRequest, TextSink
+from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 from storage import Store
 from tests.fakes.telegram_server import TOKEN, message, private_chat, user
 
@@ -34,7 +34,11 @@ class SlowModel:
         self.expected = 0
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         self.waiting += 1
         if self.waiting >= self.expected:

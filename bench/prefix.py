@@ -19,7 +19,7 @@ from bot.config import parse_config
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.incoming import SILENT, Incoming
-from bot.llm.base import Message, ModelReply, ModelRequest, TextSink
+from bot.llm.base import Message, ModelReply, ModelRequest, Progress, TextSink
 from storage import Store
 
 TURNS = 20
@@ -40,7 +40,11 @@ class RecordingModel:
         self.requests: list[list[Message]] = []  # chat turns only, not summaries
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         if request.purpose == "summary":
             return ModelReply("The user asked questions 1 to N about the project.")

@@ -130,6 +130,8 @@ class LlmConfig(_Section):
     timeout_s: Seconds = 60.0
     max_retries: Annotated[int, Field(ge=0, le=100)] = 1
     stream: bool = False
+    # The longest one streamed answer may take, start to end (timeout_s bounds each read only).
+    stream_timeout_s: Seconds = 300.0
     agent_tools: bool = False
     tool_names: Literal["pin", "sticky"] = "pin"
     max_tool_rounds: Annotated[int, Field(ge=1, le=100)] = 4

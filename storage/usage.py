@@ -1,6 +1,10 @@
 """Usage of the model: calls, tokens and cost per sender, UTC day, chat and model, summed for
 reports and the web page's charts; and the budgets, each call held against them while it is in
-flight."""
+flight.
+
+A hold's created_at is when it was made or last renewed: the call's process was alive then. A
+streamed call renews it as chunks arrive, so only the holds of a process that died grow old.
+"""
 
 from __future__ import annotations
 
@@ -93,12 +97,17 @@ class UsageStore(Protocol):
             )
         return int(rows[0][0])
 
+    async def renew_hold(self, hold: int, now: datetime) -> None:
+        """Mark a hold's call alive at now (its stream is still arriving): it counts on."""
+        await self._db.execute("UPDATE budget_holds SET created_at = ? WHERE id = ?", ts(now), hold)
+
     async def release_hold(self, hold: int) -> None:
         """Drop a hold whose call was not made or failed (it used nothing that was reported)."""
         await self._db.execute("DELETE FROM budget_holds WHERE id = ?", hold)
 
     async def forget_holds_before(self, moment: datetime) -> int:
-        """Drop holds made before moment (of calls whose process ended mid-call)."""
+        """Drop holds made or last renewed before moment (of calls whose process ended
+        mid-call)."""
         return await self._db.execute("DELETE FROM budget_holds WHERE created_at < ?", ts(moment))
 
     async def sender_usage(

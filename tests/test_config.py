@@ -41,6 +41,8 @@ def test_example_file_holds_every_key_at_its_default() -> None:
         ({"storage": {"path": 5}}, "storage.path"),
         ({"surprise": 1}, "surprise"),
         ({"logging": {"json": "maybe"}}, "logging.json"),
+        ({"llm": {"stream_timeout_s": 0}}, "llm.stream_timeout_s"),
+        ({"llm": {"stream_timeout_s": 3601}}, "llm.stream_timeout_s"),
     ],
 )
 def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
 
 from bot.config import Config
 from bot.core.blocks import BlockOps, Done
@@ -23,13 +23,35 @@ from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
 from bot.core.tools import TOOL_SETS, PinTools, tool_message
 from bot.core.usage import BudgetUsedUp, UsageLedger
-from bot.llm.base import ChatModel, Message, ModelError, ModelRequest, SentBlock, TextSink
+from bot.llm.base import (
+    ChatModel,
+    Message,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    Progress,
+    SentBlock,
+    TextSink,
+)
 from bot.llm.summary import summary_request
 from storage import Store
 from storage.models import HistoryEntry
 
 log = logging.getLogger(__name__)
 NO_ANSWER = "The model gave no answer. Please try again."
+CUT_OFF = (
+    "(Cut off: the model was still answering after {limit:g} seconds, the most "
+    "llm.stream_timeout_s allows for one answer; above is what arrived.)"
+)
+
+
+class _Answer(NamedTuple):
+    """What a turn's model calls answered ('' for nothing), and why they stopped early, if they
+    did: a budget (refused) or the stream's time limit (cut_off)."""
+
+    text: str
+    stopped: str | None = None
+    cut_off: bool = False
 
 
 class ChatService:
@@ -100,16 +122,18 @@ class ChatService:
                 user_text=text,
             )
             try:
-                answer, stopped = await self._answer(context, request, on_text)
+                answer, stopped, cut_off = await self._answer(context, request, on_text)
             except BudgetUsedUp as used_up:
                 return Reply.refused(used_up.message)  # and the model was not asked
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
                 return Reply.failed(error.user_message)
             if not answer.strip():  # blank shows as nothing: no message at all on a platform
-                return Reply.refused(stopped) if stopped else Reply.failed(NO_ANSWER)
+                if stopped and not cut_off:
+                    return Reply.refused(stopped)
+                return Reply.failed(stopped or NO_ANSWER)
             await self._store.append_turn(session, text, answer, now=self._clock())
-            if stopped:  # what the model already answered stands; the budget stopped the rest
+            if stopped:  # what the model already answered stands; a budget or time stopped the rest
                 return Reply(f"{answer}\n\n{stopped}", formatted=True)
             return Reply(answer, formatted=True)
 
@@ -144,9 +168,7 @@ class ChatService:
         if chat.compaction == "summarize":
             request = summary_request([(e.role, e.content) for e in plan.older])
             try:
-                reply = await self._usage.call(
-                    context, request, functools.partial(self._model.complete, request)
-                )
+                reply = await self._usage.call(context, request, self._completion(request))
                 summary = reply.text.strip() or None
             except (ModelError, BudgetUsedUp) as error:
                 log.warning(
@@ -164,10 +186,11 @@ class ChatService:
 
     async def _answer(
         self, context: MessageContext, request: ModelRequest, on_text: TextSink | None
-    ) -> tuple[str, str | None]:
+    ) -> _Answer:
         """Ask the model, running the agent tools it calls for a bounded number of rounds;
-        returns its text ('' for none) and, when a budget stopped a later round, why (the text
-        is then what the model said before). BudgetUsedUp when it stops the first call."""
+        returns its text ('' for none) and, when a budget stopped a later round or a stream
+        outlasted llm.stream_timeout_s, why (the text is then what the model said before and
+        what arrived). BudgetUsedUp when it stops the first call."""
         llm = self._config.llm
         # Tools only where the speaker can pin; then the same definitions in every round (a
         # stable, cacheable request), the last round forbidding calls with tool_choice "none".
@@ -184,15 +207,19 @@ class ChatService:
                 tools=tools,
                 tool_choice="none" if tools and last else None,
             )
-            complete = functools.partial(self._model.complete, this_round, on_text=on_text)
+            complete = self._completion(this_round, on_text)
             try:
                 reply = await self._usage.call(context, this_round, complete)
             except BudgetUsedUp as used_up:
                 if round_number == 0:
                     raise
-                return "\n\n".join(said), used_up.message
+                return _Answer("\n\n".join(said), used_up.message)
+            if reply.cut_off:
+                said += [reply.text] if reply.text.strip() else []
+                note = CUT_OFF.format(limit=llm.stream_timeout_s)
+                return _Answer("\n\n".join(said), note, cut_off=True)
             if not reply.tool_calls or last:
-                return reply.text, None
+                return _Answer(reply.text)
             said += [reply.text] if reply.text.strip() else []
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
@@ -201,7 +228,18 @@ class ChatService:
                 log.info("tool %s session=%s %s", call.name, context.conversation.session_key, done)
                 result = tool_message(outcome)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return "", None
+        return _Answer("")
+
+    def _completion(
+        self, request: ModelRequest, on_text: TextSink | None = None
+    ) -> Callable[[Progress], Awaitable[ModelReply]]:
+        """The model call for the ledger, which passes the progress callback that keeps the
+        call's budget hold alive while its answer streams in."""
+
+        def complete(alive: Progress) -> Awaitable[ModelReply]:
+            return self._model.complete(request, on_text=on_text, on_progress=alive)
+
+        return complete
 
     def build_messages(
         self, rendered: Rendered, history: Sequence[HistoryEntry], text: str

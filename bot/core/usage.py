@@ -6,12 +6,18 @@ A call starts only while the tokens (and cost) used plus those held by calls in 
 each budget; its hold is its prompt counted in characters (never fewer than its tokens, CJK
 included) plus llm.max_completion_tokens. So a budget is overshot by at most one call. A message
 without a sender id (an anonymous admin, a channel) counts to its group only.
+
+A hold lasts as long as its call: released when the call ends (success, failure or cancel) and
+renewed while a streamed answer arrives (`timeout_s` bounds each read, not a whole stream, which
+`llm.stream_timeout_s` bounds), so it expires only when its process died mid-call: `hold_lifetime`
+after it was made or last renewed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -23,14 +29,18 @@ from bot.core.context import MessageContext
 from bot.core.keys import parse_scope
 from bot.core.permissions import Role
 from bot.core.render import tokens_of
-from bot.llm.base import ModelReply, ModelRequest, Usage
+from bot.llm.base import ModelReply, ModelRequest, Progress, Usage
 from storage.errors import BudgetSpent
 from storage.models import Budget, Hold, UsageRow, UsageTotals
 from storage.usage import UsageStore
 
+log = logging.getLogger(__name__)
 LAST_DAY_OF_ANY_MONTH = "31"  # day strings compare as text, so -31 closes every month
 PER_PRICE = 1_000_000  # prices are per 1,000,000 tokens
 HOLD_MARGIN = timedelta(minutes=1)  # a hold outlives its call's longest wait by this much
+# A streamed call renews its hold at most this often; the hold then stays younger than this plus
+# one read's wait (timeout_s), well inside hold_lifetime.
+RENEW_EVERY = HOLD_MARGIN / 2
 
 
 class BudgetUsedUp(Exception):
@@ -98,7 +108,8 @@ class UsageLedger:
         self._clock = clock
         self._llm = llm or LlmConfig()
         self._pricing = pricing or PricingConfig()
-        # A hold outlives any wait of its call: then its process has ended mid-call.
+        # A hold outlives any wait of its call (before its stream opens, or between two of its
+        # chunks) since it was made or renewed: then its process has ended mid-call.
         waits = self._llm.timeout_s * (self._llm.max_retries + 1)
         self.hold_lifetime = timedelta(seconds=waits) + HOLD_MARGIN
 
@@ -168,16 +179,30 @@ class UsageLedger:
         self,
         context: MessageContext,
         request: ModelRequest,
-        complete: Callable[[], Awaitable[ModelReply]],
+        complete: Callable[[Progress], Awaitable[ModelReply]],
     ) -> ModelReply:
         """Make one model call (a turn's, a tool round's or a summary's) for the message's
         sender: held against the budgets first (BudgetUsedUp, and no call, when one is used up),
         then recorded with the usage the server reported and its cost. An admitted call always
-        completes."""
+        completes. complete gets the progress callback that renews the hold while its answer
+        streams in."""
         now = self._clock()
         hold = await self._hold(context, request, now)
+        renewed = now
+
+        async def alive() -> None:
+            nonlocal renewed
+            moment = self._clock()
+            if hold is None or moment - renewed < RENEW_EVERY:
+                return
+            renewed = moment
+            try:
+                await self._store.renew_hold(hold, moment)
+            except Exception as error:  # the answer goes on; a later chunk tries again
+                log.warning("renewing budget hold %s failed: %s", hold, error)
+
         try:
-            reply = await complete()
+            reply = await complete(alive)
         except BaseException:
             if hold is not None:
                 with contextlib.suppress(Exception):  # it expires anyway

@@ -9,6 +9,8 @@ from typing import Any, Literal, Protocol
 Message = dict[str, Any]
 Tool = dict[str, Any]
 TextSink = Callable[[str], Awaitable[None]]
+# Called as a streamed answer arrives (its opening and each chunk): the call is still alive.
+Progress = Callable[[], Awaitable[None]]
 
 
 class ModelError(Exception):
@@ -52,6 +54,8 @@ class ModelReply:
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage | None = None
+    # A stream stopped by llm.stream_timeout_s: text is what arrived, tool calls are dropped.
+    cut_off: bool = False
 
     def as_message(self) -> Message:
         """The assistant message that records this reply in a follow-up request."""
@@ -95,10 +99,15 @@ class ChatModel(Protocol):
     """An OpenAI-style chat completion backend."""
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         """Answer the conversation, or raise ModelError. When the backend streams, on_text is
-        called with the text so far as it grows."""
+        called with the text so far as it grows, and on_progress as the stream opens and as each
+        chunk arrives (a budget hold is renewed there)."""
         ...
 
     async def close(self) -> None:

@@ -3,7 +3,7 @@ blocks that reached it, so a user can see exactly what the model was given."""
 
 from __future__ import annotations
 
-from bot.llm.base import ModelReply, ModelRequest, TextSink
+from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 
 SUMMARY_QUOTE_CHARS = 80  # how much of each user message an offline summary quotes
 
@@ -17,7 +17,11 @@ class OfflineChatModel:
     """Answers with the blocks it received, the history length and the user's words."""
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         """A deterministic reply describing the request (or summarising it, when asked to)."""
         if request.purpose == "summary":

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from typing import Any, cast
 
 import openai
 from openai.types.chat import ChatCompletionChunk
 
 from bot.config import LlmConfig, secret_from_env
-from bot.llm.base import Message, ModelError, ModelReply, ModelRequest, TextSink, ToolCall, Usage
+from bot.core.clock import Clock, utc_now
+from bot.llm.base import (
+    Message,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    Progress,
+    TextSink,
+    ToolCall,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
 
 class OpenAIChatModel:
-    """Calls `llm.base_url` with `llm.model`, a per-call timeout and a bounded retry count."""
+    """Calls `llm.base_url` with `llm.model`, a per-call timeout and a bounded retry count; a
+    streamed answer is cut off after `llm.stream_timeout_s` by the clock."""
 
-    def __init__(self, config: LlmConfig, api_key: str) -> None:
+    def __init__(self, config: LlmConfig, api_key: str, clock: Clock = utc_now) -> None:
         self._config = config
+        self._clock = clock
         # Whether to ask for usage in streams; turned off for good if the server rejects it.
         self._stream_usage = True
         self._client = openai.AsyncOpenAI(
@@ -30,17 +43,22 @@ class OpenAIChatModel:
         )
 
     @classmethod
-    def from_config(cls, config: LlmConfig) -> OpenAIChatModel:
+    def from_config(cls, config: LlmConfig, clock: Clock = utc_now) -> OpenAIChatModel:
         """Build the client, reading the key from the environment variable config names."""
         api_key = secret_from_env(config.api_key_env, "The API key for llm.backend: openai")
-        return cls(config, api_key)
+        return cls(config, api_key, clock)
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         """One chat completion of the request's messages and tools (streamed when `llm.stream`
-        is on and on_text is given); every failure becomes a ModelError with a short English
-        line."""
+        is on and on_text is given; on_progress is awaited as the stream opens and as each chunk
+        arrives); every failure becomes a ModelError with a short English line. A stream that
+        outlasts `llm.stream_timeout_s` ends there: the reply is what arrived, `cut_off`."""
         messages = request.messages
         extra: dict[str, Any] = {"max_completion_tokens": self._config.max_completion_tokens}
         if request.tools:
@@ -49,7 +67,7 @@ class OpenAIChatModel:
             extra["tool_choice"] = request.tool_choice
         try:
             if self._config.stream and on_text is not None:
-                reply = await self._streamed(messages, extra, on_text)
+                reply = await self._streamed(messages, extra, on_text, on_progress)
             else:
                 response = await self._client.chat.completions.create(
                     model=self._config.model,
@@ -59,22 +77,34 @@ class OpenAIChatModel:
                 reply = _reply_of(response)
         except openai.OpenAIError as error:
             raise _model_error(error) from error
-        if not reply.text and not reply.tool_calls:
+        if not reply.text and not reply.tool_calls and not reply.cut_off:
             raise ModelError("The model returned an empty answer. Please try again.", "empty")
         return reply
 
     async def _streamed(
-        self, messages: list[Message], extra: dict[str, Any], on_text: TextSink
+        self,
+        messages: list[Message],
+        extra: dict[str, Any],
+        on_text: TextSink,
+        on_progress: Progress | None,
     ) -> ModelReply:
+        # timeout_s bounds each read only; a stream that trickles on is stopped here.
+        deadline = self._clock() + timedelta(seconds=self._config.stream_timeout_s)
         stream = await self._open_stream(messages, extra)
+        if on_progress is not None:
+            await on_progress()
         text = ""
         calls: dict[int, dict[str, str]] = {}
         usage: Usage | None = None
+        finished = False
         async for chunk in stream:
+            if on_progress is not None:
+                await on_progress()
             if chunk.usage is not None:  # the last chunk, when usage was asked for
                 usage = usage_of(chunk.usage)
             if not chunk.choices:
                 continue
+            finished = finished or chunk.choices[0].finish_reason is not None
             delta = chunk.choices[0].delta
             if delta.content:
                 text += delta.content if isinstance(delta.content, str) else str(delta.content)
@@ -88,6 +118,15 @@ class OpenAIChatModel:
                 if function is not None:
                     call["name"] += _text(getattr(function, "name", None))
                     call["arguments"] += _arguments(getattr(function, "arguments", None))
+            if not finished and self._clock() >= deadline:  # what arrived stands, calls do not
+                await stream.close()
+                log.warning(
+                    "a streamed answer outlasted llm.stream_timeout_s (%s s); cut off after %d "
+                    "characters",
+                    self._config.stream_timeout_s,
+                    len(text),
+                )
+                return ModelReply(_text(text), [], None, cut_off=True)
         tool_calls = [
             ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
         ]

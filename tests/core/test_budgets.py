@@ -6,7 +6,9 @@ a sender id count to their group only; usage has a cost when the model has a pri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,8 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from storage.models import Hold
+from storage.errors import BudgetSpent
+from storage.models import Budget, Hold
 from tests.conftest import ask, dm, group, make_config, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
@@ -198,3 +201,54 @@ async def test_the_bill_in_money_and_budgets_in_money(
     await ask(other, dm("7"), "hi")
     (row,) = [u for u in (await other.store.usage_report(TODAY))[0] if u.key == "7"]
     assert row.totals.known_cost is None
+
+
+async def test_a_renewed_hold_counts_on_and_only_a_dead_processs_hold_expires(
+    open_bot: Any, clock: FakeClock
+) -> None:
+    bot = await open_bot(budgets={"user_daily_tokens": 100})
+    store, lifetime = bot.store, bot.usage.hold_lifetime
+    alive, dead = (
+        Budget("user_daily", TODAY, TODAY, ("console", sender), None, 100)
+        for sender in ("42", "43")
+    )
+
+    async def hold(budget: Budget) -> int:
+        now = clock()
+        assert budget.sender is not None
+        made = Hold("console", budget.sender[1], "", 1_000, 0.0)
+        held = await store.hold_budgets(made, [budget], now=now, since=now - lifetime)
+        assert isinstance(held, int)
+        return held
+
+    async def spent(budget: Budget) -> bool:
+        now = clock()
+        try:
+            await store.hold_budgets(None, [budget], now=now, since=now - lifetime)
+        except BudgetSpent:
+            return True
+        return False
+
+    streaming = await hold(alive)
+    await hold(dead)  # its process dies: nothing renews it
+    for _ in range(3 * int(lifetime / timedelta(seconds=30))):  # three lifetimes of a stream
+        clock.advance(seconds=30)
+        await store.renew_hold(streaming, clock())  # as its chunks arrive
+    assert await spent(alive) and not await spent(dead)
+    assert await store.forget_holds_before(clock() - lifetime) == 1  # the dead process's only
+    assert await spent(alive)
+    await store.release_hold(streaming)
+    assert not await spent(alive)
+
+
+async def test_a_cancelled_call_releases_its_hold(open_bot: Any, fake_openai: FakeOpenAI) -> None:
+    bot = await open_bot(budgets={"user_daily_tokens": 100})
+    fake_openai.release = asyncio.Event()
+    turn = asyncio.create_task(ask(bot, dm(), "never mind"))
+    await fake_openai.wait_for_requests(1)
+    turn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+    fake_openai.release.set()
+    assert outcome_of(await ask(bot, group(chat="-5"), "next")) is Result.DONE
+    assert await bot.store.forget_holds_before(bot.usage._clock() + timedelta(days=1)) == 0

@@ -119,7 +119,7 @@ class ToolCallingModel:
     def __init__(self) -> None:
         self.requests: list[ModelRequest] = []
 
-    async def complete(self, request: ModelRequest, *, on_text: Any = None) -> ModelReply:
+    async def complete(self, request: ModelRequest, **_: Any) -> ModelReply:
         self.requests.append(request)
         if len(self.requests) == 1:
             call = ToolCall("c1", "pin_set", '{"label": "x", "content": "y", "level": "strong"}')

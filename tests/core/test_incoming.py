@@ -12,7 +12,7 @@ import pytest
 
 from bot.core.incoming import SILENT, Incoming
 from bot.core.replies import Reply, Result
-from bot.llm.base import ModelReply, ModelRequest, TextSink
+from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 from storage.errors import Unavailable
 from tests.conftest import BotFactory, dm, group
 
@@ -51,7 +51,11 @@ class StreamingModel:
     """Streams its answer in three pieces when given a sink."""
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         if on_text is not None:
             for text in ("one", "one two", "one two three"):
@@ -66,7 +70,11 @@ class UnreachableModel:
     """As if the database went away during the turn."""
 
     async def complete(
-        self, request: ModelRequest, *, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
     ) -> ModelReply:
         raise Unavailable("the database is gone")
 

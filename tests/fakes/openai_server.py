@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,8 @@ from aiohttp import web
 from tests.fakes.http import serve
 
 Responder = Callable[[dict[str, Any]], Any]
+# Awaited before each content chunk of a stream is written: (request index, content chunks so far).
+ChunkHook = Callable[[int, int], Awaitable[None]]
 
 
 def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
@@ -111,7 +113,8 @@ class FakeOpenAI:
     error status, `release` to make it wait on an event the test controls, or `respond` for a
     custom body. A request with `stream: true` gets the answer as SSE chunks, at once unless
     `first_token_s` and `token_s` pace it like a real model (for the benchmark; tests leave them
-    at 0); `streamed` holds when each stream's content began and ended.
+    at 0); `streamed` holds when each stream's content began and ended. `on_chunk` paces a
+    stream by the test's own events instead (a fake clock moved on, other messages sent).
     """
 
     def __init__(self) -> None:
@@ -129,6 +132,7 @@ class FakeOpenAI:
         self.first_token_s = 0.0  # a stream's delay before its first chunk
         self.token_s = 0.0  # and between its chunks (one chunk is about a token)
         self.streamed: list[Streamed] = []
+        self.on_chunk: ChunkHook | None = None
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
         self.port = 0
@@ -194,14 +198,18 @@ class FakeOpenAI:
     ) -> None:
         """Write the chunks, paced by first_token_s and token_s; record when content came."""
         first = last = 0.0
+        written = 0
         if self.first_token_s:
             await asyncio.sleep(self.first_token_s)
         for chunk in chunks:
             content = any(choice["delta"].get("content") for choice in chunk["choices"])
             if content and first and self.token_s:  # the end and the usage follow at once
                 await asyncio.sleep(self.token_s)
+            if content and self.on_chunk is not None:
+                await self.on_chunk(index, written)
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if content:
+                written += 1
                 last = time.perf_counter()
                 first = first or last
         if first:

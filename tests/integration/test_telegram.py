@@ -783,7 +783,7 @@ class ScriptedModel:
     def __init__(self, *texts: str) -> None:
         self.texts = list(texts)
 
-    async def complete(self, request: Any, *, on_text: Any = None) -> Any:
+    async def complete(self, request: Any, **_: Any) -> Any:
         from bot.llm.base import ModelReply
 
         return ModelReply(self.texts.pop(0))
