@@ -340,12 +340,14 @@ class TelegramFrontend:
         if not hmac.compare_digest(given, (self._webhook_secret or "").encode()):
             self._refusals.note(request.remote or "unknown", "wrong secret token")
             return web.Response(status=403)
-        raw = await request.text()
         try:
+            # Telegram sends UTF-8 JSON; anything else (another charset, invalid bytes) is no
+            # update, whatever its Content-Type says.
+            raw = (await request.read()).decode("utf-8")
             data = json.loads(raw)
             update_id = data["update_id"]
-        except (ValueError, TypeError, KeyError, RecursionError):
-            update_id = None
+        except (ValueError, TypeError, KeyError, RecursionError):  # UnicodeDecodeError too
+            raw, data, update_id = "", None, None
         if type(update_id) is not int or not 0 <= update_id < 2**63:
             return web.Response(status=400, text="not a Telegram update")
         chat = _chat_id(data)

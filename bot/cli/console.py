@@ -8,6 +8,7 @@ import asyncio
 from bot.cli.command import LLM_KEY, Subcommand, load
 from bot.cli.runtime import running_core
 from bot.config import Config, ConfigError
+from bot.core.keys import console_id_ok
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +21,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.topic and not args.group:
         raise ConfigError("--topic needs --group: topics exist only inside groups")
     for flag, value in (("--user", args.user), ("--group", args.group), ("--topic", args.topic)):
-        if value is not None and (not value or ":" in value or any(c.isspace() for c in value)):
-            raise ConfigError(f"{flag} {value!r}: ids cannot be empty or contain ':' or spaces")
+        if value is not None and not console_id_ok(value):
+            raise ConfigError(
+                f"{flag} {value!r}: ids are 1 to 128 characters without ':', spaces or control "
+                "characters"
+            )
     # The console shares the terminal with the conversation: only problems by default.
     config = load(args.config, quiet=True)
     return asyncio.run(_console(config, args))

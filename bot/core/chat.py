@@ -43,6 +43,11 @@ CUT_OFF = (
     "(Cut off: the model was still answering after {limit:g} seconds, the most "
     "llm.stream_timeout_s allows for one answer; above is what arrived.)"
 )
+CUT_OFF_EMPTY = (
+    "The model was still answering after {limit:g} seconds, the most llm.stream_timeout_s "
+    "allows for one answer, and nothing had arrived. Please try again."
+)
+FENCE = "```"
 
 
 class _Answer(NamedTuple):
@@ -131,9 +136,14 @@ class ChatService:
             if not answer.strip():  # blank shows as nothing: no message at all on a platform
                 if stopped and not cut_off:
                     return Reply.refused(stopped)
-                return Reply.failed(stopped or NO_ANSWER)
+                limit = self._config.llm.stream_timeout_s
+                return Reply.failed(CUT_OFF_EMPTY.format(limit=limit) if cut_off else NO_ANSWER)
+            if stopped and answer.count(FENCE) % 2:  # the note goes after a code block left open
+                answer += f"\n{FENCE}"
+            if cut_off:  # kept with its note: the next turn sees the answer was cut short
+                answer = f"{answer}\n\n{stopped}"
             await self._store.append_turn(session, text, answer, now=self._clock())
-            if stopped:  # what the model already answered stands; a budget or time stopped the rest
+            if stopped and not cut_off:  # what the model answered stands; the budget stopped it
                 return Reply(f"{answer}\n\n{stopped}", formatted=True)
             return Reply(answer, formatted=True)
 

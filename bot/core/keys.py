@@ -34,7 +34,8 @@ _SCOPE = re.compile(
 TELEGRAM_MAX_ID = 2**53 - 1  # Telegram: "at most 52 significant bits"
 _TELEGRAM_USER = re.compile(r"[1-9][0-9]{0,15}")
 _TELEGRAM_GROUP = re.compile(r"-[1-9][0-9]{0,15}")
-_FEISHU_USER = re.compile(r"ou_[0-9A-Za-z_-]{1,64}")
+# A Feishu DM without the sender's open_id is keyed by its chat (oc_), as conversation.py does.
+_FEISHU_USER = re.compile(r"o[uc]_[0-9A-Za-z_-]{1,64}")
 _FEISHU_CHAT = re.compile(r"oc_[0-9A-Za-z_-]{1,64}")
 # The console's command line takes any id without ':' or spaces; control characters are left
 # out too (none can be typed into a terminal argument that a page would show as it is).
@@ -46,6 +47,12 @@ _ID_FORMS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
     "telegram": (_TELEGRAM_USER, _TELEGRAM_GROUP),
 }
 READ_PLATFORMS = tuple(_ID_FORMS)  # the platforms whose scopes the bot reads
+
+
+def console_id_ok(text: str) -> bool:
+    """Whether text is an id `pinbot console` may speak as (a user, group or topic): what its
+    scope keys can hold and the web page and import read back."""
+    return _CONSOLE_ID.fullmatch(text) is not None
 
 
 class ScopeKind(StrEnum):

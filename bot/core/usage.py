@@ -8,13 +8,15 @@ included) plus llm.max_completion_tokens. So a budget is overshot by at most one
 without a sender id (an anonymous admin, a channel) counts to its group only.
 
 A hold lasts as long as its call: released when the call ends (success, failure or cancel) and
-renewed while a streamed answer arrives (`timeout_s` bounds each read, not a whole stream, which
+renewed while the call is in flight (as a streamed answer arrives, and every RENEW_EVERY
+meanwhile) (`timeout_s` bounds each read, not a whole stream, which
 `llm.stream_timeout_s` bounds), so it expires only when its process died mid-call: `hold_lifetime`
 after it was made or last renewed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -201,6 +203,9 @@ class UsageLedger:
             except Exception as error:  # the answer goes on; a later chunk tries again
                 log.warning("renewing budget hold %s failed: %s", hold, error)
 
+        # Renewed also while nothing arrives (a model thinking behind keep-alive comments, a
+        # call that is not streamed): a hold of a live process never expires mid-call.
+        keeper = asyncio.create_task(self._keep(alive)) if hold is not None else None
         try:
             reply = await complete(alive)
         except BaseException:
@@ -208,6 +213,9 @@ class UsageLedger:
                 with contextlib.suppress(Exception):  # it expires anyway
                     await self._store.release_hold(hold)
             raise
+        finally:
+            if keeper is not None:
+                keeper.cancel()
         usage = reply.usage or estimated_usage(request, reply)
         conversation = context.conversation
         await self._store.add_usage(
@@ -220,6 +228,13 @@ class UsageLedger:
             hold=hold,
         )
         return reply
+
+    @staticmethod
+    async def _keep(alive: Progress) -> None:
+        """Renew a call's hold every RENEW_EVERY of the process's own time until cancelled."""
+        while True:
+            await asyncio.sleep(RENEW_EVERY.total_seconds())
+            await alive()
 
     async def _hold(
         self, context: MessageContext, request: ModelRequest, now: datetime

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import timedelta
@@ -97,40 +98,58 @@ class OpenAIChatModel:
         calls: dict[int, dict[str, str]] = {}
         usage: Usage | None = None
         finished = False
-        async for chunk in stream:
-            if on_progress is not None:
-                await on_progress()
-            if chunk.usage is not None:  # the last chunk, when usage was asked for
-                usage = usage_of(chunk.usage)
-            if not chunk.choices:
-                continue
-            finished = finished or chunk.choices[0].finish_reason is not None
-            delta = chunk.choices[0].delta
-            if delta.content:
-                text += delta.content if isinstance(delta.content, str) else str(delta.content)
-                await on_text(_text(text))
-            for fragment in delta.tool_calls or []:
-                index = fragment.index if isinstance(fragment.index, int) else 0
-                call = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                if fragment.id:
-                    call["id"] = _text(fragment.id)
-                function = getattr(fragment, "function", None)
-                if function is not None:
-                    call["name"] += _text(getattr(function, "name", None))
-                    call["arguments"] += _arguments(getattr(function, "arguments", None))
-            if not finished and self._clock() >= deadline:  # what arrived stands, calls do not
-                await stream.close()
-                log.warning(
-                    "a streamed answer outlasted llm.stream_timeout_s (%s s); cut off after %d "
-                    "characters",
-                    self._config.stream_timeout_s,
-                    len(text),
-                )
-                return ModelReply(_text(text), [], None, cut_off=True)
+        try:
+            # Both bounds: the clock's at each chunk (tests move it), the loop's for a stream
+            # that sends nothing the client hands over (keep-alive comments, empty chunks).
+            async with asyncio.timeout(self._config.stream_timeout_s):
+                async for chunk in stream:
+                    if on_progress is not None:
+                        await on_progress()
+                    if chunk.usage is not None:  # the last chunk, when usage was asked for
+                        usage = usage_of(chunk.usage)
+                    if chunk.choices and not finished:  # nothing is added after the finish
+                        finished = chunk.choices[0].finish_reason is not None
+                        text = self._add_chunk(chunk, text, calls)
+                        if chunk.choices[0].delta.content:
+                            await on_text(_text(text))
+                    if not finished and self._clock() >= deadline:
+                        return await self._cut_off(stream, text)
+        except TimeoutError:
+            return await self._cut_off(stream, text)
         tool_calls = [
             ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
         ]
         return ModelReply(_text(text), tool_calls, usage)
+
+    async def _cut_off(
+        self, stream: openai.AsyncStream[ChatCompletionChunk], text: str
+    ) -> ModelReply:
+        """End a stream that outlasted llm.stream_timeout_s: what arrived stands, tool calls
+        that had not finished do not."""
+        await stream.close()
+        log.warning(
+            "a streamed answer outlasted llm.stream_timeout_s (%s s); cut off after %d characters",
+            self._config.stream_timeout_s,
+            len(text),
+        )
+        return ModelReply(_text(text), [], None, cut_off=True)
+
+    @staticmethod
+    def _add_chunk(chunk: ChatCompletionChunk, text: str, calls: dict[int, dict[str, str]]) -> str:
+        """The text with chunk's content added; its tool-call fragments go into calls."""
+        delta = chunk.choices[0].delta
+        if delta.content:
+            text += delta.content if isinstance(delta.content, str) else str(delta.content)
+        for fragment in delta.tool_calls or []:
+            index = fragment.index if isinstance(fragment.index, int) else 0
+            call = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+            if fragment.id:
+                call["id"] = _text(fragment.id)
+            function = getattr(fragment, "function", None)
+            if function is not None:
+                call["name"] += _text(getattr(function, "name", None))
+                call["arguments"] += _arguments(getattr(function, "arguments", None))
+        return text
 
     async def _open_stream(
         self, messages: list[Message], extra: dict[str, Any]

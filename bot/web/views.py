@@ -48,6 +48,7 @@ FIRST_YEAR, LAST_YEAR = 1970, 9998  # a day after LAST_YEAR still fits a date
 # edits of a 100-line block took 41 s on the one event loop).
 DIFF_LINES = 4_000
 DIFF_SECONDS = 0.5
+DIFF_PAIRS = 40_000  # lines of one version × of the other matched at most (about 200 × 200)
 
 
 def segment(text: str) -> str:
@@ -232,14 +233,28 @@ def diff(numbered: Numbered, number: int) -> list[tuple[str, str]]:
     after = numbered[number - 1][0]
     before = numbered[number][0] if number < len(numbered) else None
     old, new = _lines(before), _lines(after)
-    changes: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for tag, old_from, old_to, new_from, new_to in matcher.get_opcodes():
-        if tag == "equal":
-            changes += [(" ", line) for line in old[old_from:old_to]]
-            continue
-        changes += [("-", line) for line in old[old_from:old_to]]
-        changes += [("+", line) for line in new[new_from:new_to]]
+    # What both share at the start and the end is found in linear time; only the middle is
+    # matched, and a middle too large to match in bounded time (matching repeated lines is
+    # quadratic) is shown as removed then added: every line still shows, in order.
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    changes: list[tuple[str, str]] = [(" ", line) for line in old[:head]]
+    old_mid, new_mid = old[head : len(old) - tail], new[head : len(new) - tail]
+    if len(old_mid) * len(new_mid) > DIFF_PAIRS:
+        changes += [("-", line) for line in old_mid] + [("+", line) for line in new_mid]
+    else:
+        matcher = difflib.SequenceMatcher(None, old_mid, new_mid, autojunk=False)
+        for tag, old_from, old_to, new_from, new_to in matcher.get_opcodes():
+            if tag == "equal":
+                changes += [(" ", line) for line in old_mid[old_from:old_to]]
+                continue
+            changes += [("-", line) for line in old_mid[old_from:old_to]]
+            changes += [("+", line) for line in new_mid[new_from:new_to]]
+    changes += [(" ", line) for line in old[len(old) - tail :]]
     if before and after:
         for name in ("level", "state", "priority"):
             was, now = getattr(before, name), getattr(after, name)

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
@@ -72,10 +73,11 @@ MAX_PORT = 65535
 
 
 def _credentials_problem(rest: str) -> str | None:
-    """What in the user name and password (up to the URL's last @) asyncpg would read as
-    something else: a reserved character ends the host part early, and asyncpg ends the
-    credentials at the first @, so the rest of a password becomes part of the host."""
-    credentials = rest.rpartition("@")[0]
+    """What in the user name and password (up to the last @ before the query or fragment)
+    asyncpg would read as something else: a reserved character ends the host part early, and
+    asyncpg ends the credentials at the first @, so the rest of a password becomes part of the
+    host. An @ in the query (application_name=a@b) or the fragment is not the password's."""
+    credentials = re.split(r"[?#]", rest, maxsplit=1)[0].rpartition("@")[0]
     if any(char in credentials for char in RESERVED):
         return (
             "percent-encode reserved characters in the password (or user name): "

@@ -120,7 +120,6 @@ def test_keys_the_bot_writes_are_read_and_round_trip(key: str) -> None:
         "foo:direct:1",
         "irc:group:-1",
         "feishu:group:..",
-        "feishu:direct:oc_1",
         "feishu:group:ou_1",
         "console:direct:a\x00b",
         "agent:main:telegram:direct:42",  # only with agent_prefix

@@ -276,7 +276,11 @@ async def test_bad_identities_are_refused(tmp_path: Path) -> None:
         ("--user", "1", "--topic", "3"),
     ):
         code, out, err = await console(config, ["hi"], *args)
-        assert code == 2 and out == "" and ("ids cannot" in err or "--topic needs --group" in err)
+        assert (
+            code == 2
+            and out == ""
+            and ("ids are 1 to 128 characters" in err or "--topic needs --group" in err)
+        )
 
 
 def test_a_terminal_gets_a_banner_and_a_prompt(tmp_path: Path) -> None:

@@ -217,10 +217,10 @@ async def test_a_stream_past_its_time_limit_ends_the_turn_with_what_arrived_and_
     assert shown.startswith(arrived) and "w009" not in shown
     assert "after 100 seconds" in shown and "llm.stream_timeout_s" in shown
     history = await store.history(f"telegram:direct:{ME}")
-    assert [(e.role, e.content.strip()) for e in history] == [
-        ("user", "a long answer, please"),
-        ("assistant", arrived),
-    ]
+    assert [e.role for e in history] == ["user", "assistant"]
+    # The next turn's model sees what arrived and that it was cut short.
+    kept = history[1].content
+    assert kept.startswith(arrived) and kept.endswith(shown[-60:]) and "Cut off" in kept
     used = await store.sender_usage("telegram", str(ME), TODAY, TODAY)
     assert used.calls == 1 and used.estimated_calls == 1  # the cut stream reported no usage
     assert await store.forget_holds_before(clock() + timedelta(days=1)) == 0  # released

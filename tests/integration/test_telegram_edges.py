@@ -283,5 +283,13 @@ async def test_the_webhook_acknowledges_an_update_it_cannot_handle(
             for body in ({"update_id": "1"}, {"update_id": -1}, [1], {"update_id": 2**70}):
                 async with session.post(bot.hook, json=body, headers=headers) as response:
                     assert response.status == 400, body
+            # Read as the UTF-8 Telegram sends, whatever the header says: never a 500.
+            for raw, kind, status in (
+                (b'{"update_id": 5, "x": "\xff"}', "application/json", 400),  # not UTF-8
+                (b'{"update_id": 6}', "application/json; charset=nope-8", 200),
+            ):
+                typed = {**headers, "Content-Type": kind}
+                async with session.post(bot.hook, data=raw, headers=typed) as response:
+                    assert response.status == status, (raw, kind)
         assert await bot.ask("/pin shared list", 42)
     assert "answering the button tap of update" in err[0]

@@ -97,3 +97,17 @@ async def test_the_store_itself_refuses_the_url_before_connecting() -> None:
     with pytest.raises(Unavailable, match="the password holds an @") as refused:
         await Store.open(url="postgresql://postgres:AlphaQ@BravoR@127.0.0.1:1/db")
     assert not any(secret in str(refused.value) for secret in SECRETS)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@host/db?application_name=a@b",  # an @ in the query is not the password's
+        "postgresql://u:p@host/db#x@y",
+        "postgresql://u:p%40w@host/db",
+    ],
+)
+def test_an_at_after_the_host_or_an_encoded_one_is_no_problem(url: str) -> None:
+    from storage.dialect import url_problem
+
+    assert url_problem(url) is None

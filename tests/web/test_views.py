@@ -9,7 +9,7 @@ import pytest
 
 from bot.web import views
 from storage import Store
-from storage.models import Level, NewBlock, State
+from storage.models import BlockState, Level, NewBlock, State
 from tests.conftest import put_block
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
@@ -54,3 +54,17 @@ async def test_groups_are_paged_once_each_with_exact_counts(
         "telegram:group:-1234": (1, 0, 0),
         "telegram:group:-2": (5, 0, 0),
     }
+
+
+def test_a_diff_of_many_repeated_lines_is_bounded_and_shows_every_line() -> None:
+    """Matching repeated lines is quadratic: past a size the middle shows as removed then added,
+    every line in order, the shared start and end as they are."""
+    from bot.web.views import diff
+
+    old = "\n".join(["head", *["a"] * 2000, "tail"])
+    new = "\n".join(["head", *["a", "b"] * 1000, "tail"])
+    before, after = (BlockState(text, Level.CONTEXT, State.ACTIVE) for text in (old, new))
+    changes = diff([(after, None), (before, None)], 1)
+    assert changes[0] == (" ", "head") and changes[-1] == (" ", "tail")
+    assert [line for mark, line in changes if mark in " -"] == old.split("\n")
+    assert [line for mark, line in changes if mark in " +"] == new.split("\n")
