@@ -77,7 +77,10 @@ def _credentials_problem(rest: str) -> str | None:
     asyncpg would read as something else: a reserved character ends the host part early, and
     asyncpg ends the credentials at the first @, so the rest of a password becomes part of the
     host. An @ in the query (application_name=a@b) or the fragment is not the password's."""
-    credentials = re.split(r"[?#]", rest, maxsplit=1)[0].rpartition("@")[0]
+    head = re.split(r"[?#]", rest, maxsplit=1)[0]
+    # Up to the last @ before the query, if there is one there; else a ? or # came before the
+    # password's end (refused below as reserved).
+    credentials = (head if "@" in head else rest).rpartition("@")[0]
     if any(char in credentials for char in RESERVED):
         return (
             "percent-encode reserved characters in the password (or user name): "
