@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -515,6 +516,38 @@ def _parse_scope_body(
     return calls, blocks
 
 
+def import_change(
+    scope: str,
+    calls: int,
+    blocks: Sequence[Block],
+    now: tuple[Sequence[Block], dict[str, str]],
+    history: Sequence[Version] | None,
+    *,
+    audited: bool,
+    change: Change = IMPORT,
+) -> BlockChange:
+    """The change that makes scope hold exactly blocks (times, states and all) and this call
+    count, reviewed against the scope as it is now (its blocks and marks); with history, the
+    scope's kept versions become exactly those."""
+    current, marks = now
+    wanted = [
+        Wanted(b.label, BlockState.of(b), b.created_at, b.updated_at, b.idle_since, b.idle_calls)
+        for b in blocks
+    ]
+    imported = {label_key(b.label) for b in blocks}
+    wanted += [Wanted(b.label, None) for b in current if label_key(b.label) not in imported]
+    return BlockChange(
+        scope,
+        tuple(wanted),
+        change,
+        seen_of(current, marks, [w.label for w in wanted]),
+        audited,
+        ChangeKind.IMPORT,
+        calls=calls,
+        history=None if history is None else tuple(history),
+    )
+
+
 async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
     """Write a checked plan as one operation in one transaction, each scope's part reviewed
     by the block policy like any change (changes to shared scopes go to their audit trail;
@@ -524,24 +557,9 @@ async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
     changes = []
     for scope, (calls, blocks) in plan.scopes.items():
         current, marks = await ops.scope_now(scope)
-        wanted = [
-            Wanted(
-                b.label, BlockState.of(b), b.created_at, b.updated_at, b.idle_since, b.idle_calls
-            )
-            for b in blocks
-        ]
-        imported = {label_key(b.label) for b in blocks}
-        wanted += [Wanted(b.label, None) for b in current if label_key(b.label) not in imported]
         history = plan.history.get(scope)
-        change = BlockChange(
-            scope,
-            tuple(wanted),
-            IMPORT,
-            seen_of(current, marks, [w.label for w in wanted]),
-            is_shared_scope(scope),
-            ChangeKind.IMPORT,
-            calls=calls,
-            history=None if history is None else tuple(history),
+        change = import_change(
+            scope, calls, blocks, (current, marks), history, audited=is_shared_scope(scope)
         )
         if problem := await ops.policy.review(change, _where(scope), speaker=None, blocks=current):
             plan.problems.append(f"scope '{scope}': {problem.reason}")

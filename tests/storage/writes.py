@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from bot.core.transfer import import_change
 from storage import Store
 from storage.changes import Applied
 from storage.models import (
@@ -107,30 +108,11 @@ async def replace(
     """Make each scope hold exactly these blocks (an import); returns blocks written."""
     changes = []
     for scope, (calls, blocks) in scopes.items():
-        current, marks = await store.scope_now(scope)
-        wanted = [
-            Wanted(
-                b.label, BlockState.of(b), b.created_at, b.updated_at, b.idle_since, b.idle_calls
-            )
-            for b in blocks
-        ]
-        keys = {label_key(b.label) for b in blocks}
-        wanted += [Wanted(b.label, None) for b in current if label_key(b.label) not in keys]
-        seen: dict[str, Seen | None] = {
-            label_key(b.label): Seen(b, marks[label_key(b.label)]) for b in current
-        }
-        history = None if versions is None or scope not in versions else tuple(versions[scope])
+        now_there = await store.scope_now(scope)
+        history = None if versions is None else versions.get(scope)
+        audit = scope in audited
         changes.append(
-            BlockChange(
-                scope,
-                tuple(wanted),
-                change,
-                seen,
-                scope in audited,
-                ChangeKind.IMPORT,
-                calls=calls,
-                history=history,
-            )
+            import_change(scope, calls, blocks, now_there, history, audited=audit, change=change)
         )
     await store.apply_changes(changes, now=now, limits=Limits(1000))
     return sum(len(blocks) for _, blocks in scopes.values())
