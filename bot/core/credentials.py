@@ -39,3 +39,8 @@ def credential_kind(text: str) -> str | None:
         if pattern.search(text):
             return kind
     return None
+
+
+def credential_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    """Each kind of credential recognised, with its pattern (what redaction masks besides)."""
+    return list(_PATTERNS)

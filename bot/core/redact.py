@@ -1,0 +1,171 @@
+"""Masking what a sensitive block must not show: the store keeps a sensitive block whole, and
+everything that shows it to the model or to a group shows `redact(content)` instead.
+
+The kinds are the Sticky Context design's (IP addresses, host:port pairs, SSH targets, KEY=value
+secrets, sk-/ghp_/Bearer tokens) plus e-mail addresses, long hex or base64 secrets and every
+credential `bot.core.credentials` recognises. Each span becomes a bracketed placeholder naming
+its kind, so the model still knows something was there; the result never matches again, so
+redacting twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.core.credentials import credential_patterns
+
+# Placeholders (all lower case inside brackets, so no pattern below can match them again).
+IP = "[ip]"
+HOST_PORT = "[host:port]"
+SSH_TARGET = "[ssh-target]"
+EMAIL = "[email]"
+SECRET = "[secret]"
+TOKEN = "[token]"
+
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
+_IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
+# Not part of a longer dotted number (a version such as 1.2.3.4.5) nor after a "v" (v1.2.3.4).
+_IPV4_ALONE = rf"(?<![\w.]){_IPV4}(?![\w]|\.\d)"
+_PORT = r"(?:6553[0-5]|655[0-2]\d|65[0-4]\d{2}|6[0-4]\d{3}|[1-5]\d{4}|[1-9]\d{0,3})"
+_USER = r"[A-Za-z_][A-Za-z0-9_.+-]{0,63}"
+# Environment-style names: upper case, at least two characters (E=mc2 stays physics).
+_ENV_NAME = r"[A-Z](?:[A-Z0-9]|_(?=[A-Z0-9]))+"
+_SECRET_WORD = (
+    r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
+    r"access[_-]?token|auth[_-]?token|client[_-]?secret|private[_-]?key|credentials?)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One kind of sensitive span: its pattern, and what a match becomes."""
+
+    name: str
+    pattern: re.Pattern[str]
+    replace: Callable[[re.Match[str]], str]
+
+
+def _fixed(placeholder: str) -> Callable[[re.Match[str]], str]:
+    return lambda match: placeholder
+
+
+def _keep_name(placeholder: str) -> Callable[[re.Match[str]], str]:
+    """KEY=value keeps KEY (the model may need to know a setting exists), masks the value."""
+    return lambda match: f"{match.group('name')}{match.group('sep')}{placeholder}"
+
+
+def _entropy(text: str) -> float:
+    counts = Counter(text)
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
+
+
+def _random_looking(match: re.Match[str]) -> str:
+    """A long run of letters and digits is a secret only when it looks random: all of lower,
+    upper and digits (or hex), and spread over many symbols (paths and words are not)."""
+    text = match.group(0)
+    core = text.rstrip("=")
+    if re.fullmatch(r"[0-9a-fA-F]+", core):
+        return SECRET if len(core) >= 32 and re.search(r"\d", core) else text
+    classes = sum(bool(re.search(p, core)) for p in (r"[a-z]", r"[A-Z]", r"\d"))
+    return SECRET if classes == 3 and _entropy(core) >= 4.0 else text
+
+
+def _ipv6(match: re.Match[str]) -> str:
+    """An IPv6 address (bare, or in brackets with a port); clock times such as 12:30:45 and
+    other colon-separated numbers are not addresses and stay."""
+    address = match.group("bare") or match.group("addr")
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return match.group(0)
+    return HOST_PORT if match.group("port") else IP
+
+
+_KINDS: tuple[_Kind, ...] = (
+    # The Sticky Context design's tokens first (named as tokens), then every credential shape
+    # whole (a private key block, a cloud key).
+    _Kind(
+        "bearer token",
+        re.compile(r"\b(?P<name>Bearer)(?P<sep>\s+)[A-Za-z0-9._~+/=-]{8,}"),
+        _keep_name(TOKEN),
+    ),
+    _Kind("sk- token", re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{12,}"), _fixed(TOKEN)),
+    _Kind("ghp_ token", re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{12,}"), _fixed(TOKEN)),
+    *(
+        _Kind(f"credential: {name}", pattern, _fixed(SECRET))
+        for name, pattern in credential_patterns()
+        if name != "a password or secret assignment"
+    ),
+    _Kind(
+        "KEY=value",
+        re.compile(
+            rf"(?<![\w$])(?P<name>{_ENV_NAME})(?P<sep>=)(?!\[)(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)"
+        ),
+        _keep_name(SECRET),
+    ),
+    _Kind(
+        "secret assignment",
+        re.compile(
+            rf"(?i)(?<![\w$])(?P<name>[\w.-]*{_SECRET_WORD})(?P<sep>\s*[:=]\s*)(?!\[)"
+            r"(?:\"[^\"\n]+\"|'[^'\n]+'|(?=[^\s\"',;]*[\d!@#$%^&*_+/~-])[^\s\"',;]{3,}"
+            r"|[^\s\"',;]{12,})"
+        ),
+        _keep_name(SECRET),
+    ),
+    _Kind(
+        "ssh target at an address",
+        re.compile(rf"\b{_USER}@{_IPV4}(?::{_PORT})?\b"),
+        _fixed(SSH_TARGET),
+    ),
+    _Kind("e-mail address", re.compile(rf"\b{_USER}@{_HOST}\b"), _fixed(EMAIL)),
+    _Kind(
+        "ssh target",
+        re.compile(rf"(?<![\w@]){_USER}@[A-Za-z0-9][A-Za-z0-9-]*\b(?!\.\w)"),
+        _fixed(SSH_TARGET),
+    ),
+    _Kind("ipv4:port", re.compile(rf"{_IPV4_ALONE}:{_PORT}\b"), _fixed(HOST_PORT)),
+    _Kind("ipv4", re.compile(_IPV4_ALONE), _fixed(IP)),
+    _Kind(
+        "ipv6",
+        re.compile(
+            r"(?<![\w:])(?:\[(?P<addr>[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)\](?::(?P<port>\d{1,5}))?"
+            r"|(?P<bare>(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}))(?![\w:])"
+        ),
+        _ipv6,
+    ),
+    _Kind(
+        "host:port",
+        re.compile(rf"(?<![\w.@-])(?:{_HOST}|localhost):{_PORT}\b(?!\.\d)"),
+        _fixed(HOST_PORT),
+    ),
+    _Kind(
+        "long hex or base64",
+        re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{32,}={0,2}(?![\w+/=-])"),
+        _random_looking,
+    ),
+)
+
+
+def redact(text: str) -> str:
+    """The text with every sensitive span replaced by its kind's placeholder; text without one
+    comes back unchanged, and redacting a redacted text changes nothing."""
+    for kind in _KINDS:
+        text = kind.pattern.sub(kind.replace, text)
+    return text
+
+
+def sensitive_kinds(text: str) -> list[str]:
+    """The names of the kinds found in text, in the order they are masked (for tests and the
+    operator's raw view, which says what a block's redacted form hides)."""
+    found: list[str] = []
+    for kind in _KINDS:
+        redacted = kind.pattern.sub(kind.replace, text)
+        if redacted != text:
+            found.append(kind.name)
+            text = redacted
+    return found
