@@ -356,6 +356,7 @@ def _proposed(
             level or existing.level,
             existing.state,
             existing.priority if priority is None else priority,
+            existing.sensitive,
         )
         seen = seen_of(blocks, marks, [existing.label])
     wanted = [Wanted(existing.label if existing else label, state)]
