@@ -4,7 +4,11 @@ and never taking them back; `/sticky raw`, `/sticky delete` and the preview of `
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +16,7 @@ import pytest
 from bot.core.policy import Rule
 from bot.core.redact import redact
 from bot.core.sensitive import PREVIEW_CHARS
-from storage.models import ChangeKind
+from storage.models import ChangeKind, State
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
@@ -197,3 +201,147 @@ async def test_sticky_previews_each_block_redacted_if_sensitive(
     ]
     # /pin status keeps its figures without previews.
     assert f"   {shown}" not in text_of(await ask(bot, dm(), "/pin status"))
+
+
+# --- pinbot import of a Sticky Context file --------------------------------------------------
+
+PINBOT = str(Path(sys.executable).parent / "pinbot")
+
+
+async def pinbot_import(tmp_path: Path, document: Any, *args: str, pins: str = "{}") -> str:
+    """`pinbot import` of document into the database openai_bots opens; its output."""
+    config = tmp_path / "import.yaml"
+    config.write_text(
+        f"storage: {{path: '{tmp_path / 'bot.sqlite3'}'}}\npins: {pins}\n", encoding="utf-8"
+    )
+    file = tmp_path / "sticky-context.json"
+    file.write_text(json.dumps(document), encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        *(PINBOT, "import", str(file), "--config", str(config), *args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    return out.decode() + err.decode()
+
+
+def slot(content: str, priority: int = 0, pinned: bool = False, **more: Any) -> dict[str, Any]:
+    return {
+        "content": content,
+        "priority": priority,
+        "pinned": pinned,
+        "created": "2026-02-26T19:00:00.000Z",
+        "updated": "2026-02-26T20:30:00.000Z",
+        **more,
+    }
+
+
+async def test_a_version_1_file_comes_in_and_is_read_in_priority_order(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    document = {
+        "version": 1,
+        "slots": {
+            "active-task": slot("Migrating the API to v2.", 50),
+            "safety-rules": slot("Never run rm -rf.", 100, pinned=True),
+            "notes": slot("Prefers short answers."),
+        },
+    }
+    out = await pinbot_import(tmp_path, document, "--scope", "console:direct:42", "--dry-run")
+    assert out.splitlines() == [
+        "console:direct:42: add active-task, safety-rules, notes",
+        "dry run: nothing was written",
+    ]
+    out = await pinbot_import(tmp_path, document, "--scope", "console:direct:42")
+    assert out.splitlines()[-1] == "imported 3 slot(s) into console:direct:42"
+    bot = await openai_bots()
+    blocks = {b.label: b for b in await bot.store.blocks(["console:direct:42"])}
+    safety = blocks["safety-rules"]
+    assert (safety.state, safety.priority, safety.level.value) == (State.PINNED, 100, "strong")
+    assert safety.created_at == datetime(2026, 2, 26, 19, tzinfo=UTC)
+    assert safety.updated_at == datetime(2026, 2, 26, 20, 30, tzinfo=UTC)
+    await ask(bot, dm(), "hello")
+    system = fake_openai.messages()[0]["content"]
+    order = [system.index(f"label={key}]") for key in ("safety-rules", "active-task", "notes")]
+    assert order == sorted(order)
+    # Imported once, the slots are taken: a second import refuses each, naming it.
+    again = await pinbot_import(tmp_path, document, "--scope", "console:direct:42")
+    assert "problem: slot 'notes' refused (label-taken): A block labelled 'notes'" in again
+    assert again.splitlines()[-1] == "3 problem(s); nothing was imported"
+
+
+async def test_a_version_2_file_keeps_sensitive_slots_masked(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    document = {
+        "version": 2,
+        "slots": {
+            "server": slot("API_KEY=abc123 ssh root@10.0.0.1", 10, sensitive=True),
+            "style": slot("Answer in English.", sensitive=False),
+        },
+    }
+    scope = ("--scope", "console:direct:42", "--level", "context")
+    out = await pinbot_import(tmp_path, document, *scope)
+    assert out.splitlines()[-1] == "imported 2 slot(s) into console:direct:42"
+    bot = await openai_bots()
+    await ask(bot, dm(), "hello")
+    user = fake_openai.messages()[-1]["content"]  # context blocks go with the message
+    assert "label=server]\nAPI_KEY=[secret] ssh [ssh-target]\n" in user
+    assert "abc123" not in user and "10.0.0.1" not in user
+    assert user.index("label=server]") < user.index("label=style]")
+    assert text_of(await ask(bot, dm(), "/sticky raw server")).endswith(
+        "API_KEY=abc123 ssh root@10.0.0.1"
+    )
+
+
+async def test_a_refused_slot_names_itself_and_its_rule_and_nothing_is_written(
+    openai_bots: OpenAIBots, tmp_path: Path
+) -> None:
+    long_key = "a-key-of-the-sticky-design-up-to-64"
+    slots = {
+        "fine": slot("Fine."),
+        long_key: slot("Fits."),
+        "big": slot("x" * 1995),
+        "odd": {**slot("Fine."), "priority": "high"},
+    }
+    document = {"version": 2, "slots": slots}
+    out = await pinbot_import(tmp_path, document, "--scope", "console:direct:42")
+    assert out.splitlines() == [
+        f"problem: slot '{long_key}' refused (label-too-long): The label is 35 characters "
+        "long; the limit is 20 (pins.max_label_length). Choose a shorter label.",
+        "problem: slot 'big' refused (content-too-long): The content is 1995 characters long; "
+        "the limit is 500 (pins.max_content_length). Shorten it and try again.",
+        "problem: slot 'odd': priority must be a whole number",
+        "3 problem(s); nothing was imported",
+    ]
+    # With the Sticky preset's limits, the same keys and contents fit; the budget still holds.
+    preset = "{max_label_length: 64, max_content_length: 2000, max_total_chars: 2000}"
+    del slots["odd"]
+    out = await pinbot_import(tmp_path, document, "--scope", "console:direct:42", pins=preset)
+    assert out.splitlines() == [
+        "problem: slot 'big' refused (over-budget): That would bring your blocks to 2005 "
+        "characters, over the budget of 2000 (pins.max_total_chars). Shorten or remove a "
+        "block first.",
+        "1 problem(s); nothing was imported",
+    ]
+    bot = await openai_bots()
+    assert await bot.store.blocks(["console:direct:42"]) == []
+
+
+async def test_a_group_scope_refuses_credentials_and_defaults_to_context(
+    openai_bots: OpenAIBots, tmp_path: Path
+) -> None:
+    shared = "console:group:-100123"
+    document = {"version": 1, "slots": {"deploy": slot("token sk-proj-" + "a1B2c3D4" * 6)}}
+    out = await pinbot_import(tmp_path, document, "--scope", shared)
+    assert "problem: slot 'deploy' refused (credential): Not saved: this looks like" in out
+    document = {"version": 1, "slots": {"deploy": slot("Deploys go out on Fridays.")}}
+    out = await pinbot_import(tmp_path, document, "--scope", shared)
+    assert out.splitlines()[-1] == f"imported 1 slot(s) into {shared}"
+    bot = await openai_bots()
+    (block,) = await bot.store.blocks([shared])
+    assert block.level.value == "context"
+    missing = await pinbot_import(tmp_path, document)
+    assert "this is a Sticky Context file: name the scope its slots go to with --scope" in missing
+    wrong = await pinbot_import(tmp_path, {"version": 3, "slots": {}}, "--scope", shared)
+    assert "unsupported Sticky Context version 3; this pinbot reads versions 1 and 2" in wrong
