@@ -181,8 +181,8 @@ class ChangeStore(Protocol):
             (
                 kind,
                 before.label if before else wanted.label,
-                before and before.content,
-                after and after.content,
+                change.audited_content(before),
+                change.audited_content(after),
                 detail,
             )
             for kind, detail in found
@@ -344,10 +344,11 @@ async def _apply_in(
                 or entry.before is None
                 or entry.wanted.state is None
             ):
-                audit += [
-                    (kind, entry.label, before_content, after_content, detail)
-                    for kind, detail in found_kinds
-                ]
+                audited = (
+                    change.audited_content(entry.before),
+                    change.audited_content(entry.wanted.state),
+                )
+                audit += [(kind, entry.label, *audited, detail) for kind, detail in found_kinds]
         steps.append(_write(scope, entry, now, calls, change.kind is ChangeKind.IMPORT))
     if change.undoes is not None:
         steps.append(

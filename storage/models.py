@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -159,6 +159,15 @@ class BlockChange:
     undoes: str | None = None
     calls: int | None = None
     history: tuple[Version, ...] | None = None
+    mask: Callable[[str], str] | None = None
+
+    def audited_content(self, state: Block | BlockState | None) -> str | None:
+        """What the audit trail keeps of a state's content (None: no block)."""
+        if state is None:
+            return None
+        if state.sensitive and self.mask is not None:
+            return self.mask(state.content)
+        return state.content
 
     @property
     def proposal(self) -> int | None:

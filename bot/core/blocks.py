@@ -23,6 +23,7 @@ from bot.core.policy import (
     default_level,
     refusal,
 )
+from bot.core.redact import redact
 from storage import Store
 from storage.changes import Applied
 from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget, Stale
@@ -126,6 +127,7 @@ class Target:
             seen,
             self.shared,
             **more,  # type: ignore[arg-type]
+            mask=redact,
         )
 
 

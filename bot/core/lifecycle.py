@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import is_shared_scope
 from bot.core.policy import BlockPolicy
+from bot.core.redact import redact
 from storage import Store
 from storage.errors import Conflict
 from storage.models import Block, BlockChange, Change, Channel, Seen, State, Wanted, label_key
@@ -53,6 +54,7 @@ class Lifecycle:
                 CLEANUP,
                 {label_key(b.label): Seen(b, None) for b in blocks},
                 is_shared_scope(scope),
+                mask=redact,
             )
             for scope, blocks in by_scope.items()
         ]

@@ -12,6 +12,7 @@ from typing import Any
 from bot.core.blocks import BlockOps
 from bot.core.keys import is_group_scope, is_shared_scope, read_scope
 from bot.core.policy import BlockPolicy, Refused, Rule, Where, default_level, refusal
+from bot.core.redact import redact
 from bot.core.transfer import (
     IMPORT,
     SCOPE_EXAMPLES,
@@ -65,6 +66,7 @@ class StickyPlan:
             seen,
             is_shared_scope(self.scope),
             ChangeKind.IMPORT,
+            mask=redact,
         )
 
 
@@ -111,8 +113,8 @@ def plan_sticky(
     document: Any, scope_key: str, level: Level | None, policy: BlockPolicy, now: datetime
 ) -> StickyPlan:
     """Check a Sticky Context file for import into scope_key (at level, or the level `/pin add`
-    would choose there); every problem is listed. The blocks the scope already holds are
-    checked when it is applied (`apply_sticky`)."""
+    would choose there); every problem is listed. The scope's own blocks count when the plan
+    is applied (`apply_sticky`)."""
     scope = read_scope(scope_key, agent_prefix=True)
     plan = StickyPlan(scope.key if scope else scope_key)
     if scope is None or bad_text(scope_key):

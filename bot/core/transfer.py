@@ -21,6 +21,7 @@ from bot.core.policy import (
     priority_problem,
     text_problem,
 )
+from bot.core.redact import redact
 from bot.core.sensitive import shown_content
 from storage import Store
 from storage.blocks import BlockStore
@@ -575,6 +576,7 @@ def import_change(
         ChangeKind.IMPORT,
         calls=calls,
         history=None if history is None else tuple(history),
+        mask=redact,
     )
 
 
