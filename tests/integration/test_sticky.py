@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bot.core.policy import Rule
 from bot.core.redact import redact
@@ -345,3 +347,30 @@ async def test_a_group_scope_refuses_credentials_and_defaults_to_context(
     assert "this is a Sticky Context file: name the scope its slots go to with --scope" in missing
     wrong = await pinbot_import(tmp_path, {"version": 3, "slots": {}}, "--scope", shared)
     assert "unsupported Sticky Context version 3; this pinbot reads versions 1 and 2" in wrong
+
+
+def sticky_preset() -> dict[str, Any]:
+    """The Sticky Context preset as docs/designs.md shows it."""
+    text = (Path(__file__).parents[2] / "docs" / "designs.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if "STICKY" in b]
+    found: dict[str, Any] = yaml.safe_load(block)
+    return found
+
+
+async def test_the_documented_sticky_preset_takes_what_fit_the_plugin(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    preset = sticky_preset()
+    assert preset["pins"]["max_total_chars"] == preset["pins"]["max_content_length"] == 2000
+    bot = await openai_bots(pins=preset["pins"], llm=preset["llm"])
+    key, content = "k" * 64, "x" * 1800
+    fake_openai.script = [
+        tool_calls(("sticky_set", {"key": key, "content": content, "priority": 5})),
+        completion("Saved."),
+    ]
+    assert text_of(await ask(bot, dm(), "keep this")) == "Saved."
+    (result,) = tool_results(fake_openai.requests[-1])
+    assert result.startswith(f"Saved strong block '{key}'")
+    await ask(bot, dm(), "next")
+    assert "[pin-" in fake_openai.messages()[0]["content"]
+    assert "STICKY CONTEXT (survives compaction)" in fake_openai.messages()[0]["content"]
