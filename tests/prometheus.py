@@ -24,7 +24,9 @@ INSTALL = "apt-get install -y prometheus (Debian's package has prometheus and pr
 
 def binary(name: str) -> str:
     """The path of prometheus or promtool; RuntimeError saying how to install it if missing."""
-    found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    found = shutil.which(name)
+    if found is None and Path(f"/usr/bin/{name}").exists():
+        found = f"/usr/bin/{name}"
     if found is None:
         raise RuntimeError(f"{name} is not installed: {INSTALL}")
     return found

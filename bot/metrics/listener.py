@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from aiohttp import web
@@ -15,6 +14,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from bot import metrics, package_version
 from bot.config import Config
+from bot.core.clock import Clock, utc_now
 from bot.metrics import Meters
 from storage import Store
 from storage.schema import LATEST
@@ -49,11 +49,17 @@ class Health:
     worker)."""
 
     def __init__(
-        self, store: Store, platform: PlatformCheck | None = None, *, inbox: bool = False
+        self,
+        store: Store,
+        platform: PlatformCheck | None = None,
+        *,
+        inbox: bool = False,
+        clock: Clock = utc_now,
     ) -> None:
         self._store = store
         self._platform = platform
         self._inbox = inbox
+        self._clock = clock
 
     async def not_ready(self) -> str | None:
         """Why this process is not ready to serve, in one line; None when it is."""
@@ -81,7 +87,8 @@ class Health:
         except Exception:  # readiness says so; the last figures stand meanwhile
             return
         meters.waiting.set(waiting)
-        meters.oldest_wait.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)
+        now = self._clock().timestamp()
+        meters.oldest_wait.set(max(0.0, now - oldest) if oldest is not None else 0.0)
 
 
 def application(meters: Meters, health: Health) -> web.Application:

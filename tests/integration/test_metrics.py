@@ -18,6 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, private_chat, user
 from tests.pg import PgCluster
@@ -78,12 +79,14 @@ async def start_bot(
     model: FakeOpenAI,
     *,
     url: str | None = None,
+    env: dict[str, str] | None = None,
+    telegram_settings: dict[str, Any] | None = None,
     **sections: Any,
 ) -> Running:
     """`pinbot telegram` (polling) with metrics.listen on a free port, as an operator runs it."""
     settings: dict[str, Any] = {
         "storage": {"url_env": DB_ENV} if url else {"path": str(folder / "bot.sqlite3")},
-        "telegram": {"base_url": telegram.base_url, "poll_timeout_s": 1},
+        "telegram": telegram_settings or {"base_url": telegram.base_url, "poll_timeout_s": 1},
         "llm": {
             "backend": "openai",
             "base_url": model.base_url,
@@ -97,7 +100,12 @@ async def start_bot(
     }
     config = folder / "bot.yaml"
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    env = {"TELEGRAM_BOT_TOKEN": TOKEN, MODEL_KEY_ENV: "sk-metrics-test", DB_ENV: url or ""}
+    env = {
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        MODEL_KEY_ENV: "sk-metrics-test",
+        DB_ENV: url or "",
+        **(env or {}),
+    }
     worker = Worker(["telegram", "--config", str(config)], env, 0, "/")
     await worker.start()
     ports = [int(m.group(1)) for line in worker.log if (m := LISTENING.search(line))]
@@ -266,3 +274,77 @@ async def test_a_thousand_users_leave_no_trace_in_the_labels(
         if name == "pinbot_updates_received_total" and ("kind", "message") in labels
     }
     assert counted  # the traffic was counted, under fixed labels only
+
+
+async def test_the_web_page_serves_its_own_metrics_and_health(tmp_path: Path) -> None:
+    config = tmp_path / "web.yaml"
+    settings = {
+        "storage": {"path": str(tmp_path / "web.sqlite3")},
+        "web": {"port": free_port()},
+        "metrics": {"listen": "127.0.0.1:0"},
+    }
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    worker = Worker(["web", "--config", str(config)], {"PINBOT_WEB_TOKEN": "t" * 32}, 0, "/")
+    await worker.start()
+    try:
+        ports = [int(m.group(1)) for line in worker.log if (m := LISTENING.search(line))]
+        assert len(ports) == 1, "\n".join(worker.log)
+        async with aiohttp.ClientSession() as session:
+            base = f"http://127.0.0.1:{ports[0]}"
+            for path, expected in (("/healthz", "ok\n"), ("/readyz", "ready\n")):
+                async with session.get(base + path) as response:
+                    assert (response.status, await response.text()) == (200, expected)
+            async with session.get(base + "/metrics") as response:
+                scrape = await response.text()
+        assert "\npinbot_ready 1.0\n" in scrape
+        assert "pinbot_store_transaction_seconds_count" in scrape
+    finally:
+        assert await worker.stop() == 0, "\n".join(worker.log)
+
+
+async def scraped(running: Running, name: str) -> float:
+    status, scrape = await running.get("/metrics")
+    assert status == 200
+    families = text_string_to_metric_families(scrape)
+    (found,) = [sample.value for f in families for sample in f.samples if sample.name == name]
+    return float(found)
+
+
+async def test_a_webhook_worker_shows_the_updates_waiting_for_it(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    telegram, model = fakes
+    model.release = asyncio.Event()  # the model answers only when the test says so
+    hook = free_port()
+    webhook = {
+        "base_url": telegram.base_url,
+        "mode": "webhook",
+        "webhook_port": hook,
+        "webhook_path": "/hook",
+        "webhook_url": "https://bot.example.test/hook",
+    }
+    secret = {"TELEGRAM_WEBHOOK_SECRET": "metrics-webhook-secret"}
+    bot = await start_bot(tmp_path, telegram, model, env=secret, telegram_settings=webhook)
+    try:
+        assert (await poll(bot, "/readyz", 200))[:2] == (200, "ready\n")
+        headers = {"X-Telegram-Bot-Api-Secret-Token": secret["TELEGRAM_WEBHOOK_SECRET"]}
+        chat, sender = private_chat(5_000_400), user(5_000_400)
+        async with aiohttp.ClientSession() as session:
+            for n in range(3):
+                update = {"update_id": 100 + n, **message(chat, f"q{n}", sender)}
+                url = f"http://127.0.0.1:{hook}/hook"
+                async with session.post(url, json=update, headers=headers) as response:
+                    assert response.status == 200
+        assert await scraped(bot, "pinbot_inbox_waiting_updates") == 3
+        assert await scraped(bot, "pinbot_inbox_oldest_wait_seconds") > 0
+        model.release.set()
+        await bot.answered(3)
+        deadline = time.monotonic() + WAIT_S
+        while await scraped(bot, "pinbot_inbox_waiting_updates") and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # the last update is marked processed after its reply
+        assert await scraped(bot, "pinbot_inbox_waiting_updates") == 0
+        assert await scraped(bot, "pinbot_inbox_oldest_wait_seconds") == 0
+        updates = 'pinbot_updates_received_total{kind="message",platform="telegram"}'
+        assert f"\n{updates} 3.0\n" in (await bot.get("/metrics"))[1]
+    finally:
+        await stopped(bot)

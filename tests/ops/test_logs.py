@@ -64,7 +64,7 @@ async def test_text_logs_carry_the_same_fields(
 
 
 def test_an_unknown_log_format_is_refused() -> None:
-    with pytest.raises(ConfigError, match="logging.format"):
+    with pytest.raises(ConfigError, match=r"logging\.format"):
         parse_config({"logging": {"format": "xml"}})
 
 
