@@ -24,6 +24,7 @@ from bench import (
     history,
     layers,
     memory,
+    metrics,
     pages,
     prefix,
     road,
@@ -376,6 +377,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
         *_baseline_targets(report),
         *_message_targets(report),
         *road.targets(report["road"]),
+        *metrics.targets(report["metrics"]),
         *_history_targets(report),
         (
             "turn p50 <= 2x single aiosqlite query (largest store)",
@@ -554,6 +556,7 @@ def print_table(report: dict[str, Any]) -> None:
                 for name, f in pairs
             )
         )
+    print(metrics.describe(report["metrics"]))
     h = report["head_of_line"]
     print(
         f"Head-of-line: {h['list_chats']} simultaneous /pin list, p50 {h['p50_ms']} ms, "
@@ -647,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
             report["road"] = road.against(
                 folder, chats, per_chat, settings["baseline_runs"], lambda n: _database(cluster, n)
             )
+            report["metrics"] = metrics.against(folder, chats, per_chat, settings["baseline_runs"])
             report["pages"] = pages.run(
                 folder, settings["pages"], lambda name: _database(cluster, name), cluster.data
             )

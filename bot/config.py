@@ -288,12 +288,50 @@ class WebConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    """Log level and format."""
+    """Log level and format: text lines, or one JSON object a line (`json: true` is the older
+    spelling of `format: json`)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
     json_: bool = Field(default=False, alias="json")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def as_json(self) -> bool:
+        """Whether lines are written as JSON objects."""
+        return self.format == "json" or self.json_
+
+
+def _listen_address(value: str) -> str:
+    """host:port, or empty; the port may be 0 (any free port)."""
+    if value:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or int(port) > MAX_PORT:
+            raise ValueError(
+                'must be host:port with a port from 0 to 65535, e.g. "127.0.0.1:9464" (0: any '
+                'free port), or "" for off'
+            )
+    return value
+
+
+MAX_PORT = 65535
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
+
+
+class MetricsConfig(_Section):
+    """The metrics and health listener (/metrics, /healthz, /readyz) of a long-running
+    command; empty listen: off."""
+
+    listen: ListenAddress = ""
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) to listen on, None when off; [::1] is given as ::1."""
+        if not self.listen:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 class Config(_Section):
@@ -311,6 +349,7 @@ class Config(_Section):
     pricing: PricingConfig = PricingConfig()
     web: WebConfig = WebConfig()
     logging: LoggingConfig = LoggingConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 def _known_keys(location: tuple[int | str, ...]) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from bot import metrics
 from bot.config import Config
 from bot.core.access import admission
 from bot.core.chat import ChatService
@@ -37,6 +38,7 @@ from bot.core.replies import Messenger, Reply
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel
+from bot.logs import handled_fields
 from storage import Store
 from storage.errors import Unavailable
 
@@ -162,12 +164,16 @@ class Pinbot:
         parsed = parse_tap(data)
         if parsed is None:
             return None
+        started = time.perf_counter()
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal or context.speaker.refusal:
+            metrics.refused("access")
             return Tapped(refusal, None)
-        if await self.pins.proposals.may_decide(context):
+        decided = await self.pins.proposals.may_decide(context)
+        metrics.handled("tap", time.perf_counter() - started)
+        if decided:
             return Tapped(ADMINS_ONLY, None)
         approve, number = parsed
         verb = "approve" if approve else "reject"
@@ -247,12 +253,16 @@ class Pinbot:
         except Exception:  # a fault in one message must not stop the others: log, answer, go on
             log.exception("handling a message in %s failed", conversation.session_key)
             return Reply.failed(FAILED_REPLY)
-        kind = "command" if text.startswith("/") else "chat"
+        kind = "command" if text.startswith("/") else "turn"
+        took = time.perf_counter() - started
+        metrics.handled(kind, took)
         log.info(
-            "handled %s session=%s ms=%.1f",
+            "handled %s session=%s outcome=%s ms=%.1f",
             kind,
             conversation.session_key,
-            (time.perf_counter() - started) * 1000,
+            reply.outcome,
+            took * 1000,
+            extra=handled_fields(conversation.platform, kind, reply.outcome, took),
         )
         # What people wrote is theirs: only at debug level.
         log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply.text)
@@ -268,6 +278,7 @@ class Pinbot:
             incoming.replied,
         )
         if refusal := context.admission.refusal:
+            metrics.refused("access")
             return Reply.refused(refusal)
         limit = self.config.limits.max_message_chars
         if len(text) > limit:  # checked before any parsing
@@ -278,6 +289,7 @@ class Pinbot:
         if text.startswith("/"):
             return await self.command(context, text)
         if wait := await self._turns.acquire(self._sender_key(conversation)):
+            metrics.refused("rate_limit")
             return Reply.refused(
                 f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
             )
@@ -288,6 +300,7 @@ class Pinbot:
 
     async def _answer_unreadable(self, conversation: Conversation) -> Reply | None:
         if refusal := admission(conversation, self.config.access).refusal:
+            metrics.refused("access")
             return Reply.refused(refusal)
         if await self._unreadable.acquire(conversation.session_key):
             return None
@@ -311,6 +324,7 @@ class Pinbot:
         conversation = context.conversation
         if name in ("pin", "sticky"):
             if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
+                metrics.refused("rate_limit")
                 return Reply.refused(
                     f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
                 )

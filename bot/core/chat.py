@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
+from bot import metrics
 from bot.config import Config
 from bot.core.blocks import BlockOps, Done
 from bot.core.clock import Clock, utc_now
@@ -187,11 +188,13 @@ class ChatService:
         if summary is None:
             turns = [e.id for e in plan.older if e.role != SUMMARY_ROLE]
             await self._store.compact_history(session, turns, None, now=self._clock())
+            metrics.compacted("dropped")
             kept_summary = [e for e in plan.older if e.role == SUMMARY_ROLE]
             return kept_summary + plan.kept
         await self._store.compact_history(
             session, [e.id for e in plan.older], summary, now=self._clock()
         )
+        metrics.compacted("summarized")
         return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept]
 
     async def _answer(

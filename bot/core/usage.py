@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from bot import metrics
 from bot.config import BudgetsConfig, LlmConfig, PricingConfig
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
@@ -156,6 +157,7 @@ class UsageLedger:
         try:
             await self._store.hold_budgets(None, budgets, now=now, since=now - self.hold_lifetime)
         except BudgetSpent as spent:
+            metrics.refused("budget")
             return self._spent(spent, now)
         return None
 
@@ -218,14 +220,21 @@ class UsageLedger:
                 keeper.cancel()
         usage = reply.usage or estimated_usage(request, reply)
         conversation = context.conversation
+        totals = self._totals(usage)
         await self._store.add_usage(
             platform=conversation.platform,
             sender=conversation.sender_id or "",
             day=self._clock().astimezone(UTC).date().isoformat(),
             group_key=conversation.group_session_key or "",
             model=self._llm.model,
-            usage=self._totals(usage),
+            usage=totals,
             hold=hold,
+        )
+        metrics.usage(
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+            totals.cost if totals.priced_calls else None,
         )
         return reply
 
@@ -257,6 +266,7 @@ class UsageLedger:
                 hold, budgets, now=now, since=now - self.hold_lifetime
             )
         except BudgetSpent as spent:
+            metrics.refused("budget")
             raise BudgetUsedUp(self._spent(spent, now)) from None
 
     def _cost(self, usage: Usage) -> float | None:

@@ -572,3 +572,22 @@ async def test_a_proposal_card_and_an_admins_card_action(
         assert card_text(update["content"]).endswith("Approved by ou_admin: saved.")
     finally:
         await server.stop()
+
+
+async def test_events_are_counted_and_readiness_follows_the_webhook_listener(
+    start_feishu: Any,
+) -> None:
+    from bot import metrics
+
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        bot = await start_feishu()
+        assert bot.frontend.not_ready() is None  # the webhook listener is up
+        await bot.send(receive_event("/pin add tone be brief"))
+        await bot.send(receive_event("hello"))
+        counted = meters.registry.get_sample_value(
+            "pinbot_updates_received_total", {"platform": "feishu", "kind": "message"}
+        )
+        assert counted == 2
+    finally:
+        metrics.disable()
