@@ -34,6 +34,7 @@ from bot.core.pins import PinService
 from bot.core.policy import BlockPolicy
 from bot.core.proposals import ADMINS_ONLY, parse_tap
 from bot.core.replies import Messenger, Reply
+from bot.core.suggestions import parse_tap as suggestion_tap
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel
@@ -79,7 +80,14 @@ class Pinbot:
             store, config.budgets, clock, llm=config.llm, pricing=config.pricing
         )
         self.chat = ChatService(
-            store, self.pins.ops, config, model, self.usage, clock, self.pins.proposals
+            store,
+            self.pins.ops,
+            config,
+            model,
+            self.usage,
+            clock,
+            self.pins.proposals,
+            self.pins.suggestions,
         )
         self.bot_username = bot_username
         limits = config.limits
@@ -147,8 +155,10 @@ class Pinbot:
         return await self.chat_pin.pinned(context, text, message_id=message_id, author=author)
 
     def use_messenger(self, messenger: Messenger) -> None:
-        """Post and update messages of the bot's own (proposals) through messenger."""
+        """Post and update messages of the bot's own (proposals, pin suggestions) through
+        messenger."""
         self.pins.proposals.messenger = messenger
+        self.pins.suggestions.messenger = messenger
 
     async def tapped(
         self,
@@ -160,13 +170,19 @@ class Pinbot:
         the notice to show the tapper, and the command that carries the tap out in the chat's
         order (None when the tap counts for nothing). None for a button that is not ours."""
         parsed = parse_tap(data)
-        if parsed is None:
+        suggested = suggestion_tap(data)
+        if parsed is None and suggested is None:
             return None
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal or context.speaker.refusal:
             return Tapped(refusal, None)
+        if suggested is not None:
+            pin, number = suggested
+            notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
+            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
+        assert parsed is not None
         if await self.pins.proposals.may_decide(context):
             return Tapped(ADMINS_ONLY, None)
         approve, number = parsed

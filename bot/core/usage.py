@@ -226,6 +226,7 @@ class UsageLedger:
             model=self._llm.model,
             usage=self._totals(usage),
             hold=hold,
+            compaction=request.purpose != "turn",
         )
         return reply
 
