@@ -22,7 +22,7 @@ from bot.core.chatpin import ChatPin
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin, parse_sticky, split_command
 from bot.core.context import GroupTrigger, MessageContext, is_addressed
-from bot.core.conversation import Conversation
+from bot.core.conversation import ChatKind, Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
 from bot.core.incoming import Incoming, Surface
@@ -179,6 +179,8 @@ class Pinbot:
         if refusal := context.admission.refusal or context.speaker.refusal:
             return Tapped(refusal, None)
         if suggested is not None:
+            if conversation.kind is not ChatKind.DIRECT:  # never posted elsewhere: forged
+                return Tapped("This button does nothing here.", None)
             pin, number = suggested
             notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
             return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
