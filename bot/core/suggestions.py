@@ -170,9 +170,9 @@ class Suggestions:
                     context, candidate.label, candidate.content, reason=candidate.reason
                 )
                 if isinstance(outcome, Refused):
-                    log.info(
-                        "a suggestion for %s was not proposed: %s", place.scope, outcome.reason
-                    )
+                    # The code, not the reason: a reason can quote what people wrote.
+                    why = outcome.code or "refused"
+                    log.info("a suggestion for %s was not proposed: %s", place.scope, why)
                     continue
             elif not await self._add(place, candidate):
                 break
