@@ -33,6 +33,11 @@ Labels: up to {label_limit} characters, no spaces, matched ignoring case. Idle b
 and are deleted after a while; pinned blocks stay until you remove them. Every change is kept for \
 a while: undo and restore bring blocks back, removed ones too."""
 
+_SUGGESTION_LINES = """\
+/pin suggestions                     What the model suggests pinning (at compaction)
+/pin accept|dismiss <n>              Pin a suggestion, or forget it for good
+"""
+
 _SHARED = """\
 Shared blocks apply whenever anyone speaks in this group. Everyone may view them; only shared \
 admins may change them.
@@ -80,10 +85,7 @@ def pin_help(*, shared: bool, group: bool, label_limit: int = 20) -> str:
         shared_line="/pin shared help                     Shared blocks of this group\n"
         if group
         else "",
-        suggestion_lines=""
-        if group
-        else "/pin suggestions                     What the model suggests pinning (at compaction)\n"
-        "/pin accept|dismiss <n>              Pin a suggestion, or forget it for good\n",
+        suggestion_lines="" if group else _SUGGESTION_LINES,
         label_limit=label_limit,
         low=PRIORITY_MIN,
         high=PRIORITY_MAX,
