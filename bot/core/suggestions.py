@@ -42,6 +42,10 @@ TAP_PREFIX = "pinbot:suggestion:"  # a button's data: pinbot:suggestion:pin:3
 MAX_NUMBER = 10**9
 MAX_PENDING = 20  # pending suggestions a scope holds at once; older ones expire meanwhile
 FULL_NOTE = "suggestions-full"  # the scope note that says suggestions wait for room
+IN_GROUPS = (
+    "Pin suggestions are made in DMs; in a group the model's suggestions become proposals to "
+    "its shared admins (/pin shared proposals)."
+)
 _DECIDED = {
     SuggestionStatus.PINNED: "pinned",
     SuggestionStatus.DISMISSED: "dismissed",
@@ -195,9 +199,11 @@ class Suggestions:
             contents.update(map(content_key, await self._store.rejected_contents(place.scope)))
         else:
             for kept in await self._store.open_suggestions(place.scope):
-                if kept.status is SuggestionStatus.PENDING and self._clock() < kept.expires_at:
+                if kept.status is SuggestionStatus.DISMISSED:
+                    contents.add(kept.new.content_key)
+                elif self._clock() < kept.expires_at:
                     labels.add(label_key(kept.new.label))
-                contents.add(kept.new.content_key)
+                    contents.add(kept.new.content_key)
         good = []
         for candidate in candidates:
             if problem := self._problem(candidate):
@@ -289,6 +295,8 @@ class Suggestions:
 
     async def listing(self, target: Target) -> Outcome:
         """The pending suggestions of the speaker's DM; expired ones are closed on the way."""
+        if target.group:
+            return Refused(IN_GROUPS)
         pending = []
         for kept in await self._store.open_suggestions(target.scope):
             if kept.status is not SuggestionStatus.PENDING:
@@ -315,10 +323,7 @@ class Suggestions:
         """Pin (through every rule of /pin add, at the DM's default level) or dismiss a pending
         suggestion. A pin that a rule refuses leaves it pending, and its message says why."""
         if target.group:
-            return Refused(
-                "Pin suggestions are made in DMs; in a group the model's suggestions become "
-                "proposals to its shared admins (/pin shared proposals)."
-            )
+            return Refused(IN_GROUPS)
         suggestion = await self._store.suggestion(target.scope, number)
         if suggestion is None:
             return Refused(

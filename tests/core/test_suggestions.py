@@ -221,6 +221,8 @@ async def test_in_a_group_suggestions_become_proposals_only_shared_admins_approv
     assert await bot.store.open_suggestions("console:group:-100123::u:42") == []
     forged = await bot.tapped(member, "pinbot:suggestion:pin:1")
     assert forged is not None and forged.command is None
+    here = await ask(bot, member, "/pin suggestions")
+    assert outcome_of(here) is Result.REFUSED and "/pin shared proposals" in text_of(here)
     assert outcome_of(await ask(bot, member, "/pin shared approve 1")) is Result.REFUSED
     assert await bot.store.blocks(["console:group:-100123"]) == []
     assert text_of(await ask(bot, group("7"), "/pin shared approve 1")).startswith(
