@@ -33,6 +33,7 @@ from bench import (
     web,
     workers,
 )
+from bench import compaction as compaction_cost
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -592,6 +593,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"With compaction at turns {compaction['compaction_at_turns']}: "
         f"{compaction['at_compaction_pct']}% at those turns, mean {compaction['mean_pct']}%"
     )
+    print(compaction_cost.describe(report["compaction"]))
     s = report["streaming"]
     print(
         f"Streamed replies on Telegram ({s['ours']['turns']} turns, {s['concurrent_chats']} chats "
@@ -675,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         scopes, requests = settings["web"]
         report["web"] = median_of_pages(web.run(folder, scopes, requests, runs))
         report["cache_prefix"] = prefix.run()
+        report["compaction"] = compaction_cost.run()
         report["streaming"] = streaming.run(settings["streaming"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]

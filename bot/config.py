@@ -161,6 +161,10 @@ class PinsConfig(_Section):
     history_per_block: Annotated[int, Field(ge=1, le=10_000)] = 50
     proposal_ttl_hours: Annotated[int, Field(ge=1, le=720)] = 24
     max_pending_proposals: Annotated[int, Field(ge=1, le=100)] = 5
+    # At each compaction the model may suggest facts worth a pin: in DMs (dm), also to a
+    # group's shared admins as proposals (all), or never (off); at most suggest_max each time.
+    suggest_on_compaction: Literal["off", "dm", "all"] = "dm"
+    suggest_max: Annotated[int, Field(ge=1, le=10)] = 3
     header_label: HeaderLabel = "pinned rules"
 
 

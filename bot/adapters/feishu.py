@@ -39,6 +39,7 @@ from bot.core.inbox import Deliver
 from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
+from bot.core.suggestions import is_tap as is_suggestion_tap
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
@@ -259,7 +260,8 @@ def tap_of(data: Any) -> FeishuMessage | None:
         event_id=str(getattr(header, "event_id", "") or ""),
         message_id=str(getattr(context, "open_message_id", "") or ""),
         chat_id=getattr(context, "open_chat_id", None) or None,
-        chat_type="group",  # the bot's cards with buttons are proposals, posted in groups
+        # The bot's cards are proposals, posted in groups, and pin suggestions, in DMs.
+        chat_type="p2p" if is_suggestion_tap(button) else "group",
         thread_id=None,
         root_id=None,
         message_type=CARD_ACTION,

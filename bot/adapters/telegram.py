@@ -62,6 +62,7 @@ from bot.core.inbox import Deliver
 from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
+from bot.core.suggestions import is_tap as is_suggestion_tap
 from bot.llm.base import TextSink
 from storage.models import PendingUpdate
 
@@ -529,7 +530,12 @@ class TelegramFrontend:
             return
         message = query.message
         if not isinstance(message, Message):
-            notice = "This message is too old for its buttons; use /pin shared proposals."
+            command = (
+                "/pin suggestions"
+                if is_suggestion_tap(query.data or "")
+                else ("/pin shared proposals")
+            )
+            notice = f"This message is too old for its buttons; use {command}."
         else:
             try:
                 conversation = conversation_of(message, query.from_user)

@@ -23,7 +23,7 @@ from bot.core.chatpin import ChatPin
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin, parse_sticky, split_command
 from bot.core.context import GroupTrigger, MessageContext, is_addressed
-from bot.core.conversation import Conversation
+from bot.core.conversation import ChatKind, Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
 from bot.core.incoming import Incoming, Surface
@@ -35,6 +35,7 @@ from bot.core.pins import PinService
 from bot.core.policy import BlockPolicy
 from bot.core.proposals import ADMINS_ONLY, parse_tap
 from bot.core.replies import Messenger, Reply
+from bot.core.suggestions import parse_tap as suggestion_tap
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel
@@ -81,7 +82,14 @@ class Pinbot:
             store, config.budgets, clock, llm=config.llm, pricing=config.pricing
         )
         self.chat = ChatService(
-            store, self.pins.ops, config, model, self.usage, clock, self.pins.proposals
+            store,
+            self.pins.ops,
+            config,
+            model,
+            self.usage,
+            clock,
+            self.pins.proposals,
+            self.pins.suggestions,
         )
         self.bot_username = bot_username
         limits = config.limits
@@ -149,8 +157,10 @@ class Pinbot:
         return await self.chat_pin.pinned(context, text, message_id=message_id, author=author)
 
     def use_messenger(self, messenger: Messenger) -> None:
-        """Post and update messages of the bot's own (proposals) through messenger."""
+        """Post and update messages of the bot's own (proposals, pin suggestions) through
+        messenger."""
         self.pins.proposals.messenger = messenger
+        self.pins.suggestions.messenger = messenger
 
     async def tapped(
         self,
@@ -162,7 +172,8 @@ class Pinbot:
         the notice to show the tapper, and the command that carries the tap out in the chat's
         order (None when the tap counts for nothing). None for a button that is not ours."""
         parsed = parse_tap(data)
-        if parsed is None:
+        suggested = suggestion_tap(data)
+        if parsed is None and suggested is None:
             return None
         started = time.perf_counter()
         context = MessageContext.resolve(
@@ -171,6 +182,14 @@ class Pinbot:
         if refusal := context.admission.refusal or context.speaker.refusal:
             metrics.refused("access")
             return Tapped(refusal, None)
+        if suggested is not None:
+            metrics.handled("tap", time.perf_counter() - started)
+            if conversation.kind is not ChatKind.DIRECT:  # never posted elsewhere: forged
+                return Tapped("This button does nothing here.", None)
+            pin, number = suggested
+            notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
+            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
+        assert parsed is not None
         decided = await self.pins.proposals.may_decide(context)
         metrics.handled("tap", time.perf_counter() - started)
         if decided:

@@ -229,6 +229,7 @@ class UsageLedger:
             model=self._llm.model,
             usage=totals,
             hold=hold,
+            compaction=request.purpose != "turn",
         )
         metrics.usage(
             usage.prompt_tokens,
@@ -333,6 +334,15 @@ class UsageLedger:
                 for period in (day, month)
             }
             lines += [f"  {name}: {self._describe(used)}" for name, used in mine.items()]
+            lines += await self._compaction_lines(
+                lambda first, last: self._store.sender_usage(
+                    conversation.platform,
+                    conversation.sender_id or "",
+                    first,
+                    last,
+                    compaction=True,
+                )
+            )
             lines += self._budget_lines("your", mine, "user")
         elif group:
             lines.append(
@@ -348,8 +358,26 @@ class UsageLedger:
             }
             lines.append("This group, all members (shown to shared admins):")
             lines += [f"  {name}: {self._describe(used)}" for name, used in group_totals.items()]
+            lines += await self._compaction_lines(
+                lambda first, last: self._store.group_usage(group, first, last, compaction=True)
+            )
             lines += self._budget_lines("the group's", group_totals, "group")
         return "\n".join(lines)
+
+    async def _compaction_lines(
+        self, part: Callable[[str, str], Awaitable[UsageTotals]]
+    ) -> list[str]:
+        """Of the usage above, what compaction took (summaries and pin suggestions), per period;
+        nothing when it took nothing this month."""
+        day, month = _periods(self._clock())
+        used = {period.name: await part(period.first, period.last) for period in (day, month)}
+        if not used[month.name].calls:
+            return []
+        return [
+            f"  of which compaction (summaries and pin suggestions), {name}: "
+            f"{self._describe(totals)}"
+            for name, totals in used.items()
+        ]
 
     def _budget_lines(self, whose: str, used: dict[str, UsageTotals], owner: str) -> list[str]:
         lines = []
