@@ -24,6 +24,7 @@ from bench import (
     history,
     layers,
     memory,
+    metrics,
     pages,
     prefix,
     road,
@@ -32,6 +33,7 @@ from bench import (
     web,
     workers,
 )
+from bench import compaction as compaction_cost
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -376,6 +378,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
         *_baseline_targets(report),
         *_message_targets(report),
         *road.targets(report["road"]),
+        *metrics.targets(report["metrics"]),
         *_history_targets(report),
         (
             "turn p50 <= 2x single aiosqlite query (largest store)",
@@ -554,6 +557,7 @@ def print_table(report: dict[str, Any]) -> None:
                 for name, f in pairs
             )
         )
+    print(metrics.describe(report["metrics"]))
     h = report["head_of_line"]
     print(
         f"Head-of-line: {h['list_chats']} simultaneous /pin list, p50 {h['p50_ms']} ms, "
@@ -589,6 +593,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"With compaction at turns {compaction['compaction_at_turns']}: "
         f"{compaction['at_compaction_pct']}% at those turns, mean {compaction['mean_pct']}%"
     )
+    print(compaction_cost.describe(report["compaction"]))
     s = report["streaming"]
     print(
         f"Streamed replies on Telegram ({s['ours']['turns']} turns, {s['concurrent_chats']} chats "
@@ -647,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
             report["road"] = road.against(
                 folder, chats, per_chat, settings["baseline_runs"], lambda n: _database(cluster, n)
             )
+            report["metrics"] = metrics.against(folder, chats, per_chat, settings["baseline_runs"])
             report["pages"] = pages.run(
                 folder, settings["pages"], lambda name: _database(cluster, name), cluster.data
             )
@@ -671,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         scopes, requests = settings["web"]
         report["web"] = median_of_pages(web.run(folder, scopes, requests, runs))
         report["cache_prefix"] = prefix.run()
+        report["compaction"] = compaction_cost.run()
         report["streaming"] = streaming.run(settings["streaming"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]

@@ -3,12 +3,14 @@ chats, answered through the whole path (a fake Bot API and a fake model in the b
 process), in polling mode or as webhook workers behind a round-robin balancer, on SQLite or on
 PostgreSQL. Each run reports messages answered per second, the bot processes' own CPU time per
 message (utime + stime over the run, startup excluded) and, on PostgreSQL, the transactions each
-message costs. A run can use an earlier commit's tree (bench.baseline) and can put the bot on one
-core and everything else on the other, which steadies CPU figures on a shared machine."""
+message costs. A run can use an earlier commit's tree (bench.baseline), can put the bot on one
+core and everything else on the other, which steadies CPU figures on a shared machine, and can
+turn the bot's metrics on (scraped every SCRAPE_S meanwhile, as Prometheus would)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import sys
 import time
@@ -33,6 +35,7 @@ DB_ENV = "PINBOT_BENCH_DB"
 MODEL_KEY_ENV = "PINBOT_BENCH_MODEL_KEY"
 WAIT_S = 300
 FIRST_CHAT = 1000
+SCRAPE_S = 1.0  # metrics on: the bot's /metrics is read this often (Prometheus: 15 s to 1 min)
 PUBLISH_S = 1.2  # PostgreSQL publishes a session's statistics at most once a second
 # Runs any tree's CLI: that tree's packages come first on the path (PYTHONPATH; -P keeps the
 # current folder off it).
@@ -51,6 +54,7 @@ class Setup:
     url: str | None = None
     tree: Path = ROOT
     pinned: bool = False
+    metrics: bool = False
 
 
 def text_of(kind: str, n: int) -> str:
@@ -78,7 +82,10 @@ def _settings(setup: Setup, folder: Path, telegram: str, model: str | None) -> d
     return settings
 
 
-def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> list[Worker]:
+def _workers(
+    setup: Setup, folder: Path, telegram: str, model: str | None
+) -> tuple[list[Worker], list[str]]:
+    """The bot processes, and their /metrics URLs when metrics are on."""
     env = {
         DB_ENV: setup.url or "",
         "TELEGRAM_BOT_TOKEN": TOKEN,
@@ -87,9 +94,13 @@ def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> li
         "PYTHONPATH": str(setup.tree),
     }
     pin = pinned(BOT_CORE, setup.pinned)
-    workers = []
+    workers, scraped = [], []
     for index in range(setup.processes if setup.mode == "webhook" else 1):
         settings = _settings(setup, folder, telegram, model)
+        if setup.metrics:
+            listen = f"127.0.0.1:{free_port()}"
+            settings["metrics"] = {"listen": listen}
+            scraped.append(f"http://{listen}/metrics")
         port = free_port()
         if setup.mode == "webhook":
             settings["telegram"] |= {
@@ -102,7 +113,21 @@ def _workers(setup: Setup, folder: Path, telegram: str, model: str | None) -> li
         program = [*pin, sys.executable, "-P", "-c", _CLI]
         args = ["telegram", "--config", str(config)]
         workers.append(Worker(args, env, port, "/hook", program))
-    return workers
+    return workers, scraped
+
+
+async def _scrape(session: aiohttp.ClientSession, urls: list[str], stop: asyncio.Event) -> int:
+    """Read every URL every SCRAPE_S until stop is set; how many reads were made."""
+    reads = 0
+    while not stop.is_set():
+        for url in urls:
+            async with session.get(url) as response:
+                assert response.status == 200, await response.text()
+                await response.read()
+            reads += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SCRAPE_S)
+    return reads
 
 
 class Transactions:
@@ -159,9 +184,11 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
     folder.mkdir(parents=True, exist_ok=True)
     telegram = await FakeTelegram().start()
     model = await FakeOpenAI().start() if setup.kind == "chat" else None
-    workers = _workers(setup, folder, telegram.base_url, model.base_url if model else None)
+    workers, scraped = _workers(setup, folder, telegram.base_url, model.base_url if model else None)
     cluster = Cluster(workers)
     total = chats * per_chat
+    done = asyncio.Event()
+    scraper: asyncio.Task[int] | None = None
     try:
         for worker in workers:  # one after the other: the first applies migrations
             await worker.start()
@@ -169,6 +196,7 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
         counter = Transactions(setup.url) if setup.url else None
         before = await counter.read(alone=False) if counter else 0
         cpu_before = sum(worker.cpu_seconds() for worker in workers)
+        scraper = asyncio.create_task(_scrape(cluster.session, scraped, done))
         started = time.perf_counter()
         if setup.mode == "webhook":
             await _post_in_order(cluster, setup.kind, chats, per_chat)
@@ -179,7 +207,11 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
         await telegram.wait_for(lambda: len(telegram.sent()) >= total, WAIT_S)
         elapsed = time.perf_counter() - started
         cpu = sum(worker.cpu_seconds() for worker in workers) - cpu_before
+        done.set()
+        scrapes = await scraper
     finally:
+        if scraper is not None and not scraper.done():
+            scraper.cancel()
         for worker in workers:
             if worker.process is not None:
                 await worker.stop()
@@ -195,6 +227,8 @@ async def _run(setup: Setup, folder: Path, chats: int, per_chat: int) -> dict[st
         "messages_per_s": round(total / elapsed),
         "worker_cpu_ms_per_message": round(cpu * 1000 / total, 3),
     }
+    if setup.metrics:
+        result["scrapes"] = scrapes
     if counter is not None:
         result["transactions_per_message"] = round(
             (await counter.read(alone=True) - before) / total, 2

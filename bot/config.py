@@ -161,6 +161,10 @@ class PinsConfig(_Section):
     history_per_block: Annotated[int, Field(ge=1, le=10_000)] = 50
     proposal_ttl_hours: Annotated[int, Field(ge=1, le=720)] = 24
     max_pending_proposals: Annotated[int, Field(ge=1, le=100)] = 5
+    # At each compaction the model may suggest facts worth a pin: in DMs (dm), also to a
+    # group's shared admins as proposals (all), or never (off); at most suggest_max each time.
+    suggest_on_compaction: Literal["off", "dm", "all"] = "dm"
+    suggest_max: Annotated[int, Field(ge=1, le=10)] = 3
     header_label: HeaderLabel = "pinned rules"
 
 
@@ -288,12 +292,50 @@ class WebConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    """Log level and format."""
+    """Log level and format: text lines, or one JSON object a line (`json: true` is the older
+    spelling of `format: json`)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
     json_: bool = Field(default=False, alias="json")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def as_json(self) -> bool:
+        """Whether lines are written as JSON objects."""
+        return self.format == "json" or self.json_
+
+
+def _listen_address(value: str) -> str:
+    """host:port, or empty; the port may be 0 (any free port)."""
+    if value:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or int(port) > MAX_PORT:
+            raise ValueError(
+                'must be host:port with a port from 0 to 65535, e.g. "127.0.0.1:9464" (0: any '
+                'free port), or "" for off'
+            )
+    return value
+
+
+MAX_PORT = 65535
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
+
+
+class MetricsConfig(_Section):
+    """The metrics and health listener (/metrics, /healthz, /readyz) of a long-running
+    command; empty listen: off."""
+
+    listen: ListenAddress = ""
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) to listen on, None when off; [::1] is given as ::1."""
+        if not self.listen:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 class Config(_Section):
@@ -311,6 +353,7 @@ class Config(_Section):
     pricing: PricingConfig = PricingConfig()
     web: WebConfig = WebConfig()
     logging: LoggingConfig = LoggingConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 def _known_keys(location: tuple[int | str, ...]) -> list[str]:

@@ -41,16 +41,35 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+# The fixed fields a line may carry besides its event (a handled message's, see handled_fields).
+FIELDS = ("platform", "kind", "outcome", "duration_ms")
+
+
+def handled_fields(platform: str, kind: str, outcome: str, seconds: float) -> dict[str, object]:
+    """The fixed fields of a handled message's line (logging's `extra`): its platform, kind
+    (command, turn), outcome (done, refused, failed) and how long it took."""
+    return {
+        "platform": platform,
+        "kind": kind,
+        "outcome": str(outcome),
+        "duration_ms": round(seconds * 1000, 1),
+    }
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and exception)."""
+    """One JSON object per line: time, level, logger, event (the line as the text log has it,
+    secrets redacted), the fixed fields the record carries (FIELDS), and the exception."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": self.formatTime(record),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "event": record.getMessage(),
         }
+        for name in FIELDS:
+            if name in record.__dict__:
+                entry[name] = record.__dict__[name]
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -82,7 +101,7 @@ def setup_logging(config: LoggingConfig) -> None:
     if config.level != "debug":
         handler.addFilter(WithoutTracebacks())
     handler.addFilter(REDACTOR)
-    if config.json_:
+    if config.as_json:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))

@@ -18,6 +18,7 @@ from storage.proposals import ProposalStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.search import SearchIndex
+from storage.suggestions import SuggestionStore
 from storage.usage import UsageStore
 from storage.versions import VersionStore
 
@@ -33,6 +34,7 @@ class Store(
     DeliveryStore,
     BrowseStore,
     ProposalStore,
+    SuggestionStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers."""

@@ -145,6 +145,18 @@ class DeliveryStore(Protocol):
         )
         return [row[0] for row in rows]
 
+    async def waiting_here(self) -> tuple[int, float | None]:
+        """How many unprocessed updates wait in the chats this worker holds, and when the
+        oldest of them was recorded (seconds since the epoch; None when none waits)."""
+        row = await self._db.fetchrow(
+            "SELECT COUNT(*), MIN(i.received_at) FROM inbox i "
+            "JOIN chat_leases l ON l.chat = i.chat WHERE l.owner = ? AND i.done_at IS NULL",
+            self._worker,
+        )
+        if row is None or not row[0]:
+            return 0, None
+        return int(row[0]), float(row[1])
+
     async def forget_updates_before(self, moment: datetime) -> int:
         """Drop updates processed before moment; returns how many went."""
         return await self._db.execute("DELETE FROM inbox WHERE done_at < ?", ts(moment))

@@ -33,6 +33,11 @@ TABLES = {
         "message_id, base_version",
         "id",
     ),
+    "suggestions": (
+        "scope, number, label, content, reason, content_key, status, created_at, expires_at, "
+        "decided_at, chat, message_id",
+        "id",
+    ),
     "history": ("session, role, content, created_at", "id"),
     "inbox": ("platform, event_id, chat, position, payload, received_at, done_at", "seq"),
     "shared_audit": (
@@ -43,6 +48,11 @@ TABLES = {
         "platform, sender, day, group_key, model, calls, prompt_tokens, cached_tokens, "
         "completion_tokens, estimated_calls, cost, priced_calls",
         "platform, sender, day, group_key, model",
+    ),
+    "usage_compaction": (
+        "platform, sender, day, group_key, calls, prompt_tokens, cached_tokens, "
+        "completion_tokens, estimated_calls, cost, priced_calls",
+        "platform, sender, day, group_key",
     ),
 }
 Dump = dict[str, list[tuple[Any, ...]]]

@@ -457,6 +457,44 @@ STEPS: dict[int, Step] = {
         "ALTER TABLE blocks ADD COLUMN sensitive INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE block_versions ADD COLUMN sensitive INTEGER NOT NULL DEFAULT 0",
     ],
+    # Pin suggestions made at a compaction (numbered within the DM user's scope, decided once;
+    # dismissed ones kept, their content_key not suggested again), and the part of usage that
+    # compaction takes (summaries and suggestions), shown apart by /usage.
+    18: [
+        """CREATE TABLE suggestions (
+            id {serial},
+            scope TEXT NOT NULL,
+            number INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            content TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            content_key TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at {time} NOT NULL,
+            expires_at {time} NOT NULL,
+            decided_at {time},
+            chat TEXT,
+            message_id TEXT,
+            UNIQUE (scope, number)
+        )""",
+        "CREATE INDEX suggestions_open ON suggestions (scope) "
+        "WHERE status IN ('pending', 'dismissed')",
+        """CREATE TABLE usage_compaction (
+            platform TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            day TEXT NOT NULL,
+            group_key TEXT NOT NULL,
+            calls {count} NOT NULL,
+            prompt_tokens {count} NOT NULL,
+            cached_tokens {count} NOT NULL,
+            completion_tokens {count} NOT NULL,
+            estimated_calls {count} NOT NULL,
+            cost {time} NOT NULL,
+            priced_calls {count} NOT NULL,
+            PRIMARY KEY (platform, sender, day, group_key)
+        ){without_rowid}""",
+        "CREATE INDEX usage_compaction_by_group ON usage_compaction (group_key, day)",
+    ],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

@@ -27,6 +27,13 @@ _ADD = Step(
     "ON CONFLICT (platform, sender, day, group_key, model) DO UPDATE "
     f"SET {', '.join(f'{count} = usage.{count} + excluded.{count}' for count in COUNTS)}"
 )
+# The part of usage that compaction takes (summaries and pin suggestions), kept beside it.
+_ADD_COMPACTION = (
+    f"INSERT INTO usage_compaction (platform, sender, day, group_key, {', '.join(COUNTS)}) "
+    f"VALUES ({', '.join('?' * (4 + len(COUNTS)))}) "
+    "ON CONFLICT (platform, sender, day, group_key) DO UPDATE SET "
+    f"{', '.join(f'{count} = usage_compaction.{count} + excluded.{count}' for count in COUNTS)}"
+)
 # What a budget's owner has used in its days, and holds now in calls still in flight.
 _USED = (
     "SELECT (SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage "
@@ -59,13 +66,21 @@ class UsageStore(Protocol):
         usage: UsageTotals,
         model: str = "",
         hold: int | None = None,
+        compaction: bool = False,
     ) -> None:
         """Add one call's usage to its sender's row for that UTC day, chat ('' for DMs) and
-        model; with hold, the call's budget hold goes in the same transaction."""
+        model (and, for a call of compaction, to the compaction part too); with hold, the
+        call's budget hold goes in the same transaction."""
         add = Step(_ADD.sql, (platform, sender, day, group_key, model, *astuple(usage)))
         sums = usage_sums.recorded(platform, sender, day, group_key, usage)
+        part = Step(_ADD_COMPACTION, (platform, sender, day, group_key, *astuple(usage)))
         release = Step("DELETE FROM budget_holds WHERE id = ?", (hold,))
-        await self._db.write(add, *sums, *((release,) if hold is not None else ()))
+        await self._db.write(
+            add,
+            *sums,
+            *((part,) if compaction else ()),
+            *((release,) if hold is not None else ()),
+        )
 
     async def hold_budgets(
         self, hold: Hold | None, budgets: Sequence[Budget], *, now: datetime, since: datetime
@@ -111,22 +126,30 @@ class UsageStore(Protocol):
         return await self._db.execute("DELETE FROM budget_holds WHERE created_at < ?", ts(moment))
 
     async def sender_usage(
-        self, platform: str, sender: str, first_day: str, last_day: str
+        self, platform: str, sender: str, first_day: str, last_day: str, *, compaction: bool = False
     ) -> UsageTotals:
-        """A sender's usage across all chats, over the UTC days first_day..last_day."""
+        """A sender's usage across all chats, over the UTC days first_day..last_day (with
+        compaction: the part of it that compaction took)."""
         return await self._sum(
             "platform = ? AND sender = ? AND day BETWEEN ? AND ?",
             *(platform, sender, first_day, last_day),
+            compaction=compaction,
         )
 
-    async def group_usage(self, group_key: str, first_day: str, last_day: str) -> UsageTotals:
-        """A group's usage, all its members together, over the UTC days first_day..last_day."""
+    async def group_usage(
+        self, group_key: str, first_day: str, last_day: str, *, compaction: bool = False
+    ) -> UsageTotals:
+        """A group's usage, all its members together, over the UTC days first_day..last_day
+        (with compaction: the part of it that compaction took)."""
         return await self._sum(
-            "group_key = ? AND day BETWEEN ? AND ?", group_key, first_day, last_day
+            "group_key = ? AND day BETWEEN ? AND ?",
+            *(group_key, first_day, last_day),
+            compaction=compaction,
         )
 
-    async def _sum(self, where: str, *args: Any) -> UsageTotals:
-        row = await self._db.fetchrow(f"SELECT {SUMS} FROM usage WHERE {where}", *args)
+    async def _sum(self, where: str, *args: Any, compaction: bool = False) -> UsageTotals:
+        table = "usage_compaction" if compaction else "usage"
+        row = await self._db.fetchrow(f"SELECT {SUMS} FROM {table} WHERE {where}", *args)
         return totals(row or ())
 
     async def usage_report(

@@ -43,6 +43,11 @@ def test_example_file_holds_every_key_at_its_default() -> None:
         ({"logging": {"json": "maybe"}}, "logging.json"),
         ({"llm": {"stream_timeout_s": 0}}, "llm.stream_timeout_s"),
         ({"llm": {"stream_timeout_s": 3601}}, "llm.stream_timeout_s"),
+        ({"logging": {"format": "yaml"}}, "logging.format"),
+        ({"metrics": {"listen": "9464"}}, "metrics.listen"),
+        ({"metrics": {"listen": "127.0.0.1:65536"}}, "metrics.listen"),
+        ({"metrics": {"listen": "127.0.0.1:port"}}, "metrics.listen"),
+        ({"metrics": {"listen": ":9464"}}, "metrics.listen"),
     ],
 )
 def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:
@@ -91,3 +96,17 @@ def test_a_good_header_label() -> None:
     label = "STICKY CONTEXT (survives compaction)"
     assert parse_config({"pins": {"header_label": f" {label} "}}).pins.header_label == label
     assert parse_config({"pins": {"header_label": "x" * 60}}).pins.header_label == "x" * 60
+
+
+@pytest.mark.parametrize(
+    ("listen", "address"),
+    [
+        ("", None),
+        ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+        ("[::1]:9464", ("::1", 9464)),
+        ("metrics.internal:9100", ("metrics.internal", 9100)),
+    ],
+)
+def test_the_metrics_listener_address(listen: str, address: tuple[str, int] | None) -> None:
+    assert parse_config({"metrics": {"listen": listen}}).metrics.address == address

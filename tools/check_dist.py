@@ -1,9 +1,10 @@
 """Check built packages before publishing: `python tools/check_dist.py DIST_FILE...`.
 
 A wheel must hold the `bot` and `storage` packages and the web page's templates; an sdist
-also README.md, config.example.yaml and the guides in docs/ that README.md links to. Neither
-may hold tests, databases, .env files or anything that looks like a secret (keys, certificates,
-credential files). Exit status 0 when every file passes."""
+also README.md, config.example.yaml, the guides in docs/ that README.md links to and the
+alerting rules the operator guide ships. Neither may hold tests, databases, .env files or
+anything that looks like a secret (keys, certificates, credential files). Exit status 0 when
+every file passes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ SDIST_FILES = (
     "docs/design.md",
     "docs/designs.md",
     "docs/performance.md",
+    "docs/prometheus/alerts.yml",
 )
 FORBIDDEN = [
     (re.compile(r"(^|/)tests?/"), "a test file"),

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from bot import metrics
 from bot.adapters import FEISHU
 from bot.adapters.feishu_api import (
     FeishuApi,
@@ -38,6 +39,7 @@ from bot.core.inbox import Deliver
 from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
+from bot.core.suggestions import is_tap as is_suggestion_tap
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
@@ -258,7 +260,8 @@ def tap_of(data: Any) -> FeishuMessage | None:
         event_id=str(getattr(header, "event_id", "") or ""),
         message_id=str(getattr(context, "open_message_id", "") or ""),
         chat_id=getattr(context, "open_chat_id", None) or None,
-        chat_type="group",  # the bot's cards with buttons are proposals, posted in groups
+        # The bot's cards are proposals, posted in groups, and pin suggestions, in DMs.
+        chat_type="p2p" if is_suggestion_tap(button) else "group",
         thread_id=None,
         root_id=None,
         message_type=CARD_ACTION,
@@ -299,6 +302,7 @@ class FeishuFrontend:
         self._tasks: set[asyncio.Task[None]] = set()  # events from the long connection
         self.inbox = pinbot.inbox(self._process_recorded)
         self._runner: web.AppRunner | None = None
+        self._long_connection: threading.Thread | None = None
         self._refusals = RefusalLog("Feishu", monotonic)
         self.port = config.webhook_port
         self.dispatcher = (
@@ -392,6 +396,17 @@ class FeishuFrontend:
     def _start_long_connection(self) -> None:
         thread = threading.Thread(target=self._run_long_connection, name="feishu-ws", daemon=True)
         thread.start()
+        self._long_connection = thread
+
+    def not_ready(self) -> str | None:
+        """Why the connection to Feishu is not working now (None: it is): the webhook listener
+        is up, or the long connection's client runs (it reconnects by itself)."""
+        if self.config.mode == "webhook":
+            return None if self._runner is not None else "the Feishu webhook listener is not up"
+        thread = self._long_connection
+        if thread is None or not thread.is_alive():
+            return "the Feishu long connection is not running"
+        return None
 
     def _run_long_connection(self) -> None:
         """Run lark-oapi's blocking long-connection client on its own loop in this thread."""
@@ -477,6 +492,7 @@ class FeishuFrontend:
     async def _tap(self, tap: FeishuMessage) -> dict[str, Any]:
         """What a card button tap does, as Feishu's card action answer (a toast); a tap that
         counts is recorded, to be carried out in its chat's order."""
+        metrics.update_received(PLATFORM, "tap")
         tapped = await self.pinbot.tapped(tap.conversation(), tap.content)
         if tapped is None:
             return {"toast": {"type": "info", "content": "This button does nothing any more."}}
@@ -511,6 +527,8 @@ class FeishuFrontend:
             log.exception("could not record Feishu event %s", event.event_id)
 
     async def _record(self, event: FeishuMessage) -> None:
+        if event.message_type != CARD_ACTION:  # a tap was counted as it came (_tap)
+            metrics.update_received(PLATFORM, "message")
         if not event.event_id:
             log.warning("a Feishu event without an event id was ignored")
             return

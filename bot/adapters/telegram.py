@@ -39,6 +39,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot import metrics
 from bot.adapters import TELEGRAM
 from bot.adapters.kit import (
     Lost,
@@ -61,6 +62,7 @@ from bot.core.inbox import Deliver
 from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
+from bot.core.suggestions import is_tap as is_suggestion_tap
 from bot.llm.base import TextSink
 from storage.models import PendingUpdate
 
@@ -72,6 +74,8 @@ ANONYMOUS_SENDER_IDS = {1087968824, 136817688, 777000}
 TYPING_REFRESH_S = 4.5
 PROBE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# Polling is working while a getUpdates was answered within its long poll and this much more.
+POLL_ANSWER_SLACK_S = 30.0
 CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
 MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 # 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s); a small pool also
@@ -108,6 +112,25 @@ UNREADABLE_CONTENT = (
 )
 
 
+# Update fields and the kind the metrics count them as; any other update is "other".
+_UPDATE_KINDS = (
+    ("message", "message"),
+    ("channel_post", "message"),
+    ("edited_message", "edit"),
+    ("edited_channel_post", "edit"),
+    ("callback_query", "tap"),
+)
+
+
+def update_kind(update: object) -> str:
+    """What kind of update this is (an Update, or one as posted: a dict), as counted."""
+    for field, kind in _UPDATE_KINDS:
+        present = update.get(field) if isinstance(update, dict) else getattr(update, field, None)
+        if present is not None:
+            return kind
+    return "other"
+
+
 class ChatOrderedUpdates(BaseUpdateProcessor):
     """Processes updates of different chats concurrently and those of one chat in arrival order."""
 
@@ -125,6 +148,7 @@ class ChatOrderedUpdates(BaseUpdateProcessor):
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
         """Await coroutine once every earlier update of the same chat is done; a button tap is
         first answered (at_once), without waiting for the chat."""
+        metrics.update_received(PLATFORM, update_kind(update))  # polling's updates come here
         if isinstance(update, Update) and update.callback_query and self.at_once:
             try:
                 await self.at_once(update)
@@ -312,6 +336,20 @@ class TelegramFrontend:
             await self.app.stop()
         await self.app.shutdown()
 
+    def not_ready(self) -> str | None:
+        """Why the connection to Telegram is not working now (None: it is): polling works while
+        a getUpdates was answered within its long poll and POLL_ANSWER_SLACK_S, a webhook worker
+        while its listener is up."""
+        if self.config.mode == "webhook":
+            return None if self._runner is not None else "the Telegram webhook listener is not up"
+        answered = self._requests[1].answered_at
+        if answered is None:
+            return "Telegram has not answered a getUpdates yet"
+        window = self.config.poll_timeout_s + POLL_ANSWER_SLACK_S
+        if time.monotonic() - answered > window:
+            return f"Telegram has answered no getUpdates for {window:g} s"
+        return None
+
     def _on_polling_error(self, error: TelegramError) -> None:
         """Say plainly when another process polls the same bot (Telegram then answers one of
         the two with 409 Conflict); other polling errors are retried by the updater."""
@@ -350,6 +388,7 @@ class TelegramFrontend:
             raw, data, update_id = "", None, None
         if type(update_id) is not int or not 0 <= update_id < 2**63:
             return web.Response(status=400, text="not a Telegram update")
+        metrics.update_received(PLATFORM, update_kind(data))
         chat = _chat_id(data)
         key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
         try:
@@ -491,7 +530,12 @@ class TelegramFrontend:
             return
         message = query.message
         if not isinstance(message, Message):
-            notice = "This message is too old for its buttons; use /pin shared proposals."
+            command = (
+                "/pin suggestions"
+                if is_suggestion_tap(query.data or "")
+                else ("/pin shared proposals")
+            )
+            notice = f"This message is too old for its buttons; use {command}."
         else:
             try:
                 conversation = conversation_of(message, query.from_user)

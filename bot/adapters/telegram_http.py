@@ -10,6 +10,8 @@ most of a `/pin add`'s cost. aiohttp is already what pinbot serves webhooks and 
 from __future__ import annotations
 
 import functools
+import time
+from http import HTTPStatus
 from typing import Any
 
 import aiohttp
@@ -56,12 +58,13 @@ class AiohttpRequest(BaseRequest):
     four (the whole request never takes longer). Proxies come from HTTP(S)_PROXY, as with httpx.
     """
 
-    __slots__ = ("_connections", "_read_timeout", "_session")
+    __slots__ = ("_connections", "_read_timeout", "_session", "answered_at")
 
     def __init__(self, connections: int, *, read_timeout: float | None = READ_TIMEOUT_S) -> None:
         self._connections = connections
         self._read_timeout = read_timeout
         self._session: aiohttp.ClientSession | None = None
+        self.answered_at: float | None = None  # time.monotonic() of the last 200 answer
 
     @property
     def read_timeout(self) -> float | None:
@@ -122,8 +125,11 @@ class AiohttpRequest(BaseRequest):
             async with session.request(
                 method, url, data=body, timeout=timeout, proxy=proxy, proxy_auth=proxy_auth
             ) as response:
-                return response.status, await response.read()
+                answer = response.status, await response.read()
         except TimeoutError as error:  # aiohttp's own timeouts are TimeoutErrors too
             raise TimedOut from error
         except aiohttp.ClientError as error:
             raise NetworkError(f"aiohttp.{type(error).__name__}: {error}") from error
+        if answer[0] == HTTPStatus.OK:
+            self.answered_at = time.monotonic()
+        return answer

@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from bot import package_version
 from bot.cli import (
     check_config,
     console,
@@ -45,15 +46,6 @@ SUBCOMMANDS: list[Subcommand] = [
 ]
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("pinbot")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line of every subcommand, with its help, environment and an example."""
     top = argparse.ArgumentParser(
@@ -61,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         epilog="Start with: pinbot init, then pinbot console --config config.yaml --user 42",
     )
-    top.add_argument("--version", action="version", version=f"pinbot {_version()}")
+    top.add_argument("--version", action="version", version=f"pinbot {package_version()}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
     for command in SUBCOMMANDS:
         sub = commands.add_parser(

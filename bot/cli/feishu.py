@@ -8,14 +8,19 @@ import asyncio
 from bot.cli.command import LLM_KEY, Subcommand, load, no_arguments
 from bot.cli.runtime import running_core, serve, stop_on_signals
 from bot.config import Config
+from bot.metrics.listener import Health, counting, serving
 
 
 async def _feishu(config: Config) -> int:
     from bot.adapters.feishu import FeishuFrontend  # lark-oapi takes seconds to import
 
     stop = stop_on_signals()
-    async with running_core(config) as pinbot:
-        await serve(FeishuFrontend.from_config(pinbot, config.feishu), stop)
+    with counting(config):
+        async with running_core(config) as pinbot:
+            frontend = FeishuFrontend.from_config(pinbot, config.feishu)
+            health = Health(pinbot.store, frontend.not_ready, inbox=True, clock=pinbot.clock)
+            async with serving(config, health):
+                await serve(frontend, stop)
     return 0
 
 

@@ -13,12 +13,14 @@ from bot.cli.store import open_store
 from bot.config import Config
 from bot.core.bot import Pinbot
 from bot.llm import ChatModel, build_model
+from bot.metrics.model import metered
 
 
 @contextlib.asynccontextmanager
 async def running_core(config: Config) -> AsyncIterator[Pinbot]:
-    """The core over the configured store and model, closed (store, then model) on exit."""
-    model: ChatModel = build_model(config.llm)
+    """The core over the configured store and model (counted when metrics are on), closed
+    (store, then model) on exit."""
+    model: ChatModel = metered(build_model(config.llm))
     try:
         store = await open_store(config)
         try:

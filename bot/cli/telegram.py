@@ -8,14 +8,20 @@ import asyncio
 from bot.cli.command import LLM_KEY, Subcommand, load, no_arguments
 from bot.cli.runtime import running_core, serve, stop_on_signals
 from bot.config import Config
+from bot.metrics.listener import Health, counting, serving
 
 
 async def _telegram(config: Config) -> int:
     from bot.adapters.telegram import TelegramFrontend
 
     stop = stop_on_signals()
-    async with running_core(config) as pinbot:
-        await serve(TelegramFrontend.from_config(pinbot, config.telegram), stop)
+    with counting(config):
+        async with running_core(config) as pinbot:
+            frontend = TelegramFrontend.from_config(pinbot, config.telegram)
+            webhook = config.telegram.mode == "webhook"
+            health = Health(pinbot.store, frontend.not_ready, inbox=webhook, clock=pinbot.clock)
+            async with serving(config, health):
+                await serve(frontend, stop)
     return 0
 
 

@@ -10,6 +10,7 @@ from bot.cli.command import URL_ENV, Subcommand, load, no_arguments
 from bot.cli.runtime import stop_on_signals
 from bot.cli.store import open_store
 from bot.config import Config, secret_from_env
+from bot.metrics.listener import Health, counting, serving
 
 
 async def _web(config: Config) -> int:
@@ -18,21 +19,22 @@ async def _web(config: Config) -> int:
 
     token = secret_from_env(config.web.token_env, "The web page's sign-in token")
     stop = stop_on_signals()
-    async with await open_store(config) as store:
-        page = WebPage(store, config, token)
-        runner, port = await serve_app(
-            page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
-        )
-        logging.getLogger("pinbot").info(
-            "web page started (http://%s:%d/; sign in with $%s)",
-            config.web.host,
-            port,
-            config.web.token_env,
-        )
-        try:
-            await stop.wait()
-        finally:
-            await runner.cleanup()
+    with counting(config):
+        async with await open_store(config) as store, serving(config, Health(store)):
+            page = WebPage(store, config, token)
+            runner, port = await serve_app(
+                page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
+            )
+            logging.getLogger("pinbot").info(
+                "web page started (http://%s:%d/; sign in with $%s)",
+                config.web.host,
+                port,
+                config.web.token_env,
+            )
+            try:
+                await stop.wait()
+            finally:
+                await runner.cleanup()
     return 0
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from bot import metrics
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
@@ -164,9 +165,12 @@ class BlockOps:
     async def commit_all(self, changes: Sequence[BlockChange]) -> list[Applied]:
         """Apply changes of several scopes, each reviewed already (an import), as one operation
         in one transaction; raises as the store does, and then nothing changed."""
-        return await self._store.apply_changes(
+        applied = await self._store.apply_changes(
             changes, now=self._clock(), limits=self.policy.limits
         )
+        for change in changes:
+            metrics.blocks_written(change.change.channel, len(change.wanted))
+        return applied
 
     def now(self) -> datetime:
         """The time by the operations' clock."""
@@ -190,6 +194,7 @@ class BlockOps:
             return policy.too_many(where)
         except OverBudget as over:
             return policy.over_budget(over.total, where)
+        metrics.blocks_written(change.change.channel, len(applied))
         if target.shared and applied:  # keep the group's audit trail within its retention
             retention = timedelta(days=policy.pins.audit_retention_days)
             await self._store.prune_audit(target.scope, now - retention)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from bot import metrics
 from bot.config import Config
 from bot.core.access import admission
 from bot.core.chat import ChatService
@@ -22,7 +23,7 @@ from bot.core.chatpin import ChatPin
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import ParseError, parse_pin, parse_sticky, split_command
 from bot.core.context import GroupTrigger, MessageContext, is_addressed
-from bot.core.conversation import Conversation
+from bot.core.conversation import ChatKind, Conversation
 from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
 from bot.core.incoming import Incoming, Surface
@@ -34,9 +35,11 @@ from bot.core.pins import PinService
 from bot.core.policy import BlockPolicy
 from bot.core.proposals import ADMINS_ONLY, parse_tap
 from bot.core.replies import Messenger, Reply
+from bot.core.suggestions import parse_tap as suggestion_tap
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
 from bot.llm.base import ChatModel
+from bot.logs import handled_fields
 from storage import Store
 from storage.errors import Unavailable
 
@@ -79,7 +82,14 @@ class Pinbot:
             store, config.budgets, clock, llm=config.llm, pricing=config.pricing
         )
         self.chat = ChatService(
-            store, self.pins.ops, config, model, self.usage, clock, self.pins.proposals
+            store,
+            self.pins.ops,
+            config,
+            model,
+            self.usage,
+            clock,
+            self.pins.proposals,
+            self.pins.suggestions,
         )
         self.bot_username = bot_username
         limits = config.limits
@@ -147,8 +157,10 @@ class Pinbot:
         return await self.chat_pin.pinned(context, text, message_id=message_id, author=author)
 
     def use_messenger(self, messenger: Messenger) -> None:
-        """Post and update messages of the bot's own (proposals) through messenger."""
+        """Post and update messages of the bot's own (proposals, pin suggestions) through
+        messenger."""
         self.pins.proposals.messenger = messenger
+        self.pins.suggestions.messenger = messenger
 
     async def tapped(
         self,
@@ -160,14 +172,27 @@ class Pinbot:
         the notice to show the tapper, and the command that carries the tap out in the chat's
         order (None when the tap counts for nothing). None for a button that is not ours."""
         parsed = parse_tap(data)
-        if parsed is None:
+        suggested = suggestion_tap(data)
+        if parsed is None and suggested is None:
             return None
+        started = time.perf_counter()
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal or context.speaker.refusal:
+            metrics.refused("access")
             return Tapped(refusal, None)
-        if await self.pins.proposals.may_decide(context):
+        if suggested is not None:
+            metrics.handled("tap", time.perf_counter() - started)
+            if conversation.kind is not ChatKind.DIRECT:  # never posted elsewhere: forged
+                return Tapped("This button does nothing here.", None)
+            pin, number = suggested
+            notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
+            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
+        assert parsed is not None
+        decided = await self.pins.proposals.may_decide(context)
+        metrics.handled("tap", time.perf_counter() - started)
+        if decided:
             return Tapped(ADMINS_ONLY, None)
         approve, number = parsed
         verb = "approve" if approve else "reject"
@@ -247,12 +272,16 @@ class Pinbot:
         except Exception:  # a fault in one message must not stop the others: log, answer, go on
             log.exception("handling a message in %s failed", conversation.session_key)
             return Reply.failed(FAILED_REPLY)
-        kind = "command" if text.startswith("/") else "chat"
+        kind = "command" if text.startswith("/") else "turn"
+        took = time.perf_counter() - started
+        metrics.handled(kind, took)
         log.info(
-            "handled %s session=%s ms=%.1f",
+            "handled %s session=%s outcome=%s ms=%.1f",
             kind,
             conversation.session_key,
-            (time.perf_counter() - started) * 1000,
+            reply.outcome,
+            took * 1000,
+            extra=handled_fields(conversation.platform, kind, reply.outcome, took),
         )
         # What people wrote is theirs: only at debug level.
         log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply.text)
@@ -268,6 +297,7 @@ class Pinbot:
             incoming.replied,
         )
         if refusal := context.admission.refusal:
+            metrics.refused("access")
             return Reply.refused(refusal)
         limit = self.config.limits.max_message_chars
         if len(text) > limit:  # checked before any parsing
@@ -278,6 +308,7 @@ class Pinbot:
         if text.startswith("/"):
             return await self.command(context, text)
         if wait := await self._turns.acquire(self._sender_key(conversation)):
+            metrics.refused("rate_limit")
             return Reply.refused(
                 f"You are sending messages too fast. Try again in {math.ceil(wait)} s."
             )
@@ -288,6 +319,7 @@ class Pinbot:
 
     async def _answer_unreadable(self, conversation: Conversation) -> Reply | None:
         if refusal := admission(conversation, self.config.access).refusal:
+            metrics.refused("access")
             return Reply.refused(refusal)
         if await self._unreadable.acquire(conversation.session_key):
             return None
@@ -311,6 +343,7 @@ class Pinbot:
         conversation = context.conversation
         if name in ("pin", "sticky"):
             if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
+                metrics.refused("rate_limit")
                 return Reply.refused(
                     f"You are sending /pin commands too fast. Try again in {math.ceil(wait)} s."
                 )

@@ -10,9 +10,11 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
+from bot import metrics
 from bot.config import Config
 from bot.core.blocks import BlockOps, Done
 from bot.core.clock import Clock, utc_now
+from bot.core.compaction import Compaction
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
@@ -21,6 +23,7 @@ from bot.core.lifecycle import Lifecycle
 from bot.core.proposals import Proposals
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
+from bot.core.suggestions import Suggestions
 from bot.core.tools import TOOL_SETS, PinTools, tool_message
 from bot.core.usage import BudgetUsedUp, UsageLedger
 from bot.llm.base import (
@@ -33,7 +36,6 @@ from bot.llm.base import (
     SentBlock,
     TextSink,
 )
-from bot.llm.summary import summary_request
 from storage import Store
 from storage.models import HistoryEntry
 
@@ -71,6 +73,7 @@ class ChatService:
         usage: UsageLedger,
         clock: Clock = utc_now,
         proposals: Proposals | None = None,
+        suggestions: Suggestions | None = None,
     ) -> None:
         self._store = store
         self._usage = usage
@@ -80,6 +83,10 @@ class ChatService:
         self._model = model
         self._clock = clock
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        if suggestions is None:
+            proposals = proposals or Proposals(store, ops, config.pins, clock)
+            suggestions = Suggestions(store, ops, proposals, config.pins, clock)
+        self.compaction = Compaction(config, usage, suggestions, self._completion)
 
     def _lock(self, session: str) -> asyncio.Lock:
         lock = self._locks.get(session)
@@ -166,8 +173,9 @@ class ChatService:
     async def _compacted(
         self, context: MessageContext, session: str, entries: list[HistoryEntry]
     ) -> list[HistoryEntry]:
-        """History within budget: older turns summarised (or dropped if that fails); the
-        summary's usage counts to the turn's sender."""
+        """History within budget: older turns summarised (or dropped, as `chat.compaction`
+        says or when that fails), pins suggested from them on the way (bot.core.compaction);
+        the calls' usage counts to the turn's sender."""
         chat = self._config.chat
         plan = plan_history(
             entries, chat.history_max_chars, chat.history_max_turns, chat.compaction_keep_turns
@@ -175,23 +183,21 @@ class ChatService:
         if not plan.needs_compaction:
             return plan.kept
         summary = None
-        if chat.compaction == "summarize":
-            request = summary_request([(e.role, e.content) for e in plan.older])
-            try:
-                reply = await self._usage.call(context, request, self._completion(request))
-                summary = reply.text.strip() or None
-            except (ModelError, BudgetUsedUp) as error:
-                log.warning(
-                    "summarising history of %s failed (%s); dropping old turns", session, error
-                )
+        try:
+            older = [(e.role, e.content) for e in plan.older]
+            summary = await self.compaction.summary(context, older) or None
+        except (ModelError, BudgetUsedUp) as error:
+            log.warning("summarising history of %s failed (%s); dropping old turns", session, error)
         if summary is None:
             turns = [e.id for e in plan.older if e.role != SUMMARY_ROLE]
             await self._store.compact_history(session, turns, None, now=self._clock())
+            metrics.compacted("dropped")
             kept_summary = [e for e in plan.older if e.role == SUMMARY_ROLE]
             return kept_summary + plan.kept
         await self._store.compact_history(
             session, [e.id for e in plan.older], summary, now=self._clock()
         )
+        metrics.compacted("summarized")
         return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept]
 
     async def _answer(

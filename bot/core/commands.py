@@ -37,6 +37,9 @@ class Verb(StrEnum):
     REJECT = "reject"
     SENSITIVE = "sensitive"
     RAW = "raw"  # `/sticky raw <key>`: the stored text of a block, in a DM
+    SUGGESTIONS = "suggestions"
+    ACCEPT = "accept"
+    DISMISS = "dismiss"
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,12 @@ USAGE: dict[str, str] = {
     "approve": "/pin approve <n>",
     "reject": "/pin reject <n>",
     "sensitive": "/pin sensitive <label> [on|off]",
+    "suggestions": "/pin suggestions",
+    "accept": "/pin accept <n>",
+    "dismiss": "/pin dismiss <n>",
 }
 _SHARED_ONLY = ("log", "proposals", "approve", "reject")
+_PERSONAL_ONLY = ("suggestions", "accept", "dismiss")
 LOG_DEFAULT = 10
 LOG_MAX = 50
 
@@ -397,6 +404,24 @@ def _parse_proposals(name: str, rest: str, shared: bool) -> PinCommand | ParseEr
     return PinCommand(Verb(name), shared=True, count=int(number))
 
 
+def _parse_suggestions(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    if shared:
+        return ParseError(
+            "Pin suggestions are for your own blocks in a DM; a group's become proposals.\n"
+            "Usage: /pin shared proposals"
+        )
+    if name == "suggestions":
+        if rest.strip():
+            return _usage_error(name, shared, "suggestions takes nothing after it.")
+        return PinCommand(Verb.SUGGESTIONS)
+    number = rest.strip()
+    if not (number.isascii() and number.isdigit() and 1 <= int(number) <= 10**9):
+        return _usage_error(
+            name, shared, f"{name} needs the number of a suggestion (/pin suggestions)."
+        )
+    return PinCommand(Verb(name), count=int(number))
+
+
 def _parse_help(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     return PinCommand(Verb.HELP, shared=shared)
 
@@ -417,6 +442,7 @@ _PARSERS: dict[str, _Parser] = {
     "history": _parse_history,
     "restore": _parse_restore,
     **dict.fromkeys(("proposals", "approve", "reject"), _parse_proposals),
+    **dict.fromkeys(("suggestions", "accept", "dismiss"), _parse_suggestions),
     "priority": _parse_priority,
     "sensitive": _parse_sensitive,
     "clear": _parse_clear,
@@ -456,7 +482,8 @@ SYNONYMS: dict[str, str] = {
 
 
 def _unknown(name: str, shared: bool) -> ParseError:
-    known = [name for name in USAGE if shared or name not in _SHARED_ONLY]
+    only = _PERSONAL_ONLY if shared else _SHARED_ONLY
+    known = [name for name in USAGE if name not in only]
     known += [] if shared else ["shared"]
     # A typo of a synonym counts too ("delet"), but not of the two-letter ones ("of" is not "off").
     words = [*known, *(word for word in SYNONYMS if len(word) > 3)]

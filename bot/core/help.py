@@ -29,7 +29,7 @@ message, in this chat only.
 /pin history <label>                 A block's versions, newest first (also of a removed one)
 /pin undo                            Take back your last change here (again: the one before)
 /pin restore <label> [version]       Bring back a version (default: the one before now)
-{shared_line}/pin help                            This text
+{suggestion_lines}{shared_line}/pin help                            This text
 
 Labels: up to {label_limit} characters, no spaces, matched ignoring case. Idle blocks are not sent \
 and are deleted after a while; pinned blocks stay until you remove them. Every change is kept for \
@@ -37,6 +37,11 @@ a while: undo and restore bring blocks back, removed ones too. A sensitive block
 but the model, /pin list and /sticky see its addresses and secrets masked; /sticky raw <label> \
 shows it as stored, in a private chat. /sticky lists your blocks with their first characters; \
 /sticky delete <label> is /pin remove."""
+
+_SUGGESTION_LINES = """\
+/pin suggestions                     What the model suggests pinning (at compaction)
+/pin accept|dismiss <n>              Pin a suggestion, or forget it for good
+"""
 
 _SHARED = """\
 Shared blocks apply whenever anyone speaks in this group. Everyone may view them; only shared \
@@ -86,6 +91,7 @@ def pin_help(*, shared: bool, group: bool, label_limit: int = 20) -> str:
         shared_line="/pin shared help                     Shared blocks of this group\n"
         if group
         else "",
+        suggestion_lines="" if group else _SUGGESTION_LINES,
         label_limit=label_limit,
         low=PRIORITY_MIN,
         high=PRIORITY_MAX,

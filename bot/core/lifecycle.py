@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bot import metrics
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import is_shared_scope
 from bot.core.policy import BlockPolicy
@@ -62,4 +63,5 @@ class Lifecycle:
             await self._store.apply_changes(changes, now=self._clock(), limits=self._policy.limits)
         except Conflict:
             return False
+        metrics.blocks_written(CLEANUP.channel, len(gone))
         return True

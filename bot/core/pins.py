@@ -15,6 +15,7 @@ from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
 from bot.core.sensitive import shown_content
 from bot.core.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
+from bot.core.suggestions import Suggestions
 from bot.core.versions import BlockHistory
 from storage import Store
 from storage.models import Block, Channel, Origin, State
@@ -43,6 +44,7 @@ class PinService:
         self.ops = BlockOps(store, policy, clock)
         self.history = BlockHistory(store, self.ops)
         self.proposals = Proposals(store, self.ops, policy.pins, clock)
+        self.suggestions = Suggestions(store, self.ops, self.proposals, policy.pins, clock)
 
     async def execute(self, context: MessageContext, command: PinCommand) -> Reply:
         """Run a parsed command for the message's sender.
@@ -91,6 +93,11 @@ class PinService:
                 return deciding
             approve = command.verb is Verb.APPROVE
             return await self.proposals.decide(deciding, command.count or 0, approve=approve)
+        if command.verb is Verb.SUGGESTIONS:
+            return await self.suggestions.listing(target)
+        if command.verb in (Verb.ACCEPT, Verb.DISMISS):
+            pin = command.verb is Verb.ACCEPT
+            return await self.suggestions.decide(target, command.count or 0, pin=pin)
         if command.verb is Verb.HISTORY:
             return await self.history.history(target, command.label or "")
         if command.verb is Verb.UNDO:

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from bot import metrics
 from bot.config import PinsConfig
 from bot.core.credentials import credential_kind
 from bot.core.permissions import Action, Speaker
@@ -181,6 +182,7 @@ def refusal(rule: Rule, where: Where = DM, **facts: Any) -> Refused:
     text = RULE_TEXTS[rule].format(
         noun=noun, Noun=noun[0].upper() + noun[1:], pin=where.pin, **facts
     )
+    metrics.refused("block_rules")
     return Refused(text, rule)
 
 

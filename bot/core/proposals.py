@@ -9,6 +9,7 @@ import logging
 import re
 from datetime import timedelta
 
+from bot import metrics
 from bot.config import PinsConfig
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
 from bot.core.clock import Clock, utc_now
@@ -137,6 +138,7 @@ class Proposals:
                 f"this group already has {self._pins.max_pending_proposals} pending proposals "
                 "(pins.max_pending_proposals); wait until an admin decides one."
             )
+        metrics.proposal_written(target.change.channel)
         await self._post(conversation.chat_id or "", proposal)
         return Done(
             f"Proposal #{proposal.number} is posted in the group and waits for a shared admin "

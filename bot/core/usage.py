@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from bot import metrics
 from bot.config import BudgetsConfig, LlmConfig, PricingConfig
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
@@ -156,6 +157,7 @@ class UsageLedger:
         try:
             await self._store.hold_budgets(None, budgets, now=now, since=now - self.hold_lifetime)
         except BudgetSpent as spent:
+            metrics.refused("budget")
             return self._spent(spent, now)
         return None
 
@@ -218,14 +220,22 @@ class UsageLedger:
                 keeper.cancel()
         usage = reply.usage or estimated_usage(request, reply)
         conversation = context.conversation
+        totals = self._totals(usage)
         await self._store.add_usage(
             platform=conversation.platform,
             sender=conversation.sender_id or "",
             day=self._clock().astimezone(UTC).date().isoformat(),
             group_key=conversation.group_session_key or "",
             model=self._llm.model,
-            usage=self._totals(usage),
+            usage=totals,
             hold=hold,
+            compaction=request.purpose != "turn",
+        )
+        metrics.usage(
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+            totals.cost if totals.priced_calls else None,
         )
         return reply
 
@@ -257,6 +267,7 @@ class UsageLedger:
                 hold, budgets, now=now, since=now - self.hold_lifetime
             )
         except BudgetSpent as spent:
+            metrics.refused("budget")
             raise BudgetUsedUp(self._spent(spent, now)) from None
 
     def _cost(self, usage: Usage) -> float | None:
@@ -323,6 +334,15 @@ class UsageLedger:
                 for period in (day, month)
             }
             lines += [f"  {name}: {self._describe(used)}" for name, used in mine.items()]
+            lines += await self._compaction_lines(
+                lambda first, last: self._store.sender_usage(
+                    conversation.platform,
+                    conversation.sender_id or "",
+                    first,
+                    last,
+                    compaction=True,
+                )
+            )
             lines += self._budget_lines("your", mine, "user")
         elif group:
             lines.append(
@@ -338,8 +358,26 @@ class UsageLedger:
             }
             lines.append("This group, all members (shown to shared admins):")
             lines += [f"  {name}: {self._describe(used)}" for name, used in group_totals.items()]
+            lines += await self._compaction_lines(
+                lambda first, last: self._store.group_usage(group, first, last, compaction=True)
+            )
             lines += self._budget_lines("the group's", group_totals, "group")
         return "\n".join(lines)
+
+    async def _compaction_lines(
+        self, part: Callable[[str, str], Awaitable[UsageTotals]]
+    ) -> list[str]:
+        """Of the usage above, what compaction took (summaries and pin suggestions), per period;
+        nothing when it took nothing this month."""
+        day, month = _periods(self._clock())
+        used = {period.name: await part(period.first, period.last) for period in (day, month)}
+        if not used[month.name].calls:
+            return []
+        return [
+            f"  of which compaction (summaries and pin suggestions), {name}: "
+            f"{self._describe(totals)}"
+            for name, totals in used.items()
+        ]
 
     def _budget_lines(self, whose: str, used: dict[str, UsageTotals], owner: str) -> list[str]:
         lines = []

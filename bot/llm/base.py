@@ -21,6 +21,11 @@ class ModelError(Exception):
         self.user_message = user_message
 
 
+class ToolsRefused(ModelError):
+    """The model server refused a request because it offered tools (a server without tool
+    support): the same request without tools may be answered."""
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One function call the model asked for; arguments are its raw JSON text."""
@@ -88,10 +93,11 @@ class ModelRequest:
 
     messages: list[Message]
     tools: list[Tool] | None = None
-    tool_choice: Literal["none"] | None = None  # "none": the tools are shown but not callable
+    # "none": the tools are shown but not callable; "required": one of them must be called
+    tool_choice: Literal["none", "required"] | None = None
     blocks: tuple[SentBlock, ...] = ()
     user_text: str = ""
-    purpose: Literal["turn", "summary"] = "turn"
+    purpose: Literal["turn", "summary", "suggestions"] = "turn"
     summarised: tuple[tuple[str, str], ...] = ()  # (role, content) entries, for a summary
 
 

@@ -26,6 +26,8 @@ class OfflineChatModel:
         """A deterministic reply describing the request (or summarising it, when asked to)."""
         if request.purpose == "summary":
             return ModelReply(_summary(request))
+        if request.purpose == "suggestions":  # it reads no meaning, so it suggests nothing
+            return ModelReply('{"suggestions": []}')
         # In the order the request shows them: the strong section (system prompt) first.
         seen = sorted(request.blocks, key=lambda b: b.level != "strong")
         blocks = [f"{b.label} ({b.level}, {b.scope})" for b in seen]

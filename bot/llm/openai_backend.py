@@ -21,6 +21,7 @@ from bot.llm.base import (
     Progress,
     TextSink,
     ToolCall,
+    ToolsRefused,
     Usage,
 )
 
@@ -77,6 +78,9 @@ class OpenAIChatModel:
                 )
                 reply = _reply_of(response)
         except openai.OpenAIError as error:
+            if request.tools and _about_tools(error):
+                detail = _server_message(error) if isinstance(error, openai.APIStatusError) else ""
+                raise ToolsRefused("The model server does not support tools.", detail) from error
             raise _model_error(error) from error
         if not reply.text and not reply.tool_calls and not reply.cut_off:
             raise ModelError("The model returned an empty answer. Please try again.", "empty")
@@ -236,6 +240,19 @@ def _arguments(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+# What a server without tool support says when a request offers tools (llama.cpp without
+# --jinja: "tools param requires --jinja flag"; others name the parameter they do not know).
+_TOOLS_WORDS = ("tool", "function")
+
+
+def _about_tools(error: openai.OpenAIError) -> bool:
+    """Whether error is a server's refusal of a request for offering tools."""
+    if not isinstance(error, openai.BadRequestError | openai.UnprocessableEntityError):
+        return False
+    said = _server_message(error).casefold()
+    return any(word in said for word in _TOOLS_WORDS)
 
 
 _CONTEXT_LENGTH = ("context_length_exceeded", "context length", "maximum context", "too long")

@@ -30,6 +30,7 @@ from storage.dialect.base import (
     TextIndex,
 )
 from storage.errors import Unavailable, WorkerConflict
+from storage.watch import watched
 
 log = logging.getLogger(__name__)
 POOL_SIZE = 10
@@ -61,10 +62,11 @@ _PG_UNAVAILABLE = (
 
 @contextlib.contextmanager
 def _pg_faults() -> Iterator[None]:
-    try:
-        yield
-    except _PG_UNAVAILABLE as error:
-        raise Unavailable(str(error) or type(error).__name__) from error
+    with watched():
+        try:
+            yield
+        except _PG_UNAVAILABLE as error:
+            raise Unavailable(str(error) or type(error).__name__) from error
 
 
 PORT_PROBLEM = "the port after the host is not a number from 1 to 65535"

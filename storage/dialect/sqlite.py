@@ -28,6 +28,7 @@ from storage.dialect.base import (
     TextIndex,
 )
 from storage.errors import Unavailable, WorkerConflict
+from storage.watch import watched
 
 PRIVATE_FILE_MODE = 0o600  # the database holds DM blocks and chat history: its owner only
 BUSY_TIMEOUT_MS = 5000  # how long a SQLite write waits for another connection's transaction
@@ -57,12 +58,13 @@ _UNAVAILABLE_SQLITE = ("unable to open", "disk i/o", "readonly", "locked", "no s
 
 @contextlib.contextmanager
 def _sqlite_faults() -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.OperationalError as error:
-        if any(part in str(error).casefold() for part in _UNAVAILABLE_SQLITE):
-            raise Unavailable(str(error)) from error
-        raise
+    with watched():
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            if any(part in str(error).casefold() for part in _UNAVAILABLE_SQLITE):
+                raise Unavailable(str(error)) from error
+            raise
 
 
 class _SqliteExecutor(Executor):
@@ -222,14 +224,15 @@ class SqliteDatabase(_SqliteExecutor, Database):
     @contextlib.asynccontextmanager
     async def transaction(self, *locks: str) -> AsyncIterator[Executor]:
         async with self._write_lock:
-            tx = _SqliteExecutor(self._connection)
-            await tx.execute("BEGIN IMMEDIATE")
-            try:
-                yield tx
-            except BaseException:
-                await tx.execute("ROLLBACK")
-                raise
-            await tx.execute("COMMIT")
+            with watched():
+                tx = _SqliteExecutor(self._connection)
+                await tx.execute("BEGIN IMMEDIATE")
+                try:
+                    yield tx
+                except BaseException:
+                    await tx.execute("ROLLBACK")
+                    raise
+                await tx.execute("COMMIT")
 
     async def close(self) -> None:
         try:

@@ -81,6 +81,9 @@ from storage.models import Level
         ),
         ("shared clear confirm", PinCommand(Verb.CLEAR, shared=True, confirm=True)),
         ("shared remove r", PinCommand(Verb.REMOVE, shared=True, label="r")),
+        ("suggestions", PinCommand(Verb.SUGGESTIONS)),
+        ("accept 3", PinCommand(Verb.ACCEPT, count=3)),
+        ("Dismiss 12", PinCommand(Verb.DISMISS, count=12)),
     ],
 )
 def test_parses(text: str, expected: PinCommand) -> None:
@@ -100,6 +103,12 @@ def test_parses(text: str, expected: PinCommand) -> None:
         ("remove a b", "/pin remove <label>"),
         ("idle", "/pin idle <label>"),
         ("clear now", "/pin clear"),
+        ("suggestions 1", "/pin suggestions"),
+        ("accept", "/pin accept <n>"),
+        ("dismiss x", "/pin dismiss <n>"),
+        ("accept ²", "/pin accept <n>"),
+        ("shared suggestions", "/pin shared proposals"),
+        ("shared accept 1", "/pin shared proposals"),
     ],
 )
 def test_parse_errors_show_the_correct_form(text: str, usage: str) -> None:

@@ -127,6 +127,9 @@ class FakeOpenAI:
         self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
         self.usage: dict[str, Any] | None = None  # the usage every answer reports, if set
         self.reject_stream_options = False  # answer 400 to stream_options, as some servers do
+        # When set, a request offering tools gets 400 with this message (a server without tool
+        # support, e.g. llama.cpp without --jinja).
+        self.refuse_tools: str | None = None
         self.models: list[str] | None = ["fake-model"]  # None: no GET /models here (404)
         self.api_key: str | None = None  # when set, other keys get 401
         self.first_token_s = 0.0  # a stream's delay before its first chunk
@@ -172,6 +175,11 @@ class FakeOpenAI:
             message = "Unrecognized request argument supplied: stream_options"
             return web.json_response(
                 {"error": {"message": message, "type": "invalid_request_error"}}, status=400
+            )
+        if self.refuse_tools is not None and body.get("tools"):
+            return web.json_response(
+                {"error": {"message": self.refuse_tools, "type": "invalid_request_error"}},
+                status=400,
             )
         if self.script:
             answer = self.script.pop(0)

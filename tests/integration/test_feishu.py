@@ -572,3 +572,66 @@ async def test_a_proposal_card_and_an_admins_card_action(
         assert card_text(update["content"]).endswith("Approved by ou_admin: saved.")
     finally:
         await server.stop()
+
+
+async def test_events_are_counted_and_readiness_follows_the_webhook_listener(
+    start_feishu: Any,
+) -> None:
+    from bot import metrics
+
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        bot = await start_feishu()
+        assert bot.frontend.not_ready() is None  # the webhook listener is up
+        await bot.send(receive_event("/pin add tone be brief"))
+        await bot.send(receive_event("hello"))
+        counted = meters.registry.get_sample_value(
+            "pinbot_updates_received_total", {"platform": "feishu", "kind": "message"}
+        )
+        assert counted == 2
+    finally:
+        metrics.disable()
+
+
+async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
+    start_feishu: Any, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = {**agent_llm(server.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    short = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    try:
+        bot = await start_feishu(model=model, llm=llm, chat=short)
+        for number in (1, 2, 3):
+            await bot.send(receive_event(f"message {number}"))
+        tea = {"label": "tea", "content": "Drinks green tea, no sugar.", "reason": "said so"}
+        server.script = [
+            tool_calls(("compact_history", {"summary": "They talked.", "suggestions": [tea]})),
+            completion("answer 4"),
+        ]
+        await bot.send(receive_event("message 4"))
+        (card,) = [p for p in fake_feishu.posted if p["msg_type"] == "interactive"]
+        assert card["receive_id"] == "oc_chat1"
+        assert "tea: Drinks green tea, no sugar." in card_text(card["content"])
+        buttons = json.loads(card["content"])["elements"][1]["actions"]
+        assert [b["value"] for b in buttons] == [
+            {"pinbot": "pinbot:suggestion:pin:1"},
+            {"pinbot": "pinbot:suggestion:dismiss:1"},
+        ]
+        tapped = card_action(
+            buttons[0]["value"], open_id="ou_user1", chat_id="oc_chat1", message_id="om_sent_1"
+        )
+        status, answer = await bot.post(tapped)
+        assert status == 200 and answer["toast"]["content"] == "Pinning suggestion #1…"
+        await bot.frontend.idle()
+        blocks = await bot.store.blocks(["feishu:direct:ou_user1"])
+        assert [(b.label, b.content, b.level.value) for b in blocks] == [
+            ("tea", "Drinks green tea, no sugar.", "strong")
+        ]
+        (update,) = fake_feishu.card_updates
+        assert update["message_id"] == "om_sent_1"
+        assert len(json.loads(update["content"])["elements"]) == 1  # the buttons are gone
+        assert card_text(update["content"]).endswith("Pinned: saved.")
+    finally:
+        await server.stop()

@@ -1201,3 +1201,46 @@ async def test_a_tap_is_answered_while_the_chat_waits_for_the_model(
     fake_openai.release.set()
     await bot.settle()
     assert await blocks(store, GROUP_KEY) == [("deadline", "Release on Friday.", "context")]
+
+
+# --- pin suggestions at compaction (issue 39) --------------------------------------------------
+
+
+async def test_a_pin_suggestion_in_a_dm_comes_with_buttons_and_a_tap_on_pin_saves_it(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = {**agent_llm(fake_openai.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    short = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    bot = await start_bot(model, llm=llm, chat=short)
+    chat, me = private_chat(42), user(42)
+    for number in (1, 2, 3):
+        await bot.reply_to(message(chat, f"message {number}", me))
+    diet = {"label": "diet", "content": "Vegetarian.", "reason": "said twice"}
+    fake_openai.script = [
+        tool_calls(("compact_history", {"summary": "They talked.", "suggestions": [diet]})),
+        completion("answer 4"),
+    ]
+    assert await bot.reply_to(message(chat, "message 4", me)) == ["answer 4"]
+    (posted,) = [p for p in fake_telegram.sent(42) if "reply_markup" in p]
+    assert "Pin suggestion #1" in posted["text"] and "diet: Vegetarian." in posted["text"]
+    (row,) = posted["reply_markup"]["inline_keyboard"]
+    assert [(b["text"], b["callback_data"]) for b in row] == [
+        ("Pin", "pinbot:suggestion:pin:1"),
+        ("Dismiss", "pinbot:suggestion:dismiss:1"),
+    ]
+    assert await blocks(store, "telegram:direct:42") == []
+    shown = {"message_id": await posted_id(fake_telegram, posted), "text": posted["text"]}
+    fake_telegram.push(tap(chat, me, shown, "pinbot:suggestion:pin:1"))
+    await bot.settle()
+    (answer,) = fake_telegram.called("answerCallbackQuery")
+    assert answer["text"] == "Pinning suggestion #1…"
+    assert await blocks(store, "telegram:direct:42") == [("diet", "Vegetarian.", "strong")]
+    (edit,) = fake_telegram.called("editMessageText")
+    assert edit["message_id"] == shown["message_id"] and "reply_markup" not in edit
+    assert edit["text"].endswith("Pinned: saved.")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from bot.config import LoggingConfig
+from bot.config import ConfigError, LoggingConfig, parse_config
 from bot.logs import REDACTOR, setup_logging
 from tests.conftest import BotFactory, ask, dm
 
@@ -22,21 +23,49 @@ def restore_logging() -> Iterator[None]:
     logging.getLogger().handlers.clear()
 
 
+@pytest.mark.parametrize("settings", [{"format": "json"}, {"json": True}])
 async def test_info_json_logs_hold_no_content(
-    make_bot: BotFactory, restore_logging: None, capsys: pytest.CaptureFixture[str]
+    settings: dict[str, Any],
+    make_bot: BotFactory,
+    restore_logging: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    setup_logging(LoggingConfig(level="info", json=True))
+    setup_logging(parse_config({"logging": {"level": "info", **settings}}).logging)
     bot = make_bot()
     await ask(bot, dm(), "/pin add private-label very private content")
     await ask(bot, dm(), "my private question")
+    await ask(bot, dm(), "/pin remove no-such-label")
     lines = capsys.readouterr().err.strip().splitlines()
     events = [json.loads(line) for line in lines]
-    assert [e["message"].split(" ")[:2] for e in events if e["logger"] == "bot.core.bot"] == [
+    handled = [e for e in events if e["logger"] == "bot.core.bot"]
+    assert [e["event"].split(" ")[:2] for e in handled] == [
         ["handled", "command"],
-        ["handled", "chat"],
+        ["handled", "turn"],
+        ["handled", "command"],
     ]
-    assert all({"time", "level", "logger", "message"} <= e.keys() for e in events)
+    assert [(e["platform"], e["kind"], e["outcome"]) for e in handled] == [
+        ("console", "command", "done"),
+        ("console", "turn", "done"),
+        ("console", "command", "refused"),
+    ]
+    assert all(isinstance(e["duration_ms"], float) and e["duration_ms"] >= 0 for e in handled)
+    assert all({"time", "level", "logger", "event"} <= e.keys() for e in events)
     assert "private" not in "\n".join(lines)
+
+
+async def test_text_logs_carry_the_same_fields(
+    make_bot: BotFactory, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup_logging(LoggingConfig(level="info"))
+    await ask(make_bot(), dm(), "/pin add tone be brief")
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "handled" in line]
+    assert " INFO bot.core.bot handled command session=console:direct:" in line
+    assert " outcome=done ms=" in line
+
+
+def test_an_unknown_log_format_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"logging\.format"):
+        parse_config({"logging": {"format": "xml"}})
 
 
 async def test_debug_logs_show_content_but_never_secrets(

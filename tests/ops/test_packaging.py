@@ -20,6 +20,7 @@ DOCS = [
     "docs/design.md",
     "docs/designs.md",
     "docs/performance.md",
+    "docs/prometheus/alerts.yml",
 ]
 GOOD_WHEEL = [
     "bot/__init__.py",

@@ -34,6 +34,7 @@ from storage.models import (
     State,
     UsageTotals,
 )
+from storage.suggestions import NewSuggestion, SuggestionStatus
 from tests.pg import fresh_database
 from tests.storage import writes
 
@@ -503,3 +504,38 @@ async def test_proposals_are_numbered_limited_decided_once_and_moved(open_store:
     moved = await store.proposal("p:group:9", 3)
     assert moved is not None and moved.message_id == "55" and moved.status is ProposalStatus.PENDING
     assert len((await store.dump())["proposals"]) == 4
+
+
+async def test_suggestions_are_numbered_per_scope_limited_decided_once_and_copied(
+    open_store: Opener,
+) -> None:
+    store = await open_store()
+    later = NOW + timedelta(hours=24)
+
+    def suggested(label: str, scope: str = "p:direct:1") -> NewSuggestion:
+        return NewSuggestion(scope, label, f"About {label}.", "why", f"about{label}")
+
+    first = await store.add_suggestion(suggested("a"), now=NOW, expires_at=later, max_pending=2)
+    second = await store.add_suggestion(suggested("b"), now=NOW, expires_at=later, max_pending=2)
+    assert (first and first.number, second and second.number) == (1, 2)
+    full = await store.add_suggestion(suggested("c"), now=NOW, expires_at=later, max_pending=2)
+    assert full is None
+    other = await store.add_suggestion(
+        suggested("a", "p:direct:2"), now=NOW, expires_at=later, max_pending=2
+    )
+    assert other is not None and other.number == 1  # numbers are per scope
+    # Two decisions at once (two store instances: two workers): exactly one counts.
+    again = await open_store()
+    decided = await asyncio.gather(
+        store.decide_suggestion("p:direct:1", 1, SuggestionStatus.DISMISSED, now=NOW),
+        again.decide_suggestion("p:direct:1", 1, SuggestionStatus.PINNED, now=NOW),
+    )
+    assert sorted(decided) == [False, True]
+    await store.decide_suggestion("p:direct:1", 2, SuggestionStatus.EXPIRED, now=NOW)
+    await store.set_suggestion_message("p:direct:2", 1, "2", "77")
+    shown = await store.suggestion("p:direct:2", 1)
+    assert shown is not None and (shown.chat, shown.message_id) == ("2", "77")
+    # What a new suggestion may not repeat: the pending and the dismissed, never the others.
+    kept = await store.open_suggestions("p:direct:1")
+    assert [(s.number, s.status) for s in kept] in ([], [(1, SuggestionStatus.DISMISSED)])
+    assert len((await store.dump())["suggestions"]) == 3

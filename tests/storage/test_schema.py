@@ -26,10 +26,12 @@ from storage.models import (
     Limits,
     Seen,
     State,
+    UsageTotals,
     Wanted,
     label_key,
 )
 from storage.schema import LATEST, STEPS, migrate
+from storage.suggestions import NewSuggestion
 from tests.pg import PgCluster, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -206,6 +208,8 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
             "inbox": 2,
             "shared_audit": 8,
             "usage": 2,
+            "suggestions": 0,
+            "usage_compaction": 0,
         }
         (rules,) = [b for b in await store.blocks(["telegram:direct:42"]) if b.label == "Rules"]
         assert (rules.content, rules.level, rules.state, rules.priority) == (
@@ -238,6 +242,23 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
         assert pending is not None and pending.payload == '{"update_id": 1002}'
         # And the upgraded database takes new changes and new ids.
         await store.append_turn("telegram:direct:42", "again", "yes", now=NOW)
+        # Pin suggestions and the compaction part of usage (the suggestions step) work on it.
+        new = NewSuggestion("telegram:direct:42", "tz", "Lives in Lisbon.", "asked twice", "x")
+        added = await store.add_suggestion(new, now=NOW, expires_at=NOW, max_pending=1)
+        assert added is not None and added.number == 1
+        assert [s.new for s in await store.open_suggestions("telegram:direct:42")] == [new]
+        used = UsageTotals(1, 10, 0, 5, 0, 0.0, 0)
+        await store.add_usage(
+            platform="telegram",
+            sender="42",
+            day="2026-11-30",
+            group_key="",
+            usage=used,
+            compaction=True,
+        )
+        day = ("telegram", "42", "2026-11-30", "2026-11-30")
+        assert await store.sender_usage(*day, compaction=True) == used
+        assert (await store.sender_usage(*day)).calls == 3
         assert await store.integrity_ok()
 
 

@@ -1,0 +1,326 @@
+"""Pin suggestions at compaction (issue 39), through Pinbot.handle against the fake OpenAI server
+and the real openai SDK: the model suggests, people decide, and only good suggestions are shown."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from bot.core.bot import Pinbot
+from bot.core.replies import Reply, Result, Sent
+from bot.llm.suggest import COMPACT_TOOL
+from bot.llm.summary import SUMMARY_INSTRUCTIONS
+from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+
+# Past two turns of history the oldest are compacted, the newest one kept word for word.
+SHORT = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+DIET = {"label": "diet", "content": "Vegetarian; eats no fish.", "reason": "said it twice"}
+AGAIN = {"label": "home", "content": "lives in LISBON!", "reason": "where they live"}
+SECRET = {
+    "label": "key",
+    "content": "My API key is sk-proj-abcdefghijklmnopqrstuvwx.",
+    "reason": "",
+}
+TOOLS_REFUSED = "tools param requires --jinja flag"
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+
+
+class Posted:
+    """A messenger that keeps what the bot posts and edits, as a platform would show it."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, Reply] = {}
+        self.edits: list[tuple[str, Reply]] = []
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        self.messages[str(len(self.messages) + 1)] = reply
+        return Sent(chat, str(len(self.messages)))
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        self.messages[sent.message_id] = reply
+        self.edits.append((sent.message_id, reply))
+        return True
+
+    def with_buttons(self) -> list[Reply]:
+        return [reply for reply in self.messages.values() if reply.buttons]
+
+
+def compacted(*suggestions: dict[str, str], summary: str = "They talked.") -> dict[str, Any]:
+    """The model's answer to the combined call: the tool called with a summary and suggestions."""
+    return tool_calls((COMPACT_TOOL, {"summary": summary, "suggestions": list(suggestions)}))
+
+
+async def chat_until_compaction(bot: Pinbot, conversation: Any = None) -> None:
+    """Three turns of history (messages 1 to 3): message 4 compacts the oldest two, and then
+    every second message (6, 8, …) compacts again."""
+    for number in (1, 2, 3):
+        await ask(bot, conversation or dm(), f"message {number}")
+
+
+async def suggesting_bot(openai_bots: OpenAIBots, **sections: Any) -> tuple[Pinbot, Posted]:
+    bot = await openai_bots(chat=SHORT, **sections)
+    posted = Posted()
+    bot.use_messenger(posted)
+    return bot, posted
+
+
+def is_compaction(request: dict[str, Any]) -> bool:
+    """Whether a request is a compaction's: the summary's, or the suggestions' of their own."""
+    return str(request["messages"][0]["content"]).startswith(("You compact", "You read a chat"))
+
+
+def compaction_requests(fake_openai: FakeOpenAI) -> list[dict[str, Any]]:
+    return [r for r in fake_openai.requests if is_compaction(r)]
+
+
+async def test_one_good_suggestion_is_shown_pinned_with_a_tap_and_sent_next_time(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await ask(bot, dm(), "/pin add tz Lives in Lisbon.")
+    await chat_until_compaction(bot)
+    fake_openai.script = [compacted(AGAIN, SECRET, DIET), completion("answer 4")]
+    assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+    (combined,) = compaction_requests(fake_openai)
+    assert [t["function"]["name"] for t in combined["tools"]] == [COMPACT_TOOL]
+    assert combined["tool_choice"] == "required"
+    assert "at most 3 suggestions" in combined["messages"][0]["content"]
+    # The repeat of a block (same content up to case and punctuation) and the credential are
+    # left out: one message, with Pin and Dismiss.
+    (shown,) = posted.with_buttons()
+    assert "diet: Vegetarian; eats no fish." in shown.text and "Why: said it twice" in shown.text
+    assert [(b.text, b.data) for b in shown.buttons or ()] == [
+        ("Pin", "pinbot:suggestion:pin:1"),
+        ("Dismiss", "pinbot:suggestion:dismiss:1"),
+    ]
+    listing = text_of(await ask(bot, dm(), "/pin suggestions"))
+    assert "#1 diet: Vegetarian; eats no fish." in listing and "sk-proj" not in listing
+    # The summary took the place of the oldest turn.
+    assert fake_openai.messages()[1]["content"].endswith("They talked.")
+    # A tap on Pin: a notice at once, then the command that saves it through /pin add's rules.
+    tapped = await bot.tapped(dm(), "pinbot:suggestion:pin:1")
+    assert tapped is not None and tapped.notice == "Pinning suggestion #1…"
+    assert tapped.command == "/pin accept 1"
+    assert text_of(await ask(bot, dm(), tapped.command)) == "Saved strong block 'diet'."
+    assert posted.messages["1"].buttons == () and "Pinned: saved." in posted.messages["1"].text
+    again = await ask(bot, dm(), "/pin accept 1")
+    assert outcome_of(again) is Result.REFUSED and "pinned already" in text_of(again)
+    # The next request carries it, in the strong section.
+    await ask(bot, dm(), "message 5")
+    assert "label=diet]\nVegetarian; eats no fish.\n" in fake_openai.messages()[0]["content"]
+    # Its tokens show in /usage, under compaction.
+    usage = text_of(await ask(bot, dm(), "/usage"))
+    assert "of which compaction (summaries and pin suggestions), today: 1 call(s)" in usage
+
+
+async def test_dismiss_changes_nothing_and_the_content_is_not_suggested_again(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    fake_openai.script = [compacted(DIET), completion("answer 4")]
+    await ask(bot, dm(), "message 4")
+    before = await bot.store.blocks(["console:direct:42"])
+    dismissed = await ask(bot, dm(), "/pin dismiss 1")
+    assert text_of(dismissed) == "Dismissed suggestion #1; it will not be suggested again."
+    assert await bot.store.blocks(["console:direct:42"]) == before == []
+    assert "Dismissed" in posted.messages["1"].text and posted.messages["1"].buttons == ()
+    # The next compaction suggests the same content again (another label, other case and
+    # spacing): nothing is shown.
+    await ask(bot, dm(), "message 5")
+    same = {**DIET, "label": "food", "content": "vegetarian  eats no FISH"}
+    fake_openai.script = [compacted(same), completion("answer 6")]
+    await ask(bot, dm(), "message 6")
+    assert len(compaction_requests(fake_openai)) == 2
+    assert len(posted.with_buttons()) == 0
+    assert text_of(await ask(bot, dm(), "/pin suggestions")).startswith("No pin suggestions")
+
+
+async def test_suggest_max_a_full_scope_said_once_and_expiry(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, clock: FakeClock
+) -> None:
+    bot, posted = await suggesting_bot(
+        openai_bots, pins={"suggest_max": 2, "max_blocks_per_session": 3}
+    )
+    await chat_until_compaction(bot)
+    many = [{"label": f"fact{n}", "content": f"Fact number {n}.", "reason": ""} for n in range(4)]
+    fake_openai.script = [compacted(*many), completion("answer")]
+    await ask(bot, dm(), "message 4")
+    assert [r.text.splitlines()[1] for r in posted.with_buttons()] == [
+        "fact0: Fact number 0.",
+        "fact1: Fact number 1.",
+    ]
+    # Past pins.proposal_ttl_hours a suggestion expires: Pin saves nothing.
+    clock.advance(hours=25)
+    expired = await ask(bot, dm(), "/pin accept 2")
+    assert text_of(expired) == "Suggestion #2 expired; nothing was saved."
+    assert "Expired" in posted.messages["2"].text
+    # At the block limit the model is not asked for suggestions, and the chat is told once.
+    for n in range(3):
+        await ask(bot, dm(), f"/pin add b{n} Block {n}.")
+    requests = len(fake_openai.requests)
+    for turn in range(5, 9):
+        await ask(bot, dm(), f"message {turn}")
+    summaries = [r for r in fake_openai.requests[requests:] if is_compaction(r)]
+    assert summaries and all("tools" not in r for r in summaries)
+    assert all(r["messages"][0]["content"].startswith(SUMMARY_INSTRUCTIONS) for r in summaries)
+    full = [r.text for r in posted.messages.values() if r.text.startswith("No pins are suggested")]
+    assert full == [
+        "No pins are suggested from the conversation while your blocks are full (3 of 3, "
+        "pins.max_blocks_per_session). Remove one with /pin remove <label> to get suggestions "
+        "again."
+    ]
+
+
+async def test_a_pin_a_rule_refuses_stays_pending_and_its_message_says_why(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots, pins={"max_total_chars": 40})
+    await chat_until_compaction(bot)
+    fake_openai.script = [compacted(DIET), completion("answer 4")]
+    await ask(bot, dm(), "message 4")
+    await ask(bot, dm(), "/pin add note Twenty characters!!")
+    refused = await ask(bot, dm(), "/pin accept 1")
+    assert outcome_of(refused) is Result.REFUSED and "pins.max_total_chars" in text_of(refused)
+    assert posted.messages["1"].buttons and "Not saved:" in posted.messages["1"].text
+    await ask(bot, dm(), "/pin remove note")
+    assert text_of(await ask(bot, dm(), "/pin accept 1")) == "Saved strong block 'diet'."
+
+
+async def test_in_a_group_suggestions_become_proposals_only_shared_admins_approve(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    pins = {
+        "enable_in_group": True,
+        "group_shared_admin_ids": ["7"],
+        "suggest_on_compaction": "all",
+    }
+    bot, posted = await suggesting_bot(openai_bots, pins=pins)
+    member = group("42")
+    await chat_until_compaction(bot, member)
+    deadline = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed"}
+    fake_openai.script = [compacted(deadline, SECRET), completion("answer 4")]
+    await ask(bot, member, "message 4")
+    (proposal,) = posted.with_buttons()
+    assert proposal.text.startswith("Proposal #1 for this group's shared blocks:")
+    assert "Release on Friday." in proposal.text and "sk-proj" not in proposal.text
+    assert [b.data for b in proposal.buttons or ()] == [
+        "pinbot:proposal:approve:1",
+        "pinbot:proposal:reject:1",
+    ]
+    # Nothing personal is suggested in a group, and a suggestion's button does nothing there.
+    assert await bot.store.open_suggestions("console:group:-100123::u:42") == []
+    forged = await bot.tapped(member, "pinbot:suggestion:pin:1")
+    assert forged is not None and forged.command is None
+    here = await ask(bot, member, "/pin suggestions")
+    assert outcome_of(here) is Result.REFUSED and "/pin shared proposals" in text_of(here)
+    assert outcome_of(await ask(bot, member, "/pin shared approve 1")) is Result.REFUSED
+    assert await bot.store.blocks(["console:group:-100123"]) == []
+    assert text_of(await ask(bot, group("7"), "/pin shared approve 1")).startswith(
+        "Approved proposal #1."
+    )
+    (block,) = await bot.store.blocks(["console:group:-100123"])
+    assert (block.label, block.content) == ("deadline", "Release on Friday.")
+    # A rejected proposal's content is not suggested again.
+    await ask(bot, member, "message 5")
+    lunch = {"label": "lunch", "content": "Team lunch on Tuesdays.", "reason": "agreed"}
+    fake_openai.script = [compacted(lunch), completion("answer 6")]
+    await ask(bot, member, "message 6")
+    await ask(bot, group("7"), "/pin shared reject 2")
+    await ask(bot, member, "message 7")
+    fake_openai.script = [compacted({**lunch, "label": "food"}), completion("answer 8")]
+    await ask(bot, member, "message 8")
+    assert len(posted.with_buttons()) == 0  # both decided; no third proposal
+    assert "no pending proposals" in text_of(await ask(bot, member, "/pin shared proposals"))
+
+
+async def test_dm_mode_suggests_nothing_in_groups_and_off_makes_no_extra_call(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots, pins={"enable_in_group": True})
+    await chat_until_compaction(bot, group("42"))
+    await ask(bot, group("42"), "message 4")
+    (summary,) = compaction_requests(fake_openai)
+    assert "tools" not in summary and summary["messages"][0]["content"].startswith(
+        SUMMARY_INSTRUCTIONS
+    )
+    off, _ = await suggesting_bot(openai_bots, pins={"suggest_on_compaction": "off"})
+    before = len(fake_openai.requests)
+    await chat_until_compaction(off, dm("9"))
+    await ask(off, dm("9"), "message 4")
+    sent = fake_openai.requests[before:]
+    assert len(sent) == 5  # four turns and one summary: no call for suggestions
+    assert all("tools" not in request for request in sent)
+    assert posted.messages == {}
+
+
+async def test_a_server_without_tools_gets_the_fallback_call_and_says_so_once(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    fake_openai.refuse_tools = TOOLS_REFUSED
+    await chat_until_compaction(bot)
+    alone = json.dumps({"suggestions": [DIET]})
+    fake_openai.script = [
+        completion("They talked."),
+        completion(f"Here you are:\n```json\n{alone}\n```"),
+        completion("answer 4"),
+    ]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+    refused = [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    assert len(refused) == 1 and TOOLS_REFUSED in refused[0].getMessage()
+    summary, suggestions = compaction_requests(fake_openai)[1:]
+    assert summary["messages"][0]["content"].startswith(SUMMARY_INSTRUCTIONS)
+    assert '{"suggestions": [' in suggestions["messages"][0]["content"]
+    assert "tools" not in summary and "tools" not in suggestions
+    (shown,) = posted.with_buttons()
+    assert "diet: Vegetarian; eats no fish." in shown.text
+    # Both calls are compaction's in /usage, and the next compaction offers no tools at all.
+    usage = text_of(await ask(bot, dm(), "/usage"))
+    assert "of which compaction (summaries and pin suggestions), today: 2 call(s)" in usage
+    await ask(bot, dm(), "message 5")
+    fake_openai.script = [completion("Summary."), completion("no idea"), completion("answer 6")]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        await ask(bot, dm(), "message 6")
+    assert all("tools" not in r for r in fake_openai.requests[-3:])
+    assert not [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    assert [r for r in caplog.records if "held no JSON" in r.getMessage()]
+    assert len(posted.with_buttons()) == 1
+
+
+async def test_the_budget_holds_the_suggestion_call(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every call reports 60 tokens; the budget admits the turns and the summary, and is used up
+    # when the suggestions' call of its own would start.
+    fake_openai.usage = {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
+    bot, posted = await suggesting_bot(openai_bots, budgets={"user_daily_tokens": 240})
+    fake_openai.refuse_tools = TOOLS_REFUSED
+    await chat_until_compaction(bot)
+    fake_openai.script = [completion("They talked."), completion(json.dumps([DIET]))]
+    with caplog.at_level(logging.WARNING):
+        reply = await ask(bot, dm(), "message 4")
+    assert "budget for today is used up" in text_of(reply)
+    assert [
+        r for r in caplog.records if "the call failed (Sorry, your token budget" in r.getMessage()
+    ]
+    # The summary was asked (and the refused tools request, which used nothing); the
+    # suggestions were not.
+    assert len(fake_openai.requests) == 5 and fake_openai.script
+    assert posted.messages == {}
+    usage = await bot.store.sender_usage("console", "42", "2026-01-01", "2026-01-01")
+    part = await bot.store.sender_usage(
+        "console", "42", "2026-01-01", "2026-01-01", compaction=True
+    )
+    assert (usage.calls, part.calls, part.billed_tokens) == (4, 1, 60)

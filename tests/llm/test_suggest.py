@@ -1,0 +1,54 @@
+"""Reading the model's pin suggestions, and the suggestion buttons' data."""
+
+from __future__ import annotations
+
+import json
+
+from bot.core.suggestions import content_key, parse_tap, tap_data
+from bot.llm.base import ModelReply, ToolCall
+from bot.llm.suggest import COMPACT_TOOL, Candidate, read_compaction, read_suggestions
+
+
+def test_the_combined_answer_is_read_and_a_text_answer_is_its_summary() -> None:
+    arguments = {
+        "summary": " They talked. ",
+        "suggestions": [
+            {"label": "tz", "content": "Lisbon.", "reason": "asked"},
+            {"label": "no-content"},
+            "not an object",
+            {"label": "x", "content": "No reason given."},
+        ],
+    }
+    call = ToolCall("call_1", COMPACT_TOOL, json.dumps(arguments))
+    read = read_compaction(ModelReply("", [call]))
+    assert read.summary == "They talked." and read.readable
+    assert read.candidates == [
+        Candidate("tz", "Lisbon.", "asked"),
+        Candidate("x", "No reason given.", ""),
+    ]
+    assert read_compaction(ModelReply("Only a summary.")).summary == "Only a summary."
+    broken = read_compaction(ModelReply("", [ToolCall("c", COMPACT_TOOL, "{not json")]))
+    assert not broken.readable
+
+
+def test_suggestions_alone_are_found_in_the_text_or_not_at_all() -> None:
+    item = {"label": "tea", "content": "Green tea.", "reason": "said so"}
+    fenced = f"Sure:\n```json\n{json.dumps({'suggestions': [item]})}\n```"
+    assert read_suggestions(fenced) == [Candidate("tea", "Green tea.", "said so")]
+    assert read_suggestions(json.dumps([item])) == [Candidate("tea", "Green tea.", "said so")]
+    assert read_suggestions('{"suggestions": []}') == []
+    assert read_suggestions("I have no suggestions.") is None
+
+
+def test_content_compares_up_to_case_spacing_and_punctuation() -> None:
+    assert content_key("Lives in Lisbon.") == content_key("lives  in LISBON!")
+    assert content_key("Ｌｉｓｂｏｎ") == content_key("lisbon")
+    assert content_key("Lives in Lisbon") != content_key("Lives in Porto")
+
+
+def test_suggestion_buttons_carry_their_number_and_forged_data_is_none() -> None:
+    assert parse_tap(tap_data("pin", 3)) == (True, 3)
+    assert parse_tap(tap_data("dismiss", 12)) == (False, 12)
+    for forged in ("pinbot:suggestion:pin:0", "pinbot:suggestion:pin:²", "pinbot:suggestion:x:1"):
+        assert parse_tap(forged) is None
+    assert parse_tap("pinbot:proposal:approve:1") is None

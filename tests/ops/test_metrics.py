@@ -1,0 +1,214 @@
+"""What the metrics count, in-process: each count made where the message goes through the core,
+labels held to their fixed sets, the model's calls timed, the inbox of a webhook worker read at
+scrape time, and readiness. (tests/integration/test_metrics.py judges a real process from
+outside, through Prometheus.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from bot import metrics
+from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, TextSink
+from bot.llm.offline import OfflineChatModel
+from bot.metrics.listener import Health
+from bot.metrics.model import MeteredModel, metered
+from storage import Store
+from storage.errors import Unavailable
+from storage.watch import watched
+from tests.conftest import BotFactory, ask, dm, group
+from tests.fakes.clock import FakeClock
+
+
+@pytest.fixture
+def meters() -> Iterator[metrics.Meters]:
+    yield metrics.enable(version="test", model="m", currency="USD")
+    metrics.disable()
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value (0 when it has none yet)."""
+    found = registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+def label_values(registry: CollectorRegistry) -> set[str]:
+    from prometheus_client.exposition import generate_latest
+
+    scrape = generate_latest(registry).decode()
+    return {
+        value
+        for family in text_string_to_metric_families(scrape)
+        for sample in family.samples
+        for value in sample.labels.values()
+    }
+
+
+def test_nothing_is_counted_without_a_listener() -> None:
+    assert metrics.active() is None
+    metrics.update_received("telegram", "message")  # returns at once
+    model = OfflineChatModel()
+    assert metered(model) is model
+
+
+def test_a_label_outside_its_set_is_counted_as_other(meters: metrics.Meters) -> None:
+    metrics.update_received("telegram", "poll_answer_from_12345")
+    metrics.update_received("matrix-9876", "message")
+    metrics.refused("because user 4242 said so")
+    metrics.blocks_written("somewhere-777", 2)
+    r = meters.registry
+    assert value(r, "pinbot_updates_received_total", platform="telegram", kind="other") == 1
+    assert value(r, "pinbot_updates_received_total", platform="other", kind="message") == 1
+    assert value(r, "pinbot_refusals_total", reason="other") == 1
+    assert value(r, "pinbot_blocks_written_total", channel="other") == 2
+    assert not [v for v in label_values(r) if any(n in v for n in ("12345", "9876", "4242", "777"))]
+
+
+async def test_the_core_counts_handling_refusals_writes_and_compactions(
+    make_bot: BotFactory, meters: metrics.Meters
+) -> None:
+    bot = make_bot(
+        limits={"pin_commands_per_minute": 2, "model_turns_per_minute": 0},
+        access={"allowed_users": ["42", "43"]},
+        chat={"history_max_turns": 1, "compaction_keep_turns": 0, "compaction": "drop"},
+    )
+    await ask(bot, dm("42"), "/pin add tone be brief")
+    await ask(bot, dm("42"), "/pin add tone again")  # the label is taken: a block rule
+    await ask(bot, dm("42"), "/pin list")  # the third /pin within the minute
+    await ask(bot, dm("99"), "hello")  # not on the access list
+    for n in range(3):
+        await ask(bot, dm("43"), f"question {n}")
+    r = meters.registry
+    assert value(r, "pinbot_handling_seconds_count", kind="command") == 3
+    assert value(r, "pinbot_handling_seconds_count", kind="turn") == 4
+    assert value(r, "pinbot_blocks_written_total", channel="command") == 1
+    assert value(r, "pinbot_refusals_total", reason="block_rules") == 1
+    assert value(r, "pinbot_refusals_total", reason="rate_limit") == 1
+    assert value(r, "pinbot_refusals_total", reason="access") == 1
+    assert value(r, "pinbot_history_compactions_total", outcome="dropped") >= 1
+    assert value(r, "pinbot_store_transaction_seconds_count") > 0
+    # the offline model reports no usage: its estimate is counted, as budgets count it
+    assert value(r, "pinbot_model_tokens_total", kind="prompt", model="m") > 0
+
+
+async def test_budget_refusals_are_counted(make_bot: BotFactory, meters: metrics.Meters) -> None:
+    bot = make_bot(budgets={"user_daily_tokens": 1})
+    await ask(bot, dm("42"), "first")  # spends the budget
+    reply = await ask(bot, dm("42"), "second")
+    assert reply is not None and "budget" in reply.text
+    assert value(meters.registry, "pinbot_refusals_total", reason="budget") == 1
+
+
+async def test_proposals_are_counted(
+    make_bot: BotFactory, meters: metrics.Meters, store: Store
+) -> None:
+    bot = make_bot(pins={"enable_in_group": True})
+    outcome = await bot.pins.proposals.propose(
+        _context(bot, group("42")), "rules", "be kind", reason="asked"
+    )
+    assert "#1" in str(outcome)
+    assert value(meters.registry, "pinbot_proposals_written_total", channel="proposal") == 1
+
+
+def _context(bot: Any, conversation: Any) -> Any:
+    from bot.core.context import MessageContext
+
+    return MessageContext.resolve(conversation, bot.config.pins, None, bot.config.access)
+
+
+class Streaming:
+    """A model that streams two pieces of text, or fails, or is cut off."""
+
+    def __init__(self, clock: FakeClock, *, fail: bool = False, cut_off: bool = False) -> None:
+        self.fail, self.cut_off = fail, cut_off
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
+    ) -> ModelReply:
+        if self.fail:
+            raise ModelError("The model failed.", "test")
+        if on_text is not None:
+            await on_text("Hel")
+            await on_text("Hello")
+        return ModelReply("Hello", cut_off=self.cut_off)
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_model_calls_are_timed_with_their_first_text(
+    meters: metrics.Meters, clock: FakeClock
+) -> None:
+    seen: list[str] = []
+
+    async def sink(text: str) -> None:
+        seen.append(text)
+
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}])
+    await MeteredModel(Streaming(clock)).complete(request, on_text=sink)
+    await MeteredModel(Streaming(clock)).complete(request)  # not streamed: no first text
+    await MeteredModel(Streaming(clock, cut_off=True)).complete(request, on_text=sink)
+    with pytest.raises(ModelError):
+        await MeteredModel(Streaming(clock, fail=True)).complete(request, on_text=sink)
+    r = meters.registry
+    assert seen == ["Hel", "Hello", "Hel", "Hello"]  # the text still reaches the surface
+    assert value(r, "pinbot_model_calls_total", outcome="ok") == 2
+    assert value(r, "pinbot_model_calls_total", outcome="cut_off") == 1
+    assert value(r, "pinbot_model_calls_total", outcome="failed") == 1
+    assert value(r, "pinbot_model_call_seconds_count") == 4
+    assert value(r, "pinbot_model_first_token_seconds_count") == 2
+
+
+def test_only_an_unreachable_database_is_a_store_failure(meters: metrics.Meters) -> None:
+    with watched(), watched():  # a statement inside a transaction is part of it
+        pass
+    with pytest.raises(Unavailable), watched():
+        raise Unavailable("gone")
+    with pytest.raises(KeyError), watched():
+        raise KeyError("a refused write is the store working")
+    r = meters.registry
+    assert value(r, "pinbot_store_transaction_seconds_count") == 3
+    assert value(r, "pinbot_store_failures_total") == 1
+
+
+async def test_a_webhook_worker_reports_its_waiting_updates(
+    store: Store, clock: FakeClock, meters: metrics.Meters
+) -> None:
+    await store.register_worker(now=clock())
+    health = Health(store, inbox=True, clock=clock)
+    await health.refresh(meters)
+    r = meters.registry
+    assert value(r, "pinbot_inbox_waiting_updates") == 0
+    assert value(r, "pinbot_ready") == 1
+    for n in range(3):
+        await store.record_update(
+            "telegram", str(n), chat="telegram:chat:1", position=n, payload="{}", now=clock()
+        )
+        clock.advance(seconds=1)
+    await health.refresh(meters)
+    assert value(r, "pinbot_inbox_waiting_updates") == 3
+    assert value(r, "pinbot_inbox_oldest_wait_seconds") > 0
+    while (pending := await store.next_update("telegram:chat:1")) is not None:
+        await store.finish_update(pending.seq, now=clock())
+    await health.refresh(meters)
+    assert value(r, "pinbot_inbox_waiting_updates") == 0
+    assert value(r, "pinbot_inbox_oldest_wait_seconds") == 0
+
+
+async def test_readiness_says_what_is_not_ready(tmp_path: Any) -> None:
+    store = await Store.open(tmp_path / "ready.sqlite3")
+    assert await Health(store).not_ready() is None
+    assert await Health(store, lambda: "the platform is away").not_ready() == (
+        "the platform is away"
+    )
+    await store.close()
+    reason = await Health(store).not_ready()
+    assert reason is not None and reason.startswith("the database cannot be reached")
