@@ -149,7 +149,8 @@ async def _fill_postgres(url: str, scopes: int, scope_for: Callable[[int], str])
         await connection.copy_records_to_table(
             "blocks",
             records=rows(scopes, scope_for=scope_for),
-            columns=list(BLOCK_INSERT_COLUMNS),
+            # The columns rows() fills (a newer schema's further ones keep their defaults).
+            columns=list(BLOCK_INSERT_COLUMNS)[:11],
         )
         if indexed:
             try:

@@ -68,7 +68,7 @@ class BlockStore(Protocol):
             "blocks.scope) FROM blocks WHERE scope IN (?*)",
             list(scopes),
         )
-        stored = {row[1]: row[12] or 0 for row in found}
+        stored = {row[1]: row[13] or 0 for row in found}
         return [block_from_row(row) for row in found], self._pending_calls.count(scopes, stored)
 
     async def flush_calls(self) -> None:

@@ -43,14 +43,15 @@ _SCOPE_NOW = f"SELECT {BLOCK_COLUMNS}, {MARK} FROM blocks WHERE scope = ?"
 # changes nothing, whoever wrote in between.
 _INSERT = (
     "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, created_at, "
-    "updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "updated_at, sensitive) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
     "WHERE (SELECT COUNT(*) FROM blocks WHERE scope = ?) < ? "
     "AND (? = 0 OR (SELECT COALESCE(SUM(length(content)), 0) FROM blocks WHERE scope = ?) "
     "+ length(?) <= ?) ON CONFLICT (scope, label_key) DO NOTHING"
 )
 # The budget refuses only a change that makes the scope larger and over budget.
 _UPDATE = (
-    "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, updated_at = ?, {idle}, "
+    "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, sensitive = ?, "
+    "updated_at = ?, {idle}, "
     f"rev = rev + 1 WHERE id = ? AND rev = ? AND {MARK} = ? "
     "AND (? = 0 OR length(?) <= length(content) OR "
     "(SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = blocks.scope) "
@@ -95,9 +96,8 @@ def kinds(
     aspect that differs (an add and a removal are one each)."""
     if before is None:
         assert after is not None
-        return [
-            (ChangeKind.ADD, after.level.value + (" pinned" if after.state is State.PINNED else ""))
-        ]
+        pinned = " pinned" if after.state is State.PINNED else ""
+        return [(ChangeKind.ADD, after.level.value + pinned + (" sensitive" * after.sensitive))]
     if after is None:
         return [(ChangeKind.REMOVE, "")]
     found = []
@@ -109,6 +109,8 @@ def kinds(
         found.append((ChangeKind.STATE, after.state.value))
     if after.priority != before.priority:
         found.append((ChangeKind.PRIORITY, str(after.priority)))
+    if after.sensitive != before.sensitive:
+        found.append((ChangeKind.SENSITIVE, "on" if after.sensitive else "off"))
     return found
 
 
@@ -134,7 +136,7 @@ class ChangeStore(Protocol):
         against them."""
         found = await self._db.fetch(f"{_SCOPE_NOW} ORDER BY created_at, id", scope)
         return [block_from_row(row) for row in found], {
-            models.label_key(row[2]): row[12] for row in found
+            models.label_key(row[2]): row[13] for row in found
         }
 
     async def apply_change(
@@ -179,8 +181,8 @@ class ChangeStore(Protocol):
             (
                 kind,
                 before.label if before else wanted.label,
-                before and before.content,
-                after and after.content,
+                change.audited_content(before),
+                change.audited_content(after),
                 detail,
             )
             for kind, detail in found
@@ -214,7 +216,8 @@ class ChangeStore(Protocol):
         stamp, key, budget = ts(now), models.label_key(label), limits.max_total_chars
         args = (
             *(scope, label, key, after.content, after.level.value, after.state.value),
-            *(after.priority, stamp, stamp, scope, limits.max_blocks, budget, scope),
+            *(after.priority, stamp, stamp, int(after.sensitive), scope, limits.max_blocks),
+            *(budget, scope),
             *(after.content, budget),
         )
         if await self._db.write(Step(_INSERT, args), *kept, lock=(scope,), guard=True):
@@ -247,7 +250,8 @@ class ChangeStore(Protocol):
             idle, idle_args = "idle_since = NULL, idle_calls = NULL", []
         budget, content = limits.max_total_chars, after.content
         args = (
-            *(content, after.level.value, after.state.value, after.priority, ts(now), *idle_args),
+            *(content, after.level.value, after.state.value, after.priority, int(after.sensitive)),
+            *(ts(now), *idle_args),
             *(block.id, block.rev, seen.mark, budget, content, content, budget),
         )
         update = Step(_UPDATE.format(idle=idle), args)
@@ -294,7 +298,7 @@ async def _apply_in(
     """A change's writes inside a transaction that holds its scope's lock."""
     scope = change.scope
     found = await tx.fetch(_SCOPE_NOW, scope)
-    current = {models.label_key(row[2]): Seen(block_from_row(row), row[12]) for row in found}
+    current = {models.label_key(row[2]): Seen(block_from_row(row), row[13]) for row in found}
     for key, seen in change.seen.items():
         now_seen = current.get(key)
         if seen is None and now_seen is not None:
@@ -340,10 +344,11 @@ async def _apply_in(
                 or entry.before is None
                 or entry.wanted.state is None
             ):
-                audit += [
-                    (kind, entry.label, before_content, after_content, detail)
-                    for kind, detail in found_kinds
-                ]
+                audited = (
+                    change.audited_content(entry.before),
+                    change.audited_content(entry.wanted.state),
+                )
+                audit += [(kind, entry.label, *audited, detail) for kind, detail in found_kinds]
         steps.append(_write(scope, entry, now, calls, change.kind is ChangeKind.IMPORT))
     if change.undoes is not None:
         steps.append(
@@ -416,7 +421,10 @@ def _write(scope: str, entry: _Entry, now: datetime, calls: int | None, importin
         (want.idle_calls if want.idle_calls is not None else int(calls or 0)) if idle else None
     )
     updated = ts(want.updated_at) if want.updated_at else stamp
-    values = (after.content, after.level.value, after.state.value, after.priority)
+    values = (
+        *(after.content, after.level.value, after.state.value, after.priority),
+        int(after.sensitive),
+    )
     if before is not None and idle and before.state is State.IDLE and want.idle_since is None:
         # A block that stays idle keeps its idle mark: its retention runs on.
         idle_since = None if before.idle_since is None else ts(before.idle_since)
@@ -424,13 +432,15 @@ def _write(scope: str, entry: _Entry, now: datetime, calls: int | None, importin
     if before is not None:
         created = ts(want.created_at) if importing and want.created_at else ts(before.created_at)
         return Step(
-            "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, created_at = ?, "
-            "updated_at = ?, idle_since = ?, idle_calls = ?, rev = rev + 1 WHERE id = ?",
+            "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, sensitive = ?, "
+            "created_at = ?, updated_at = ?, idle_since = ?, idle_calls = ?, rev = rev + 1 "
+            "WHERE id = ?",
             (*values, created, updated, idle_since, idle_calls, before.id),
         )
     return Step(
         "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
-        "created_at, updated_at, idle_since, idle_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "sensitive, created_at, updated_at, idle_since, idle_calls) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             *(scope, entry.label, models.label_key(entry.label), *values),
             *(ts(want.created_at) if want.created_at else stamp, updated, idle_since, idle_calls),

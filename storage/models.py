@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -52,6 +52,7 @@ class Block:
     idle_since: datetime | None = None
     idle_calls: int | None = None
     rev: int = 0
+    sensitive: bool = False  # kept whole; what the model and readers see of it is redacted
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +65,24 @@ class NewBlock:
     level: Level
     state: State = State.ACTIVE
     priority: int = 0
+    sensitive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class BlockState:
-    """What a block is, apart from where and when: its content, level, state and priority."""
+    """What a block is, apart from where and when: its content, level, state, priority and
+    whether it is sensitive (stored whole, shown and sent redacted)."""
 
     content: str
     level: Level
     state: State
     priority: int = 0
+    sensitive: bool = False
 
     @classmethod
     def of(cls, block: Block) -> BlockState:
         """The state of a stored block."""
-        return cls(block.content, block.level, block.state, block.priority)
+        return cls(block.content, block.level, block.state, block.priority, block.sensitive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,15 @@ class BlockChange:
     undoes: str | None = None
     calls: int | None = None
     history: tuple[Version, ...] | None = None
+    mask: Callable[[str], str] | None = None
+
+    def audited_content(self, state: Block | BlockState | None) -> str | None:
+        """What the audit trail keeps of a state's content (None: no block)."""
+        if state is None:
+            return None
+        if state.sensitive and self.mask is not None:
+            return self.mask(state.content)
+        return state.content
 
     @property
     def proposal(self) -> int | None:
@@ -186,6 +199,7 @@ class ChangeKind(StrEnum):
     REMOVE = "remove"
     CLEAR = "clear"
     IMPORT = "import"
+    SENSITIVE = "sensitive"
 
 
 class Channel(StrEnum):

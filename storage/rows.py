@@ -17,14 +17,14 @@ from storage.models import AuditEntry, Block, Change, ChangeKind, Channel, Level
 TABLES = {
     "blocks": (
         "scope, label, label_key, content, level, state, priority, created_at, updated_at, "
-        "idle_since, idle_calls, rev",
+        "idle_since, idle_calls, sensitive, rev",
         "id",
     ),
     "scope_calls": ("scope, calls", "scope"),
     "scope_notes": ("scope, name, text, at", "scope, name"),
     "block_versions": (
         "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, "
-        "content, level, state, priority, created_at, undone_by",
+        "content, level, state, priority, created_at, undone_by, sensitive",
         "id",
     ),
     "proposals": (
@@ -58,7 +58,7 @@ TABLES = {
 Dump = dict[str, list[tuple[Any, ...]]]
 BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
-    "idle_since, idle_calls, rev"
+    "idle_since, idle_calls, rev, sensitive"
 )
 # What a block is inserted with as it is (its revision starts again): the copied ones but rev.
 BLOCK_INSERT_COLUMNS = tuple(TABLES["blocks"][0].removesuffix(", rev").split(", "))
@@ -97,7 +97,7 @@ def block_from_row(row: Row) -> Block:
     idle_since = None if row[9] is None else dt(row[9])
     return Block(
         *(row[0], row[1], row[2], row[3], _LEVELS[row[4]], _STATES[row[5]], row[6]),
-        *(dt(row[7]), dt(row[8]), idle_since, row[10], row[11]),
+        *(dt(row[7]), dt(row[8]), idle_since, row[10], row[11], bool(row[12])),
     )
 
 

@@ -450,11 +450,17 @@ STEPS: dict[int, Step] = {
             WHERE b.scope = proposals.group_scope AND b.label = proposals.label
             AND b.rev = proposals.base_rev AND b.content = proposals.base_content)""",
     ],
+    # A block may be sensitive: kept whole, but what the model and readers see of it redacted
+    # (bot.core.sensitive). A version records the flag of the state it keeps, so undo and
+    # restore bring it back; every block and version of earlier releases is not sensitive.
+    17: [
+        "ALTER TABLE blocks ADD COLUMN sensitive INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE block_versions ADD COLUMN sensitive INTEGER NOT NULL DEFAULT 0",
+    ],
     # Pin suggestions made at a compaction (numbered within the DM user's scope, decided once;
     # dismissed ones kept, their content_key not suggested again), and the part of usage that
     # compaction takes (summaries and suggestions), shown apart by /usage.
-    # (Written as step 18 of the issue; numbered 17 until the steps before it are merged.)
-    17: [
+    18: [
         """CREATE TABLE suggestions (
             id {serial},
             scope TEXT NOT NULL,

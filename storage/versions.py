@@ -26,9 +26,9 @@ from storage.rows import dt, ts
 
 _COLUMNS = (
     "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, content, "
-    "level, state, priority, created_at, undone_by"
+    "level, state, priority, sensitive, created_at, undone_by"
 )
-INSERT = f"INSERT INTO block_versions ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+INSERT = f"INSERT INTO block_versions ({_COLUMNS}) VALUES ({', '.join('?' * 18)})"
 # Everything older than the label's newest `keep`: one index seek finds the cut, and nothing is
 # deleted (or read) while the label has fewer versions, as it has on most changes.
 _KEEP_NEWEST = (
@@ -62,8 +62,11 @@ def version_row(
     head = (op, scope, models.label_key(label), label, kind.value, detail)
     who = (change.actor, change.channel.value, origin, ts(at))
     if state is None:
-        return (*head, *who, 0, None, None, None, None, None, None)
-    after = (state.content, state.level.value, state.state.value, state.priority)
+        return (*head, *who, 0, None, None, None, None, 0, None, None)
+    after = (
+        *(state.content, state.level.value, state.state.value, state.priority),
+        int(state.sensitive),
+    )
     return (*head, *who, 1, *after, None if created_at is None else ts(created_at), None)
 
 
@@ -80,13 +83,17 @@ def recorded(rows_: Sequence[tuple[Any, ...]], keep: int) -> tuple[Step, ...]:
 
 _SELECT = (
     "SELECT id, op, scope, label, kind, detail, actor, channel, at, existed, content, level, "
-    "state, priority, created_at, origin, undone_by FROM block_versions"
+    "state, priority, created_at, origin, undone_by, sensitive FROM block_versions"
 )
 
 
 def _version(row: Sequence[Any]) -> Version:
     """A Version from a row of _SELECT."""
-    before = BlockState(row[10], Level(row[11]), State(row[12]), int(row[13])) if row[9] else None
+    before = (
+        BlockState(row[10], Level(row[11]), State(row[12]), int(row[13]), bool(row[17]))
+        if row[9]
+        else None
+    )
     return Version(
         *(int(row[0]), row[1], row[2], row[3], ChangeKind(row[4]), row[5], row[6]),
         *(Channel(row[7]), dt(row[8]), before, None if row[14] is None else dt(row[14])),

@@ -22,11 +22,18 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="include every block's kept versions (an import restores them as they are)",
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="write sensitive blocks as stored, not redacted (an export to import again)",
+    )
 
 
-async def _export(config: Config, output: str | None, *, with_history: bool) -> int:
+async def _export(
+    config: Config, output: str | None, *, with_history: bool, raw: bool = False
+) -> int:
     async with await open_store(config, create=False) as store:
-        document = await export_document(store, utc_now(), with_history=with_history)
+        document = await export_document(store, utc_now(), with_history=with_history, raw=raw)
     text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     if output:
         write_private(Path(output), text)
@@ -37,7 +44,9 @@ async def _export(config: Config, output: str | None, *, with_history: bool) -> 
 
 
 def _run(args: argparse.Namespace) -> int:
-    return asyncio.run(_export(load(args.config), args.output, with_history=args.with_history))
+    return asyncio.run(
+        _export(load(args.config), args.output, with_history=args.with_history, raw=args.raw)
+    )
 
 
 COMMAND = Subcommand(

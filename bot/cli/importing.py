@@ -1,4 +1,5 @@
-"""`pinbot import`: blocks from a JSON file, checked with /pin's rules, all or nothing."""
+"""`pinbot import`: blocks from a JSON file, checked with /pin's rules, all or nothing: a pinbot
+export, or a Sticky Context file (`--scope` names the scope its slots go to)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,67 @@ from bot.config import Config
 from bot.core.blocks import BlockOps
 from bot.core.clock import utc_now
 from bot.core.policy import BlockPolicy
+from bot.core.sticky_file import apply_sticky, is_sticky_file, plan_sticky
 from bot.core.transfer import apply_import, describe_changes, plan_import, read_document
+from storage.models import Level
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the JSON file to import")
     parser.add_argument("--dry-run", action="store_true", help="report what would change")
+    parser.add_argument(
+        "--scope",
+        help="a Sticky Context file's scope: the key its slots go to (e.g. telegram:direct:42)",
+    )
+    parser.add_argument(
+        "--level",
+        choices=[level.value for level in Level],
+        help="a Sticky Context file's level (default: strong in a DM, context in a group)",
+    )
 
 
-async def _import(config: Config, file: str, dry_run: bool) -> int:
+def _refuse(problems: list[str], what: str = "imported") -> int:
+    for problem in problems:
+        print(f"problem: {problem}")
+    print(f"{len(problems)} problem(s); nothing was {what}")
+    return 1
+
+
+async def _import_sticky(
+    config: Config, document: object, scope: str | None, level: str | None, dry_run: bool
+) -> int:
+    """A Sticky Context file's slots added to one scope, all or nothing."""
+    if scope is None:
+        return _refuse(
+            [
+                "this is a Sticky Context file: name the scope its slots go to with --scope "
+                "(e.g. --scope telegram:direct:42)"
+            ]
+        )
+    policy = BlockPolicy(config.pins)
+    plan = plan_sticky(document, scope, Level(level) if level else None, policy, utc_now())
+    if plan.problems:
+        return _refuse(plan.problems)
+    async with await open_store(config, create=not dry_run) as store:
+        added = await apply_sticky(BlockOps(store, policy), plan, dry_run=dry_run)
+    if plan.problems:
+        return _refuse(plan.problems)
+    labels = ", ".join(w.label for w in plan.wanted)
+    print(f"{plan.scope}: add {labels}" if labels else "no changes")
+    if dry_run:
+        print("dry run: nothing was written")
+        return 0
+    print(f"imported {added} slot(s) into {plan.scope}")
+    return 0
+
+
+async def _import(
+    config: Config,
+    file: str,
+    dry_run: bool,
+    scope: str | None = None,
+    level: str | None = None,
+) -> int:
     try:
         document, repeated = read_document(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -30,14 +83,21 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
     except RecursionError:
         print(f"pinbot: cannot read {file}: it is nested too deeply", file=sys.stderr)
         return 1
+    if repeated:
+        return _refuse(repeated)
+    if is_sticky_file(document):
+        return await _import_sticky(config, document, scope, level, dry_run)
+    if scope is not None or level is not None:
+        return _refuse(
+            [
+                "--scope and --level are for a Sticky Context file; a pinbot export names "
+                "its scopes and levels itself"
+            ]
+        )
     policy = BlockPolicy(config.pins)
     plan = plan_import(document, policy, utc_now())
-    problems = repeated or plan.problems
-    if problems:
-        for problem in problems:
-            print(f"problem: {problem}")
-        print(f"{len(problems)} problem(s); nothing was imported")
-        return 1
+    if plan.problems:
+        return _refuse(plan.problems)
     # A dry run against a SQLite file that does not exist yet compares with an empty store.
     async with await open_store(config, create=not dry_run) as store:
         for line in await describe_changes(store, plan) or ["no changes"]:
@@ -47,21 +107,18 @@ async def _import(config: Config, file: str, dry_run: bool) -> int:
             return 0
         written = await apply_import(BlockOps(store, policy), plan)
     if plan.problems:
-        for problem in plan.problems:
-            print(f"problem: {problem}")
-        print(f"{len(plan.problems)} problem(s); nothing was imported")
-        return 1
+        return _refuse(plan.problems)
     print(f"imported {written} block(s) in {len(plan.scopes)} scope(s)")
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
-    return asyncio.run(_import(load(args.config), args.file, args.dry_run))
+    return asyncio.run(_import(load(args.config), args.file, args.dry_run, args.scope, args.level))
 
 
 COMMAND = Subcommand(
     "import",
-    "load blocks from a JSON file (all or nothing)",
+    "load blocks from a JSON file (all or nothing): a pinbot export or a Sticky Context file",
     URL_ENV,
     "pinbot import blocks.json --config config.yaml --dry-run",
     _arguments,

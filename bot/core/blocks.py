@@ -24,6 +24,7 @@ from bot.core.policy import (
     default_level,
     refusal,
 )
+from bot.core.redact import redact
 from storage import Store
 from storage.changes import Applied
 from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget, Stale
@@ -127,6 +128,7 @@ class Target:
             seen,
             self.shared,
             **more,  # type: ignore[arg-type]
+            mask=redact,
         )
 
 
@@ -220,11 +222,14 @@ class BlockOps:
         pinned: bool = False,
         priority: int = 0,
         origin: Origin | None = None,
+        sensitive: bool = False,
     ) -> Outcome:
         """Add a block (at the target's default level when level is None); origin says where
-        its content came from."""
+        its content came from; a sensitive block is kept whole and seen redacted."""
         level = level or default_level(target.group)
-        state = BlockState(content, level, State.PINNED if pinned else State.ACTIVE, priority)
+        state = BlockState(
+            content, level, State.PINNED if pinned else State.ACTIVE, priority, sensitive
+        )
         change = target.changed([Wanted(label, state)], {label_key(label): ABSENT}, origin=origin)
         for _ in range(_ATTEMPTS):
             try:  # a label taken meanwhile is refused by the store; Conflict: decide again
@@ -234,6 +239,8 @@ class BlockOps:
             if isinstance(outcome, Refused):
                 return outcome
             kept = ", pinned (kept until you remove it)" if pinned else ""
+            if sensitive:
+                kept += ", sensitive (the model and listings see it redacted)"
             return Done(f"Saved {level.value} block '{label}'{kept}.")
         return refusal(Rule.BUSY)
 
@@ -247,9 +254,10 @@ class BlockOps:
         state: State | None = None,
         priority: int | None = None,
         origin: Origin | None = None,
+        sensitive: bool | None = None,
     ) -> Outcome:
-        """Change a block's content, level, state or priority (None: as it is); origin says
-        where new content came from."""
+        """Change a block's content, level, state, priority or sensitivity (None: as it is);
+        origin says where new content came from."""
         for _ in range(_ATTEMPTS):
             blocks, marks = await self.scope_now(target)
             block = find_block(blocks, label)
@@ -260,6 +268,7 @@ class BlockOps:
                 level or block.level,
                 state or block.state,
                 block.priority if priority is None else priority,
+                block.sensitive if sensitive is None else sensitive,
             )
             change = target.changed(
                 [Wanted(block.label, wanted)], seen_of(blocks, marks, [block.label]), origin=origin
@@ -268,7 +277,7 @@ class BlockOps:
             if isinstance(outcome, Refused):
                 return outcome
             if outcome == []:
-                return Done(_unchanged(block, level, state, priority))
+                return Done(_unchanged(block, level, state, priority, sensitive))
             if outcome is not None:
                 return Done(self.changed_text(target, block, wanted))
         return refusal(Rule.BUSY)
@@ -290,7 +299,7 @@ class BlockOps:
         label = block.label
         differs = [
             name
-            for name in ("content", "level", "state", "priority")
+            for name in ("content", "level", "state", "priority", "sensitive")
             if getattr(wanted, name) != getattr(block, name)
         ]
         if len(differs) > 1:
@@ -301,6 +310,13 @@ class BlockOps:
             return f"Block '{label}' is now {wanted.level.value}."
         if differs == ["priority"]:
             return f"Block '{label}' now has priority {wanted.priority}."
+        if differs == ["sensitive"] and wanted.sensitive:
+            return (
+                f"Block '{label}' is now sensitive: kept whole, but the model, the tools and "
+                f"listings see it redacted. {target.command('sensitive')} {label} off undoes this."
+            )
+        if differs == ["sensitive"]:
+            return f"Block '{label}' is no longer sensitive: the model reads it as it is."
         if wanted.state is State.IDLE:
             return (
                 f"Block '{label}' is now idle: {self.policy.idle_notice()}. "
@@ -370,7 +386,15 @@ class BlockOps:
         return f"{target.command('undo')} brings them back, for {days} days."
 
 
-def _unchanged(block: Block, level: Level | None, state: State | None, priority: int | None) -> str:
+def _unchanged(
+    block: Block,
+    level: Level | None,
+    state: State | None,
+    priority: int | None,
+    sensitive: bool | None = None,
+) -> str:
+    if sensitive is not None:
+        return f"Block '{block.label}' is already {'' if sensitive else 'not '}sensitive."
     if level is not None:
         return f"Block '{block.label}' is already {level.value}."
     if state is not None:

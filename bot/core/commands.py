@@ -35,6 +35,8 @@ class Verb(StrEnum):
     PROPOSALS = "proposals"
     APPROVE = "approve"
     REJECT = "reject"
+    SENSITIVE = "sensitive"
+    RAW = "raw"  # `/sticky raw <key>`: the stored text of a block, in a DM
     SUGGESTIONS = "suggestions"
     ACCEPT = "accept"
     DISMISS = "dismiss"
@@ -59,6 +61,8 @@ class PinCommand:
     confirm: bool = False
     count: int | None = None  # LOG: entries; RESTORE: the version (None: the one before)
     priority: int | None = None
+    sensitive: bool = False  # ADD: add it sensitive; SENSITIVE: what the block becomes
+    preview: bool = False  # STATUS: each block with its first characters (`/sticky`)
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,9 @@ class ParseError:
 
 
 USAGE: dict[str, str] = {
-    "add": "/pin add <label> <content> [--pinned] [--priority <n>]",
-    "add-strong": "/pin add-strong <label> <content> [--pinned] [--priority <n>]",
-    "add-context": "/pin add-context <label> <content> [--pinned] [--priority <n>]",
+    "add": "/pin add <label> <content> [--pinned] [--priority <n>] [--sensitive]",
+    "add-strong": "/pin add-strong <label> <content> [--pinned] [--priority <n>] [--sensitive]",
+    "add-context": "/pin add-context <label> <content> [--pinned] [--priority <n>] [--sensitive]",
     "level": "/pin level <label> strong|context",
     "priority": f"/pin priority <label> <n>  (n from {PRIORITY_MIN} to {PRIORITY_MAX})",
     "list": "/pin list",
@@ -91,6 +95,7 @@ USAGE: dict[str, str] = {
     "proposals": "/pin proposals",
     "approve": "/pin approve <n>",
     "reject": "/pin reject <n>",
+    "sensitive": "/pin sensitive <label> [on|off]",
     "suggestions": "/pin suggestions",
     "accept": "/pin accept <n>",
     "dismiss": "/pin dismiss <n>",
@@ -117,7 +122,8 @@ _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
 _LAST_WORD = re.compile(r"\S+$")
 PINNED_FLAG = "--pinned"
 PRIORITY_FLAG = "--priority"
-FLAGS = (PINNED_FLAG, PRIORITY_FLAG)
+SENSITIVE_FLAG = "--sensitive"
+FLAGS = (PINNED_FLAG, PRIORITY_FLAG, SENSITIVE_FLAG)
 LITERAL_MARK = "--"
 # A word that reads as a flag: two dashes, then a letter.
 _FLAG_LIKE = re.compile(r"--[^\W\d_][\w-]*")
@@ -196,6 +202,7 @@ class _Content:
     text: str
     pinned: bool = False
     priority: str | None = None  # as written; checked by the caller
+    sensitive: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,10 +221,11 @@ def _twice(flag: str) -> _FlagProblem:
 
 
 def _trailing_flags(content: str) -> _Content | _FlagProblem:
-    """Take the flags off the end of content, last first: `--pinned` and `--priority <n>` in
-    any order, each at most once. A `--priority` without its value, a repeated flag and a
-    misspelled one (see meant_flags) are problems; anything else ends the flags and is content."""
-    pinned, priority = False, None
+    """Take the flags off the end of content, last first: `--pinned`, `--sensitive` and
+    `--priority <n>` in any order, each at most once. A `--priority` without its value, a
+    repeated flag and a misspelled one (see meant_flags) are problems; anything else ends the
+    flags and is content."""
+    pinned, sensitive, priority = False, False, None
     while content:
         head, last = _split_last(content)
         flag = _flag(last)
@@ -225,6 +233,11 @@ def _trailing_flags(content: str) -> _Content | _FlagProblem:
             if pinned:
                 return _twice(PINNED_FLAG)
             pinned, content = True, head
+            continue
+        if flag == SENSITIVE_FLAG:
+            if sensitive:
+                return _twice(SENSITIVE_FLAG)
+            sensitive, content = True, head
             continue
         if flag == PRIORITY_FLAG:
             return _FlagProblem(f"{PRIORITY_FLAG} needs a number after it, e.g. --priority 5.")
@@ -241,7 +254,7 @@ def _trailing_flags(content: str) -> _Content | _FlagProblem:
         if PRIORITY_FLAG in meant_flags(before) and _NUMBER_LIKE.fullmatch(last):
             return _misspelled(before, (PRIORITY_FLAG,))
         break
-    return _Content(content.strip(), pinned, priority)
+    return _Content(content.strip(), pinned, priority, sensitive)
 
 
 def _parse_content(rest: str, allow_flags: bool) -> _Content | _FlagProblem:
@@ -288,7 +301,18 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
         level=_ADD_LEVELS[name],
         pinned=content.pinned,
         priority=priority,
+        sensitive=content.sensitive,
     )
+
+
+def _parse_sensitive(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
+    label, after = _split_first(rest)
+    value, extra = _split_first(after)
+    if not label or value.casefold() not in ("", "on", "off") or extra.strip():
+        problem = "sensitive needs a label, then 'on' (the default) or 'off'."
+        return _usage_error(name, shared, problem)
+    sensitive = value.casefold() != "off"
+    return PinCommand(Verb.SENSITIVE, shared=shared, label=label, sensitive=sensitive)
 
 
 def _parse_priority(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
@@ -420,6 +444,7 @@ _PARSERS: dict[str, _Parser] = {
     **dict.fromkeys(("proposals", "approve", "reject"), _parse_proposals),
     **dict.fromkeys(("suggestions", "accept", "dismiss"), _parse_suggestions),
     "priority": _parse_priority,
+    "sensitive": _parse_sensitive,
     "clear": _parse_clear,
     "edit": _parse_edit,
     "level": _parse_level,
@@ -488,11 +513,26 @@ def parse_pin(arguments: str) -> PinCommand | ParseError:
     return _parse_sub(name.casefold(), rest, shared)
 
 
+STICKY_USAGE = (
+    "Usage: /sticky  (your blocks, each with its first characters, and what they cost), "
+    "/sticky shared (this group's shared blocks), /sticky raw <key> (a block as stored, in a "
+    "DM), /sticky delete <key> (remove a block, as /pin remove)"
+)
+
+
 def parse_sticky(arguments: str) -> PinCommand | ParseError:
-    """`/sticky` (the status view, as `/pin status`) and `/sticky shared` (`/pin shared status`)."""
+    """The Sticky Context design's commands: `/sticky` (the status view of `/pin status`, each
+    block with a preview), `/sticky shared` (`/pin shared status`, likewise), `/sticky raw <key>`
+    (a block's stored text) and `/sticky delete <key>` (`/pin remove <key>`)."""
     words = arguments.split()
+    folded = [word.casefold() for word in words]
     if not words:
-        return PinCommand(Verb.STATUS)
-    if [word.casefold() for word in words] == ["shared"]:
-        return PinCommand(Verb.STATUS, shared=True)
-    return ParseError("Usage: /sticky  (or /sticky shared for this group's shared blocks)")
+        return PinCommand(Verb.STATUS, preview=True)
+    if folded == ["shared"]:
+        return PinCommand(Verb.STATUS, shared=True, preview=True)
+    if folded[0] in ("raw", "delete") and len(words) == 2:
+        verb = Verb.RAW if folded[0] == "raw" else Verb.REMOVE
+        return PinCommand(verb, label=words[1])
+    if folded[0] in ("raw", "delete"):
+        return ParseError(f"/sticky {folded[0]} needs the key of one block.\n{STICKY_USAGE}")
+    return ParseError(STICKY_USAGE)

@@ -13,10 +13,12 @@ message, in this chat only.
 /pin add-context <label> <content>   Add a context block (reference material)
 /pin add <label> <content> --pinned  Add a block kept until you remove it
 /pin add <label> <content> --priority <n>  Add a block with a priority ({low} to {high})
+/pin add <label> <content> --sensitive  Add a block the model and listings see redacted
 /pin add <label> -- <content>        Everything after -- is content, even a final --pinned
 /pin add <label>  (as a reply)       Pin the message you reply to, or the part you quote
 /pin level <label> strong|context    Change a block's level
 /pin priority <label> <n>            Change a block's priority (higher is sent first)
+/pin sensitive <label> [on|off]      Mask (or stop masking) addresses and secrets in it
 /pin list                            Show your blocks
 /pin status                          Each block sent, its characters and tokens; idle clean-up
 /pin edit <label> <new content>      Replace a block's content
@@ -31,7 +33,10 @@ message, in this chat only.
 
 Labels: up to {label_limit} characters, no spaces, matched ignoring case. Idle blocks are not sent \
 and are deleted after a while; pinned blocks stay until you remove them. Every change is kept for \
-a while: undo and restore bring blocks back, removed ones too."""
+a while: undo and restore bring blocks back, removed ones too. A sensitive block is kept whole, \
+but the model, /pin list and /sticky see its addresses and secrets masked; /sticky raw <label> \
+shows it as stored, in a private chat. /sticky lists your blocks with their first characters; \
+/sticky delete <label> is /pin remove."""
 
 _SUGGESTION_LINES = """\
 /pin suggestions                     What the model suggests pinning (at compaction)
@@ -50,6 +55,7 @@ admins may change them.
 /pin shared add <label>  (as a reply)       Pin the message you reply to as a shared block
 /pin shared level <label> strong|context    Change a shared block's level
 /pin shared priority <label> <n>            Change a shared block's priority
+/pin shared sensitive <label> [on|off]      Mask (or stop masking) a shared block's secrets
 /pin shared edit <label> <new content>      Replace a shared block's content
 /pin shared remove <label>                  Delete a shared block
 /pin shared idle|activate|pin|unpin <label> Change a shared block's state

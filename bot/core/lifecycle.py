@@ -9,6 +9,7 @@ from bot import metrics
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import is_shared_scope
 from bot.core.policy import BlockPolicy
+from bot.core.redact import redact
 from storage import Store
 from storage.errors import Conflict
 from storage.models import Block, BlockChange, Change, Channel, Seen, State, Wanted, label_key
@@ -54,6 +55,7 @@ class Lifecycle:
                 CLEANUP,
                 {label_key(b.label): Seen(b, None) for b in blocks},
                 is_shared_scope(scope),
+                mask=redact,
             )
             for scope, blocks in by_scope.items()
         ]

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
 from bot.core.clock import Clock, utc_now
 from bot.core.commands import LOG_DEFAULT, USAGE, PinCommand, Verb, split_command
 from bot.core.context import MessageContext
+from bot.core.conversation import ChatKind
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
-from bot.core.policy import BlockPolicy
+from bot.core.policy import BlockPolicy, Rule, refusal
 from bot.core.proposals import Proposals
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
+from bot.core.sensitive import shown_content
 from bot.core.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
 from bot.core.suggestions import Suggestions
 from bot.core.versions import BlockHistory
@@ -19,6 +21,10 @@ from storage import Store
 from storage.models import Block, Channel, Origin, State
 
 NOTHING_SENT = "None of these blocks is sent to the model now: idle blocks are not."
+RAW_IN_GROUP = (
+    "/sticky raw shows a block as it is stored only in a private chat with the bot, where "
+    "nobody else reads it; ask there. Nothing is shown here."
+)
 _STATE_VERBS = {
     Verb.IDLE: State.IDLE,
     Verb.ACTIVATE: State.ACTIVE,
@@ -64,7 +70,11 @@ class PinService:
         if command.verb is Verb.LIST:
             return Reply(await self._list(context, target))
         if command.verb is Verb.STATUS:
-            return Reply(await self._status(context, shared_only=command.shared))
+            return Reply(
+                await self._status(context, shared_only=command.shared, preview=command.preview)
+            )
+        if command.verb is Verb.RAW:
+            return await self._raw(context, target, command.label or "")
         if command.verb is Verb.LOG:
             return Reply(await self._log(target, command.count or LOG_DEFAULT))
         outcome = await self._outcome(target, command, context)
@@ -113,7 +123,10 @@ class PinService:
                 pinned=command.pinned,
                 priority=command.priority or 0,
                 origin=origin,
+                sensitive=command.sensitive,
             )
+        if command.verb is Verb.SENSITIVE:
+            return await ops.change(target, label, sensitive=command.sensitive)
         if command.verb is Verb.PRIORITY:
             return await ops.change(target, label, priority=command.priority)
         if command.verb is Verb.CLEAR:
@@ -196,8 +209,10 @@ class PinService:
             details = [block.level.value, block.state.value]
             if block.priority:
                 details.append(f"priority {block.priority}")
+            if block.sensitive:
+                details.append("sensitive, shown redacted")
             lines.append(f"{number}. {block.label} ({', '.join(details)})")
-            lines.append(block.content)
+            lines.append(shown_content(block))
         if not self._pins.allow_prompt_injection:
             lines.append(INJECTION_OFF)
         elif self._pins.token_warning_threshold:
@@ -243,9 +258,22 @@ class PinService:
             lines.append(warning)
         return lines
 
-    async def _status(self, context: MessageContext, *, shared_only: bool) -> str:
+    async def _raw(self, context: MessageContext, target: Target, label: str) -> Reply:
+        """A block of the speaker's as it is stored, sensitive or not: only in a DM, where
+        nobody else reads the answer."""
+        if context.conversation.kind is ChatKind.GROUP:
+            return Reply.refused(RAW_IN_GROUP)
+        block = find_block(await self.ops.blocks(target), label)
+        if block is None:
+            return Reply.refused(refusal(Rule.MISSING, target.where, label=label).reason)
+        return Reply(f"Block '{block.label}' as stored:\n{block.content}")
+
+    async def _status(
+        self, context: MessageContext, *, shared_only: bool, preview: bool = False
+    ) -> str:
         """The status view of every scope that applies to the speaker here; with shared_only
-        the shared blocks are listed, and the speaker's own only counted in the total."""
+        the shared blocks are listed, and the speaker's own only counted in the total; with
+        preview, each listed block's first characters (redacted if it is sensitive)."""
         shared, personal = await self._blocks_here(context)
         conversation = context.conversation
         scopes = []
@@ -266,6 +294,8 @@ class PinService:
             if self._pins.allow_prompt_injection
             else None
         )
-        view = StatusView(scopes, tokens, group=conversation.shared_scope is not None)
+        view = StatusView(
+            scopes, tokens, group=conversation.shared_scope is not None, preview=preview
+        )
         text = status_text(view, self._policy, self._clock())
         return "\n".join([text, *(f"Note: {note}" for note in notes)])

@@ -57,6 +57,7 @@ class Rule(StrEnum):
     PRIORITY = "priority"
     NOT_ALLOWED = "not-allowed"
     PINNED = "pinned"
+    LOWERED = "lowered"
     TOO_MANY = "too-many"
     OVER_BUDGET = "over-budget"
     LABEL_TAKEN = "label-taken"
@@ -107,6 +108,10 @@ RULE_TEXTS: dict[Rule, str] = {
     Rule.PRIORITY: "Priority must be a whole number from {low} to {high}.",
     Rule.NOT_ALLOWED: "{reason}",
     Rule.PINNED: ("Block '{label}' is pinned; only the user can change or remove it, with /pin."),
+    Rule.LOWERED: (
+        "Block '{label}' is {flag}. The model may mark a block pinned or sensitive but never "
+        "take that back; only the user can, with {command}."
+    ),
     Rule.TOO_MANY: (
         "{Noun} would hold {count} blocks; the limit is {limit} "
         "(pins.max_blocks_per_session). Remove one with {pin} remove <label> first."
@@ -391,6 +396,12 @@ class BlockPolicy:
         where: Where,
     ) -> Refused | None:
         """The first rule one label's change breaks, or None."""
+        if (
+            change.change.channel is Channel.TOOL
+            and before
+            and (problem := self._lowered(before, state, where))
+        ):
+            return problem
         if change.change.channel is Channel.TOOL and before and before.state is State.PINNED:
             return refusal(Rule.PINNED, where, label=before.label)
         if state is None:
@@ -403,6 +414,21 @@ class BlockPolicy:
         ):
             return problem
         return priority_problem(state.priority) if state.priority != before.priority else None
+
+    @staticmethod
+    def _lowered(before: Block, state: BlockState | None, where: Where) -> Refused | None:
+        """Why the model may not make this change to before: it would take back pinned or
+        sensitive (a removal of a pinned block is the pinned rule's), or None."""
+        if state is None:
+            return None
+        if before.sensitive and not state.sensitive:
+            command = f"{where.pin} sensitive {before.label} off"
+            flag = "sensitive"
+        elif before.state is State.PINNED and state.state is not State.PINNED:
+            command, flag = f"{where.pin} unpin {before.label}", "pinned"
+        else:
+            return None
+        return refusal(Rule.LOWERED, where, label=before.label, flag=flag, command=command)
 
     def _version_problem(
         self, label: str, state: BlockState | None, actor: str, where: Where

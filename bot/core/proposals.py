@@ -17,6 +17,7 @@ from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.permissions import Action
 from bot.core.policy import Rule, default_level, refusal, text_problem
+from bot.core.redact import redact
 from bot.core.replies import Button, Messenger, Reply, Sent
 from storage.errors import AlreadyDecided, Stale
 from storage.models import (
@@ -193,7 +194,9 @@ class Proposals:
         else:
             lines += [
                 f"Replace the content of '{new.label}'{level}.",
-                f"Now: {new.base_content}",
+                # The block may be sensitive (a proposal does not record it): the group is shown
+                # its content masked, as it is shown everywhere else in the group.
+                f"Now: {redact(new.base_content or '')}",
                 f"Proposed: {new.content}",
             ]
         if new.reason:
@@ -358,6 +361,7 @@ def _proposed(
             level or existing.level,
             existing.state,
             existing.priority if priority is None else priority,
+            existing.sensitive,
         )
         seen = seen_of(blocks, marks, [existing.label])
     wanted = [Wanted(existing.label if existing else label, state)]

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bot.core.sensitive import shown
 from storage.models import Block, Level, State
 
 STRONG_RULES = """\
@@ -71,9 +72,11 @@ def injected(blocks: Sequence[Block]) -> list[Block]:
 
 
 def ordered(shared: Sequence[Block], personal: Sequence[Block]) -> list[ScopedBlock]:
-    """Shared blocks before personal ones, each scope in injection order, idle ones left out."""
-    return [ScopedBlock(b, "shared") for b in injected(shared)] + [
-        ScopedBlock(b, "personal") for b in injected(personal)
+    """Shared blocks before personal ones, each scope in injection order, idle ones left out;
+    each as the model reads it (a sensitive block redacted), so that what is rendered, and
+    every figure estimated from it, is what is sent."""
+    return [ScopedBlock(shown(b), "shared") for b in injected(shared)] + [
+        ScopedBlock(shown(b), "personal") for b in injected(personal)
     ]
 
 

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from bot.core.policy import BlockPolicy
 from bot.core.render import BlockCost, Estimate, ScopedBlock, injected
+from bot.core.sensitive import PREVIEW_CHARS, preview
 from storage.models import Block, Level, State
 
 INJECTION_OFF = (
@@ -41,12 +42,19 @@ class StatusView:
     scopes: Sequence[ScopeStatus]
     estimate: Estimate | None
     group: bool  # entries name their scope only where there are two
+    preview: bool = False  # each block's first PREVIEW_CHARS characters under it (`/sticky`)
+
+
+def _previewed(view: StatusView, line: str, block: Block) -> list[str]:
+    """A block's line, and under it (when the view previews) its first characters as seen."""
+    return [line, f"   {preview(block)}"] if view.preview else [line]
 
 
 def _describe(item: ScopedBlock, group: bool) -> str:
     block = item.block
     details = [item.scope_name] if group else []
     details += [block.level.value, block.state.value, f"priority {block.priority}"]
+    details += ["sensitive"] if block.sensitive else []
     return f"{block.label} ({', '.join(details)})"
 
 
@@ -57,14 +65,16 @@ def _sent_lines(view: StatusView, estimate: Estimate) -> list[str]:
         return ["No block is sent with requests here."]
     lines = [
         "Sent with every request here, in the order the model reads them (characters of "
-        "content; estimated tokens with the block's boundary lines):"
+        "content; estimated tokens with the block's boundary lines"
+        + (f"; under each, its first {PREVIEW_CHARS} characters" if view.preview else "")
+        + "):"
     ]
     place: Level | None = None
     for number, cost in enumerate(costs, start=1):
         if cost.item.block.level is not place:
             place = cost.item.block.level
             lines.append(_PLACES[place])
-        lines.append(_cost_line(number, cost, view.group))
+        lines += _previewed(view, _cost_line(number, cost, view.group), cost.item.block)
     return lines
 
 
@@ -89,7 +99,8 @@ def _kept_lines(view: StatusView) -> list[str]:
     lines = ["Kept, but not sent:"]
     for number, item in enumerate(kept, start=1):
         chars = len(item.block.content)
-        lines.append(f"{number}. {_describe(item, view.group)}: {chars:,} characters")
+        line = f"{number}. {_describe(item, view.group)}: {chars:,} characters"
+        lines += _previewed(view, line, item.block)
     return lines
 
 
@@ -101,7 +112,8 @@ def _idle_lines(view: StatusView, policy: BlockPolicy, now: datetime) -> list[st
         for block in scope.blocks:
             if block.state is State.IDLE:
                 described = _describe(ScopedBlock(block, scope.name), view.group)
-                lines.append(f"- {described}: {policy.idle_due(block, scope.calls, now)}")
+                line = f"- {described}: {policy.idle_due(block, scope.calls, now)}"
+                lines += _previewed(view, line, block)
     return ["Idle, not sent:", *lines] if lines else []
 
 

@@ -22,6 +22,7 @@ from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.proposals import Proposals
+from bot.core.sensitive import shown_content
 from bot.llm.base import Tool
 from storage.models import Block, Channel, Level, State
 
@@ -45,8 +46,9 @@ class SetArgs(_Args):
     label: str
     content: str
     level: Literal["strong", "context"] | None = None
-    pinned: bool = False
+    pinned: bool | None = None
     priority: int | None = None
+    sensitive: bool | None = None
 
 
 class GetArgs(_Args):
@@ -148,23 +150,26 @@ Record = Callable[[Block, str], dict[str, Any]]
 
 
 def _pin_record(block: Block, label: str) -> dict[str, Any]:
+    """A block as the model reads it: a sensitive one redacted."""
     return {
         label: block.label,
-        "content": block.content,
+        "content": shown_content(block),
         "level": block.level.value,
         "state": block.state.value,
         "priority": block.priority,
+        "sensitive": block.sensitive,
     }
 
 
 def _sticky_record(block: Block, label: str) -> dict[str, Any]:
-    """A slot as the Sticky Context design reads it (key, content, priority, pinned), with the
-    level and state pinbot adds."""
+    """A slot as the Sticky Context design reads it (key, content, priority, pinned, sensitive;
+    a sensitive slot's content redacted), with the level and state pinbot adds."""
     return {
         label: block.label,
-        "content": block.content,
+        "content": shown_content(block),
         "priority": block.priority,
         "pinned": block.state is State.PINNED,
+        "sensitive": block.sensitive,
         "level": block.level.value,
         "state": block.state.value,
     }
@@ -209,6 +214,14 @@ _PINNED = Param(
 _PRIORITY = Param(
     "priority", "priority", {"type": "integer", "description": "higher comes first; default 0"}
 )
+_SENSITIVE = Param(
+    "sensitive",
+    "sensitive",
+    {
+        "type": "boolean",
+        "description": "kept whole, but addresses, hosts and secrets in it are masked when read",
+    },
+)
 
 
 _REASON = Param(
@@ -239,8 +252,11 @@ PIN_TOOLS = ToolSet(
             "pin_set",
             "Create or update a pinned block that is sent with every later request. "
             + _SCOPE_NOTE
-            + " Pinned blocks cannot be changed.",
-            (_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PINNED, _PRIORITY),
+            + " Pinned blocks cannot be changed; pinned and sensitive cannot be taken back.",
+            (
+                *(_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PINNED),
+                *(_PRIORITY, _SENSITIVE),
+            ),
         ),
         ToolDef(
             Op.GET,
@@ -273,8 +289,8 @@ STICKY_TOOLS = ToolSet(
             "sticky_set",
             "Create or update a sticky slot; it is sent with every later request. "
             + _STICKY_NOTE
-            + " Pinned slots cannot be changed.",
-            (_label("key", required=True, describe=True), _CONTENT, _PRIORITY, _PINNED),
+            + " Pinned slots cannot be changed; pinned and sensitive cannot be taken back.",
+            (_label("key", required=True, describe=True), _CONTENT, _PRIORITY, _PINNED, _SENSITIVE),
         ),
         ToolDef(
             Op.GET,
@@ -374,7 +390,9 @@ class PinTools:
         )
 
     async def _set(self, target: Target, args: SetArgs) -> Outcome:
-        """Create the block, or update it if it exists (never a pinned one)."""
+        """Create the block, or update it if it exists (never a pinned one). pinned and
+        sensitive left out keep what the block is; false on a block that is pinned or sensitive
+        asks to take it back, which the block policy refuses the model."""
         level = Level(args.level) if args.level else None
         content = args.content.strip()
         existing = find_block(await self._ops.blocks(target), args.label)
@@ -384,17 +402,22 @@ class PinTools:
                 args.label,
                 content,
                 level=level,
-                pinned=args.pinned,
+                pinned=bool(args.pinned),
                 priority=args.priority or 0,
+                sensitive=bool(args.sensitive),
             )
         else:
+            state = State.PINNED if args.pinned else None
+            if args.pinned is False and existing.state is State.PINNED:
+                state = State.ACTIVE
             outcome = await self._ops.change(
                 target,
                 args.label,
                 content=content,
                 level=level,
-                state=State.PINNED if args.pinned else None,
+                state=state,
                 priority=args.priority,
+                sensitive=args.sensitive,
             )
         if not isinstance(outcome, Done):
             return outcome

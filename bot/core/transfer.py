@@ -21,6 +21,8 @@ from bot.core.policy import (
     priority_problem,
     text_problem,
 )
+from bot.core.redact import redact
+from bot.core.sensitive import shown_content
 from storage import Store
 from storage.blocks import BlockStore
 from storage.errors import Conflict, LimitReached, OverBudget
@@ -57,6 +59,7 @@ _FIELDS = {
     "updated_at",
     "idle_since",
     "idle_calls",
+    "sensitive",
 }
 
 
@@ -100,11 +103,12 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
-def block_json(block: Block) -> dict[str, Any]:
-    """One block as it appears in an export."""
+def block_json(block: Block, *, raw: bool = True) -> dict[str, Any]:
+    """One block as it appears in an export; without raw, a sensitive block's content
+    redacted."""
     return {
         "label": block.label,
-        "content": block.content,
+        "content": block.content if raw else shown_content(block),
         "level": block.level.value,
         "state": block.state.value,
         "priority": block.priority,
@@ -112,11 +116,13 @@ def block_json(block: Block) -> dict[str, Any]:
         "updated_at": _time(block.updated_at),
         "idle_since": _time(block.idle_since),
         "idle_calls": block.idle_calls,
+        "sensitive": block.sensitive,
     }
 
 
-def version_json(version: Version) -> dict[str, Any]:
-    """One kept version as it appears in an export made with history."""
+def version_json(version: Version, *, raw: bool = True) -> dict[str, Any]:
+    """One kept version as it appears in an export made with history; without raw, the
+    content of a sensitive state redacted."""
     before = version.before
     return {
         "op": version.op,
@@ -130,10 +136,11 @@ def version_json(version: Version) -> dict[str, Any]:
         "before": None
         if before is None
         else {
-            "content": before.content,
+            "content": before.content if raw else shown_content(before),
             "level": before.level.value,
             "state": before.state.value,
             "priority": before.priority,
+            "sensitive": before.sensitive,
         },
         "created_at": _time(version.created_at),
         "undone_by": version.undone_by,
@@ -141,20 +148,30 @@ def version_json(version: Version) -> dict[str, Any]:
 
 
 async def export_document(
-    store: Store, now: datetime, *, with_history: bool = False
+    store: Store, now: datetime, *, with_history: bool = False, raw: bool = False
 ) -> dict[str, Any]:
     """The whole store as one JSON-ready document; with_history, each scope's kept versions
-    too (an import of it restores them as they are)."""
+    too (an import of it restores them as they are). Sensitive content is redacted unless raw;
+    a document where some was says so ("redacted": true), and an import refuses it, since it
+    would store the placeholders in place of what they mask."""
     scopes = await store.export_scopes()
     versions = await store.export_versions() if with_history else {}
     document: dict[str, Any] = {}
+    redacted = False
     for scope in sorted({*scopes, *versions}):
         calls, blocks = scopes.get(scope, (0, []))
-        body: dict[str, Any] = {"model_calls": calls, "blocks": [block_json(b) for b in blocks]}
+        body: dict[str, Any] = {
+            "model_calls": calls,
+            "blocks": [block_json(b, raw=raw) for b in blocks],
+        }
+        redacted = redacted or any(b.sensitive for b in blocks)
         if with_history:
-            body["history"] = [version_json(v) for v in versions.get(scope, [])]
+            kept = versions.get(scope, [])
+            body["history"] = [version_json(v, raw=raw) for v in kept]
+            redacted = redacted or any(v.before is not None and v.before.sensitive for v in kept)
         document[scope] = body
-    return {"format": FORMAT, "version": VERSION, "exported_at": _time(now), "scopes": document}
+    top = {"format": FORMAT, "version": VERSION, "exported_at": _time(now)}
+    return {**top, **({"redacted": True} if redacted and not raw else {}), "scopes": document}
 
 
 @dataclass
@@ -168,7 +185,7 @@ class ImportPlan:
 
 
 MAX_COUNT = 2**63 - 1  # SQLite's largest integer
-_TOP_KEYS = {"format", "version", "exported_at", "scopes"}
+_TOP_KEYS = {"format", "version", "exported_at", "redacted", "scopes"}
 _SCOPE_KEYS = {"model_calls", "blocks", "history"}
 _VERSION_KEYS = {
     "op",
@@ -189,7 +206,7 @@ def _count_ok(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
-def _unknown_keys(found: Any, known: set[str], where: str, problems: list[str]) -> None:
+def unknown_keys(found: Any, known: set[str], where: str, problems: list[str]) -> None:
     """Every key that is not known, with the closest known key as a hint."""
     for key in sorted(set(found) - known, key=str):
         guess = difflib.get_close_matches(str(key), sorted(known), n=1)
@@ -197,7 +214,7 @@ def _unknown_keys(found: Any, known: set[str], where: str, problems: list[str]) 
         problems.append(f"{where}: unknown key {str(key)!r}{hint}")
 
 
-def _parse_time(
+def parse_time(
     value: Any, where: str, name: str, problems: list[str], optional: bool = False
 ) -> datetime | None:
     if value is None and optional:
@@ -272,23 +289,23 @@ def _parse_block(
     if isinstance(label, str):
         where = f"scope '{scope}', block '{label}'"
     before = len(problems)
-    _unknown_keys(item, _FIELDS, where, problems)
+    unknown_keys(item, _FIELDS, where, problems)
     _check_text(item, scope, where, policy, problems)
     level = item.get("level", default_level(is_group_scope(scope)).value)
     state = item.get("state", State.ACTIVE.value)
     priority = item.get("priority", 0)
     _check_kinds(level, state, priority, where, problems)
     created = (
-        _parse_time(item["created_at"], where, "created_at", problems)
+        parse_time(item["created_at"], where, "created_at", problems)
         if "created_at" in item
         else now
     )
     updated = (
-        _parse_time(item["updated_at"], where, "updated_at", problems)
+        parse_time(item["updated_at"], where, "updated_at", problems)
         if "updated_at" in item
         else created
     )
-    idle_since = _parse_time(item.get("idle_since"), where, "idle_since", problems, True)
+    idle_since = parse_time(item.get("idle_since"), where, "idle_since", problems, True)
     idle_calls = item.get("idle_calls")
     if idle_calls is not None and not _count_ok(idle_calls):
         problems.append(
@@ -296,6 +313,9 @@ def _parse_block(
         )
     if state == State.IDLE and idle_since is None and len(problems) == before:
         problems.append(f"{where}: an idle block needs idle_since")
+    sensitive = item.get("sensitive", False)
+    if not isinstance(sensitive, bool):
+        problems.append(f"{where}: sensitive must be true or false")
     if len(problems) > before or created is None or updated is None:
         return None
     return Block(
@@ -310,6 +330,7 @@ def _parse_block(
         updated_at=updated,
         idle_since=idle_since if state == State.IDLE else None,
         idle_calls=(idle_calls or 0) if state == State.IDLE else None,
+        sensitive=sensitive is True,
     )
 
 
@@ -349,7 +370,13 @@ def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan
             f"unsupported version {document.get('version')!r}; this pinbot reads version {VERSION}"
         )
         return plan
-    _unknown_keys(document, _TOP_KEYS, "top level", plan.problems)
+    if document.get("redacted", False) is not False:
+        plan.problems.append(
+            "this export was made without --raw: the content of its sensitive blocks is masked, "
+            "and importing it would store the placeholders; export again with pinbot export --raw"
+        )
+        return plan
+    unknown_keys(document, _TOP_KEYS, "top level", plan.problems)
     scopes = document.get("scopes")
     if not isinstance(scopes, dict):
         plan.problems.append('"scopes" must be an object of scope keys')
@@ -359,7 +386,7 @@ def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan
         # Only a key exactly as the bot writes it (a leading agent:<name>: dropped, as configs
         # write it): blocks under any other key would be in no request, and no page's.
         parsed_scope = read_scope(written, agent_prefix=True)
-        if parsed_scope is None or _bad_text(written):
+        if parsed_scope is None or bad_text(written):
             plan.problems.append(
                 f"scope {written!r}: not a scope key the bot reads ({SCOPE_RULES}; "
                 f"{SCOPE_EXAMPLES})"
@@ -396,14 +423,14 @@ def _parse_history(
         if not isinstance(item, dict):
             problems.append(f"{where}: must be an object")
             continue
-        _unknown_keys(item, _VERSION_KEYS, where, problems)
+        unknown_keys(item, _VERSION_KEYS, where, problems)
         text = {name: item.get(name) for name in ("op", "label", "actor", "detail")}
         if not all(isinstance(value, str) for value in text.values()):
             problems.append(f"{where}: op, label, actor and detail must be strings")
         kind, channel = item.get("kind"), item.get("channel")
         _check_recorded(item, where, problems)
-        at = _parse_time(item.get("at"), where, "at", problems)
-        created = _parse_time(item.get("created_at"), where, "created_at", problems, True)
+        at = parse_time(item.get("at"), where, "at", problems)
+        created = parse_time(item.get("created_at"), where, "created_at", problems, True)
         state = _parse_state(item.get("before"), where, problems)
         if len(problems) > before or at is None:
             continue
@@ -482,12 +509,16 @@ def _parse_state(item: Any, where: str, problems: list[str]) -> BlockState | Non
         return None
     level, state, priority = item.get("level"), item.get("state"), item.get("priority", 0)
     _check_kinds(level, state, priority, where, problems)
+    sensitive = item.get("sensitive", False)
+    if not isinstance(sensitive, bool):
+        problems.append(f"{where}: before.sensitive must be true or false")
+        return None
     if not isinstance(level, str) or level not in set(Level) or state not in set(State):
         return None
-    return BlockState(item["content"], Level(level), State(str(state)), int(priority))
+    return BlockState(item["content"], Level(level), State(str(state)), int(priority), sensitive)
 
 
-def _bad_text(text: str) -> bool:
+def bad_text(text: str) -> bool:
     """Whether text holds characters no key can: lone surrogates or control characters."""
     return any(unicodedata.category(char) in ("Cs", "Cc") for char in text)
 
@@ -499,7 +530,7 @@ def _parse_scope_body(
     if not isinstance(body, dict):
         problems.append(f'{where}: must be an object with a "blocks" list')
         return None
-    _unknown_keys(body, _SCOPE_KEYS, where, problems)
+    unknown_keys(body, _SCOPE_KEYS, where, problems)
     if not isinstance(body.get("blocks"), list):
         # A missing or misspelled "blocks" must never import a scope as empty.
         problems.append(f'{where}: needs a "blocks" list (use [] to empty the scope)')
@@ -545,6 +576,7 @@ def import_change(
         ChangeKind.IMPORT,
         calls=calls,
         history=None if history is None else tuple(history),
+        mask=redact,
     )
 
 

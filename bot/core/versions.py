@@ -9,6 +9,7 @@ from datetime import datetime
 
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
 from bot.core.policy import BlockPolicy, Rule, refusal
+from bot.core.sensitive import shown_content
 from storage.changes import Applied
 from storage.errors import Stale
 from storage.models import Block, BlockState, Channel, Version, Wanted, label_key
@@ -25,9 +26,10 @@ def _when(moment: datetime) -> str:
 def _shown(state: BlockState | None) -> str:
     if state is None:
         return "(no block)"
-    text = " ".join(state.content.split())
+    text = " ".join(shown_content(state).split())
     short = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
-    return f"[{state.level.value}, {state.state.value}] {short}"
+    sensitive = ", sensitive" if state.sensitive else ""
+    return f"[{state.level.value}, {state.state.value}{sensitive}] {short}"
 
 
 def _what(version: Version) -> str:

@@ -223,16 +223,19 @@ class WebPage:
         return self.render(request, "direct.html", section="direct", page=page)
 
     async def scope(self, request: web.Request) -> web.Response:
-        """One group's shared and members' blocks, or one DM's (when shown)."""
+        """One group's shared and members' blocks, or one DM's (when shown); sensitive blocks
+        redacted unless the operator opens the raw view (?raw=1)."""
+        raw = _raw(request)
         view = await views.scope_view(
             self.store,
             request.match_info["key"],
             show_direct=self.config.show_direct,
             strong_title=self.ops.policy.pins.header_label,
+            raw=raw,
         )
         if view is None:
             return self.render(request, "not_found.html", status=404)
-        return self.render(request, "scope.html", section="overview", view=view)
+        return self.render(request, "scope.html", section="overview", view=view, raw=raw)
 
     # --- changing shared blocks ---------------------------------------------------------------
 
@@ -273,12 +276,15 @@ class WebPage:
             level=Level(_text(form, "level")) if _text(form, "level") in set(Level) else None,
             pinned=_text(form, "pinned") == "on",
             priority=priority,
+            sensitive=_text(form, "sensitive") == "on",
         )
         return await self._after(request, target, outcome)
 
     async def change_block(self, request: web.Request) -> web.Response:
-        """Change a shared block's content, level, state or priority, as `/pin shared edit`,
-        `level`, `idle`/`activate`, `pin`/`unpin` and `priority` would."""
+        """Change a shared block's content, level, state, priority or sensitivity, as `/pin
+        shared edit`, `level`, `idle`/`activate`, `pin`/`unpin`, `priority` and `sensitive`
+        would. A form without content (a sensitive block's, outside the raw view, whose
+        content the page does not show) keeps the content."""
         target = self._shared_target(request)
         form = await request.post()
         priority = _whole_number(_text(form, "priority"))
@@ -288,10 +294,12 @@ class WebPage:
         outcome = await self.ops.change(
             target,
             _text(form, "label"),
-            content=_text(form, "content").strip(),
+            content=_text(form, "content").strip() if "content" in form else None,
             level=Level(level) if level in set(Level) else None,
             state=State(state) if state in set(State) else None,
             priority=priority,
+            # The box is in every change form; a form without it leaves the flag as it is.
+            sensitive=_text(form, "sensitive") == "on" if "sensitive_box" in form else None,
         )
         return await self._after(request, target, outcome)
 
@@ -323,6 +331,8 @@ class WebPage:
         numbered = await self.history.numbered(target, label) if label else []
         if not numbered:
             return self.render(request, "not_found.html", status=404)
+        raw = _raw(request)
+        numbered = views.masked_states(numbered, raw)
         changes = await asyncio.to_thread(views.diffs, numbered)
         versions = [
             views.VersionView(number, state, made_by, changes[number - 1])
@@ -336,6 +346,7 @@ class WebPage:
             label=label,
             versions=versions,
             compared=sum(found is not None for found in changes),
+            raw=raw,
         )
 
     async def audit(self, request: web.Request) -> web.Response:
@@ -401,6 +412,11 @@ class WebPage:
             min_chars=views.MIN_SEARCH_CHARS,
             page_of=_page_of,
         )
+
+
+def _raw(request: web.Request) -> bool:
+    """Whether the operator opened the raw view: sensitive blocks as stored."""
+    return request.query.get("raw") == "1"
 
 
 def _text(form: Any, name: str) -> str:

@@ -8,7 +8,7 @@ import difflib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import quote
 
@@ -23,6 +23,7 @@ from bot.core.keys import (
     read_scope,
 )
 from bot.core.render import STRONG_TITLE, estimate
+from bot.core.sensitive import shown, shown_content
 from storage import Store
 from storage.models import (
     AuditEntry,
@@ -177,11 +178,36 @@ class ScopeView:
     removed: list[str] = field(default_factory=list)  # shared labels with versions, no block
 
 
+def masked(blocks: Sequence[Block], raw: bool) -> list[Block]:
+    """Blocks as the page shows them: sensitive ones redacted, unless the operator opened the
+    raw view."""
+    return list(blocks) if raw else [shown(block) for block in blocks]
+
+
+def masked_states(numbered: Numbered, raw: bool) -> list[tuple[BlockState | None, Version | None]]:
+    """A history's versions as the page shows them: sensitive states redacted, unless raw."""
+    return [
+        (
+            replace(state, content=shown_content(state))
+            if state is not None and state.sensitive and not raw
+            else state,
+            made_by,
+        )
+        for state, made_by in numbered
+    ]
+
+
 async def scope_view(
-    store: Store, key: str, *, show_direct: bool, strong_title: str = STRONG_TITLE
+    store: Store,
+    key: str,
+    *,
+    show_direct: bool,
+    strong_title: str = STRONG_TITLE,
+    raw: bool = False,
 ) -> ScopeView | None:
     """The page of a group or (when shown) DM scope key; None when there is no such page.
-    strong_title is the strong section's title (pins.header_label), which the estimates count."""
+    strong_title is the strong section's title (pins.header_label), which the estimates count;
+    sensitive blocks are shown redacted unless raw."""
     parsed = read_scope(key)
     if parsed is None or parsed.kind is ScopeKind.MEMBER:
         return None  # only keys exactly as the bot writes them
@@ -189,22 +215,26 @@ async def scope_view(
         return None
     blocks = await store.blocks([key])
     if parsed.kind is ScopeKind.DIRECT:
-        return ScopeView(key, parsed.kind, blocks, estimate([], blocks, strong_title).total)
+        tokens = estimate([], blocks, strong_title).total
+        return ScopeView(key, parsed.kind, masked(blocks, raw), tokens)
     by_member: dict[str, list[Block]] = defaultdict(list)
     for block in await store.blocks_with_prefix(members_prefix(key)):
         if read_scope(block.scope) is not None:
             by_member[block.scope].append(block)
     members = [
-        (scope.removeprefix(members_prefix(key)), own, estimate(blocks, own, strong_title).total)
+        (
+            scope.removeprefix(members_prefix(key)),
+            masked(own, raw),
+            estimate(blocks, own, strong_title).total,
+        )
         for scope, own in by_member.items()
     ]
     present = {label_key(block.label) for block in blocks}
     removed = [
         label for label in await store.labels_with_versions(key) if label_key(label) not in present
     ]
-    return ScopeView(
-        key, parsed.kind, blocks, estimate(blocks, [], strong_title).total, members, removed
-    )
+    tokens = estimate(blocks, [], strong_title).total
+    return ScopeView(key, parsed.kind, masked(blocks, raw), tokens, members, removed)
 
 
 @dataclass(frozen=True)
@@ -256,7 +286,7 @@ def diff(numbered: Numbered, number: int) -> list[tuple[str, str]]:
             changes += [("+", line) for line in new_mid[new_from:new_to]]
     changes += [(" ", line) for line in old[len(old) - tail :]]
     if before and after:
-        for name in ("level", "state", "priority"):
+        for name in ("level", "state", "priority", "sensitive"):
             was, now = getattr(before, name), getattr(after, name)
             if was != now:
                 shown = [getattr(value, "value", value) for value in (was, now)]
@@ -383,8 +413,16 @@ async def usage_today(store: Store, now: datetime) -> UsageTotals:
     return today[0][1] if today else UsageTotals()
 
 
+def _found_as_shown(block: Block, text: str) -> bool:
+    """Whether text is in what the page shows of block: a sensitive block is not found by
+    what its redaction masks, which would tell its secret one search at a time."""
+    folded = text.casefold()
+    return folded in block.label.casefold() or folded in block.content.casefold()
+
+
 async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
-    """Blocks whose label or content contains text (DM scopes only when shown)."""
+    """Blocks whose label or content (as the page shows it: sensitive blocks redacted)
+    contains text (DM scopes only when shown)."""
     if len(text.strip()) < MIN_SEARCH_CHARS:
         return []
     # Groups' scopes (shared and members') by their key prefixes: a search in key order then
@@ -397,4 +435,9 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
     if not prefixes:
         return []
     blocks = await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, within=prefixes)
-    return [block for block in blocks if read_scope(block.scope) is not None]
+    return [
+        shown(block)
+        for block in blocks
+        if read_scope(block.scope) is not None
+        and (not block.sensitive or _found_as_shown(shown(block), text.strip()))
+    ]

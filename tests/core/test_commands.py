@@ -136,7 +136,9 @@ def test_flags_without_values_repeated_or_misspelled_are_refused(text: str, prob
     assert isinstance(result, ParseError)
     assert result.message.startswith(problem), result.message
     assert "put -- after the label: /pin add <label> -- <content>" in result.message
-    assert result.message.endswith("Usage: /pin add <label> <content> [--pinned] [--priority <n>]")
+    assert result.message.endswith(
+        "Usage: /pin add <label> <content> [--pinned] [--priority <n>] [--sensitive]"
+    )
 
 
 def test_a_shared_flag_problem_shows_the_shared_forms() -> None:

@@ -199,6 +199,7 @@ async def test_agent_tools_set_get_delete(openai_bots: OpenAIBots, fake_openai: 
             "level": "strong",
             "state": "active",
             "priority": 50,
+            "sensitive": False,
         }
     ]
     assert second["messages"][-3]["tool_calls"][0]["function"]["name"] == "pin_set"

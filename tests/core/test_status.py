@@ -187,7 +187,7 @@ async def test_status_lists_every_block_sent_in_the_order_the_model_reads_them(
     await ask(bot, member, "/pin add mine My notes")
     await ask(bot, member, "/pin add gone Old notes")
     await ask(bot, member, "/pin idle gone")
-    status = text_of(await ask(bot, member, "/sticky"))
+    status = text_of(await ask(bot, member, "/pin status"))
     assert status.splitlines()[:7] == [
         "Sent with every request here, in the order the model reads them (characters of "
         "content; estimated tokens with the block's boundary lines):",

@@ -28,7 +28,7 @@ def test_every_set_offers_every_operation_once() -> None:
 def test_the_sticky_set_takes_exactly_the_documented_parameters() -> None:
     schemas = {s["function"]["name"]: s["function"]["parameters"] for s in STICKY_TOOLS.specs}
     assert {name: list(schema["properties"]) for name, schema in schemas.items()} == {
-        "sticky_set": ["key", "content", "priority", "pinned"],
+        "sticky_set": ["key", "content", "priority", "pinned", "sensitive"],
         "sticky_get": ["key"],
         "sticky_delete": ["key"],
     }

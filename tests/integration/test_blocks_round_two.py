@@ -73,8 +73,13 @@ async def test_status_view_and_sticky_alias(tmp_path: Path) -> None:
     )
     assert "This group's shared blocks: 1 of 20 blocks, 19 of 2,000 characters" in sticky
     assert "Every request here carries about " in sticky
-    # /pin shared status and /sticky shared show the shared scope alone, identically
-    assert shared_status == sticky_shared and "1. rule (shared" in shared_status
+    # /pin shared status and /sticky shared show the shared scope alone, /sticky shared with
+    # each block's first characters under it
+    assert "1. rule (shared" in shared_status and "   Keep answers short." in sticky_shared
+    without_previews = sticky_shared.replace("; under each, its first 120 characters", "").replace(
+        "\n   Keep answers short.", ""
+    )
+    assert shared_status == without_previews
     assert "Your personal blocks" not in shared_status and "mine" not in shared_status
 
 

@@ -480,16 +480,22 @@ async def test_sticky_shows_every_block_sent_then_idle_ones_then_the_totals(
     view = out[out.index("Sent with every request") :]
     assert view.splitlines() == [
         "Sent with every request here, in the order the model reads them (characters of "
-        "content; estimated tokens with the block's boundary lines):",
+        "content; estimated tokens with the block's boundary lines; under each, its first 120 "
+        "characters):",
         "In the system prompt (strong blocks):",
         "1. top (shared, strong, pinned, priority 100): 12 characters, about 25 tokens",
+        "   Safety first",
         "2. house (shared, strong, active, priority 0): 8 characters, about 25 tokens",
+        "   Be kind.",
         "With your message (context blocks):",
         "3. ref (shared, context, active, priority 0): 15 characters, about 26 tokens",
+        "   Reference notes",
         "4. mine (personal, context, active, priority 0): 8 characters, about 25 tokens",
+        "   My notes",
         "Idle, not sent:",
         "- gone (personal, context, idle, priority 0): deleted once 7 more days and 10 more "
         "model calls have passed, or in 30 days at the latest",
+        "   Old notes",
         "This group's shared blocks: 3 of 20 blocks, 35 of 900 characters (pins.max_total_chars).",
         "Your personal blocks in this group: 2 of 20 blocks, 17 of 900 characters "
         "(pins.max_total_chars).",
@@ -615,7 +621,7 @@ async def test_the_sticky_context_tools_by_their_documented_names(
     ]
     parameters = [tool["function"]["parameters"] for tool in offered]
     assert [list(p["properties"]) for p in parameters] == [
-        ["key", "content", "priority", "pinned"],
+        ["key", "content", "priority", "pinned", "sensitive"],
         ["key"],
         ["key"],
     ]
@@ -631,6 +637,7 @@ async def test_the_sticky_context_tools_by_their_documented_names(
             "content": safety,
             "priority": 100,
             "pinned": True,
+            "sensitive": False,
             "level": "strong",
             "state": "pinned",
         },
@@ -639,6 +646,7 @@ async def test_the_sticky_context_tools_by_their_documented_names(
             "content": task,
             "priority": 50,
             "pinned": False,
+            "sensitive": False,
             "level": "strong",
             "state": "active",
         },
@@ -653,7 +661,7 @@ async def test_the_sticky_context_tools_by_their_documented_names(
     assert [slot["key"] for slot in json.loads(one)] == ["safety-rules"]
     assert no_level == (
         "Refused: invalid arguments for sticky_set: level: unknown parameter; sticky_set takes "
-        "key, content, priority, pinned"
+        "key, content, priority, pinned, sensitive"
     )
     assert other_name == "Refused: there is no tool named 'pin_set'."
     assert await stored(tmp_path, "console:direct:42") == [

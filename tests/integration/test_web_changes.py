@@ -237,3 +237,54 @@ async def test_a_shared_blocks_history_shows_each_change_and_restores_a_version(
     assert await shared(bot) == [("rules", "Be kind.", "context", "active", 0)]
     log = await said(bot, "/pin shared log")
     assert "web · add context 'rules'" in log  # the restore is logged as the page's change
+
+
+async def test_sensitive_shared_blocks_are_masked_unless_the_operator_opens_the_raw_view(
+    start: Start, fake_openai: FakeOpenAI
+) -> None:
+    page, base, bot = await start()
+    secret = "10.20.30.40"
+    await said(bot, f"/pin shared add vpn The gateway is {secret} --sensitive")
+    await said(bot, f"/pin shared edit vpn The gateway is {secret}, port 51820")
+    await page.goto(f"{base}/scope/{GROUP}")
+    vpn = 'form.edit[data-label="vpn"]'
+    assert secret not in await page.inner_text("main")
+    assert "[ip]" in await page.inner_text("#shared")
+    assert await page.locator(f"{vpn} textarea").count() == 0  # nothing masked to save back
+    # Saving its other fields keeps the content whole.
+    await page.fill(f"{vpn} input[name=priority]", "3")
+    await submit(page, f"{vpn} button")
+    (block,) = [b for b in await bot.store.blocks([GROUP]) if b.label == "vpn"]
+    assert (block.content, block.priority, block.sensitive) == (
+        f"The gateway is {secret}, port 51820",
+        3,
+        True,
+    )
+    async with page.expect_navigation():
+        await page.click(f"{vpn} a.history")
+    assert secret not in await page.inner_text("main")
+    async with page.expect_navigation():
+        await page.click("#open-raw")
+    assert secret in await page.inner_text("#version-1") and await page.is_visible("#raw-view")
+    await page.goto(f"{base}/scope/{GROUP}")
+    async with page.expect_navigation():
+        await page.click("#open-raw")
+    assert secret in await page.inner_text("#shared")
+    await model_sees(bot, fake_openai)
+    assert secret not in str(fake_openai.messages())
+    # The operator may take it back (as /pin shared sensitive vpn off), and add sensitive blocks.
+    await page.uncheck(f"{vpn} input[name=sensitive]")
+    await submit(page, f"{vpn} button")
+    await model_sees(bot, fake_openai)
+    assert secret in str(fake_openai.messages())
+    await page.fill("#add input[name=label]", "db")
+    await page.fill("#add textarea", "The database is db.internal.example.com:5432")
+    await page.check("#add input[name=sensitive]")
+    await submit(page, "#add button")
+    await model_sees(bot, fake_openai)
+    assert "example.com:5432" not in str(fake_openai.messages())
+    # The group's log, which every member reads, keeps only the masked text of sensitive ones.
+    log = await said(bot, "/pin shared log 20")
+    assert "example.com:5432" not in log and "[host:port]" in log
+    found = await (await page.context.request.get(f"{base}/search?q=example.com")).text()
+    assert "example.com:5432" not in found

@@ -220,3 +220,39 @@ async def test_cli_import_refuses_scope_keys_the_bot_never_reads(tmp_path: Path)
         assert "1 problem(s); nothing was imported" in out
     async with await Store.open(db) as store:
         assert await store.export_scopes() == {}
+
+
+async def test_an_export_masks_sensitive_blocks_unless_raw(
+    make_bot: BotFactory, store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    bot = make_bot()
+    await ask(bot, dm(), "/pin add creds API_KEY=abc123 ssh root@10.0.0.1 --sensitive")
+    await ask(bot, dm(), "/pin edit creds API_KEY=def456 ssh root@10.0.0.2")
+    source = tmp_path / "pins.sqlite3"
+    code, out, err = await run_cli("export", "--with-history", db=source)
+    assert code == 0, err
+    masked = json.loads(out)
+    assert masked["redacted"] is True
+    (block,) = masked["scopes"]["console:direct:42"]["blocks"]
+    assert (block["content"], block["sensitive"]) == ("API_KEY=[secret] ssh [ssh-target]", True)
+    assert "abc123" not in out and "def456" not in out and "10.0.0" not in out
+    # An import of it would store the placeholders: refused, nothing written.
+    target = tmp_path / "other" / "target.sqlite3"
+    file = tmp_path / "masked.json"
+    file.write_text(out, encoding="utf-8")
+    code, out, _ = await run_cli("import", str(file), db=target)
+    assert code == 1 and "this export was made without --raw" in out
+    code, out, err = await run_cli("export", "--with-history", "--raw", "-o", str(file), db=source)
+    assert code == 0, err
+    raw = json.loads(file.read_text(encoding="utf-8"))
+    assert "redacted" not in raw
+    (block,) = raw["scopes"]["console:direct:42"]["blocks"]
+    assert (block["content"], block["sensitive"]) == ("API_KEY=def456 ssh root@10.0.0.2", True)
+    code, out, _ = await run_cli("import", str(file), db=target)
+    assert code == 0 and "imported 1 block(s)" in out
+    async with await Store.open(target) as copy:
+        (copied,) = await copy.blocks(["console:direct:42"])
+        assert copied.sensitive and copied.content == "API_KEY=def456 ssh root@10.0.0.2"
+        edit, _ = await copy.versions("console:direct:42", "creds")
+        assert edit.before is not None and edit.before.sensitive
+        assert edit.before.content == "API_KEY=abc123 ssh root@10.0.0.1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +16,20 @@ import pytest
 from storage import Store, search
 from storage.dialect import Database, connect
 from storage.errors import SchemaTooNew
-from storage.models import ChangeKind, Channel, Level, State, UsageTotals
+from storage.models import (
+    BlockChange,
+    BlockState,
+    Change,
+    ChangeKind,
+    Channel,
+    Level,
+    Limits,
+    Seen,
+    State,
+    UsageTotals,
+    Wanted,
+    label_key,
+)
 from storage.schema import LATEST, STEPS, migrate
 from storage.suggestions import NewSuggestion
 from tests.pg import PgCluster, fresh_database
@@ -273,4 +287,32 @@ async def test_a_database_of_1c7eede_upgrades_and_its_pending_proposals_keep_the
         fresh, stale = await store.pending_proposals(group)
         assert fresh.new.base_version == marks["deadline"] != ""
         assert stale.new.base_version is None
+        assert await store.integrity_ok()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_database_of_1c7eede_gets_sensitive_blocks_with_nothing_of_its_own_sensitive(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Step 17: every block and version of the release stays as it was, none sensitive; a
+    block then made sensitive records the flag in its version, which brings it back."""
+    cluster = request.getfixturevalue("pg_cluster") if backend == "postgres" else None
+    async with await _release_store(backend, tmp_path, cluster, "1c7eede") as store:
+        blocks, marks = await store.scope_now("telegram:direct:42")
+        assert blocks and not any(block.sensitive for block in blocks)
+        versions = await store.versions("telegram:direct:42", "notes")
+        assert all(v.before is None or not v.before.sensitive for v in versions)
+        block = blocks[0]
+        state = BlockState.of(block)
+        change = BlockChange(
+            block.scope,
+            (Wanted(block.label, replace(state, sensitive=True)),),
+            Change("42", Channel.COMMAND),
+            {label_key(block.label): Seen(block, marks[label_key(block.label)])},
+        )
+        await store.apply_change(change, now=NOW, limits=Limits(20))
+        (now,) = [b for b in await store.blocks([block.scope]) if b.label == block.label]
+        assert now.sensitive and now.content == block.content
+        newest = (await store.versions(block.scope, block.label))[0]
+        assert (newest.kind, newest.detail, newest.before) == (ChangeKind.SENSITIVE, "on", state)
         assert await store.integrity_ok()

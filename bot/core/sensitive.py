@@ -1,0 +1,37 @@
+"""What is seen of a sensitive block: the store keeps it whole, and everything that shows or sends
+it — the model's request, the tools' reads, listings, the web page, exports — goes through here
+and gets it redacted (bot.core.redact). Only `/sticky raw` in a DM, the operator's raw view of
+the web page and `pinbot export --raw` read the stored text."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from bot.core.redact import redact
+from storage.models import Block, BlockState
+
+PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
+
+
+@functools.lru_cache(maxsize=4096)  # every turn sends the same sensitive blocks again
+def _redacted(text: str) -> str:
+    return redact(text)
+
+
+def shown_content(block: Block | BlockState) -> str:
+    """The content as readers and the model see it: redacted when the block is sensitive."""
+    return _redacted(block.content) if block.sensitive else block.content
+
+
+def shown(block: Block) -> Block:
+    """The block as readers and the model see it (the block itself unless it is sensitive)."""
+    if not block.sensitive:
+        return block
+    return dataclasses.replace(block, content=_redacted(block.content))
+
+
+def preview(block: Block, limit: int = PREVIEW_CHARS) -> str:
+    """The first limit characters of what is seen of the block, on one line."""
+    text = " ".join(shown_content(block).split())
+    return text if len(text) <= limit else text[:limit] + "…"
