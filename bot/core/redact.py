@@ -43,11 +43,18 @@ _SECRET_WORD = (
 
 @dataclass(frozen=True, slots=True)
 class _Kind:
-    """One kind of sensitive span: its pattern, and what a match becomes."""
+    """One kind of sensitive span: its pattern, what a match becomes, and a cheap sign without
+    which the pattern cannot match (so ordinary text skips the costly search)."""
 
     name: str
     pattern: re.Pattern[str]
     replace: Callable[[re.Match[str]], str]
+    sign: re.Pattern[str] | None = None
+
+    def mask(self, text: str) -> str:
+        if self.sign is not None and not self.sign.search(text):
+            return text
+        return self.pattern.sub(self.replace, text)
 
 
 def _fixed(placeholder: str) -> Callable[[re.Match[str]], str]:
@@ -86,6 +93,10 @@ def _ipv6(match: re.Match[str]) -> str:
     return HOST_PORT if match.group("port") else IP
 
 
+_AT = re.compile("@")
+_QUAD = re.compile(r"\d\.\d+\.\d+\.\d")
+_SK = re.compile("sk-")
+
 _KINDS: tuple[_Kind, ...] = (
     # The Sticky Context design's tokens first (named as tokens), then every credential shape
     # whole (a private key block, a cloud key).
@@ -93,8 +104,9 @@ _KINDS: tuple[_Kind, ...] = (
         "bearer token",
         re.compile(r"\b(?P<name>Bearer)(?P<sep>\s+)[A-Za-z0-9._~+/=-]{8,}"),
         _keep_name(TOKEN),
+        re.compile("Bearer"),
     ),
-    _Kind("sk- token", re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{12,}"), _fixed(TOKEN)),
+    _Kind("sk- token", re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{12,}"), _fixed(TOKEN), _SK),
     _Kind("ghp_ token", re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{12,}"), _fixed(TOKEN)),
     *(
         _Kind(f"credential: {name}", pattern, _fixed(SECRET))
@@ -107,29 +119,34 @@ _KINDS: tuple[_Kind, ...] = (
             rf"(?<![\w$])(?P<name>{_ENV_NAME})(?P<sep>=)(?!\[)(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)"
         ),
         _keep_name(SECRET),
+        re.compile(r"[A-Z0-9]="),
     ),
     _Kind(
         "secret assignment",
         re.compile(
-            rf"(?i)(?<![\w$])(?P<name>[\w.-]*{_SECRET_WORD})(?P<sep>\s*[:=]\s*)(?!\[)"
+            # Starts only where a name starts (not inside one), so a long text is read once.
+            rf"(?i)(?<![\w$.-])(?P<name>[\w.-]*{_SECRET_WORD})(?P<sep>\s*[:=]\s*)(?!\[)"
             r"(?:\"[^\"\n]+\"|'[^'\n]+'|(?=[^\s\"',;]*[\d!@#$%^&*_+/~-])[^\s\"',;]{3,}"
             r"|[^\s\"',;]{12,})"
         ),
         _keep_name(SECRET),
+        re.compile(rf"(?i){_SECRET_WORD}"),
     ),
     _Kind(
         "ssh target at an address",
         re.compile(rf"\b{_USER}@{_IPV4}(?::{_PORT})?\b"),
         _fixed(SSH_TARGET),
+        _AT,
     ),
-    _Kind("e-mail address", re.compile(rf"\b{_USER}@{_HOST}\b"), _fixed(EMAIL)),
+    _Kind("e-mail address", re.compile(rf"\b{_USER}@{_HOST}\b"), _fixed(EMAIL), _AT),
     _Kind(
         "ssh target",
         re.compile(rf"(?<![\w@]){_USER}@[A-Za-z0-9][A-Za-z0-9-]*\b(?!\.\w)"),
         _fixed(SSH_TARGET),
+        _AT,
     ),
-    _Kind("ipv4:port", re.compile(rf"{_IPV4_ALONE}:{_PORT}\b"), _fixed(HOST_PORT)),
-    _Kind("ipv4", re.compile(_IPV4_ALONE), _fixed(IP)),
+    _Kind("ipv4:port", re.compile(rf"{_IPV4_ALONE}:{_PORT}\b"), _fixed(HOST_PORT), _QUAD),
+    _Kind("ipv4", re.compile(_IPV4_ALONE), _fixed(IP), _QUAD),
     _Kind(
         "ipv6",
         re.compile(
@@ -137,16 +154,19 @@ _KINDS: tuple[_Kind, ...] = (
             r"|(?P<bare>(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}))(?![\w:])"
         ),
         _ipv6,
+        re.compile(r"[0-9A-Fa-f]:[0-9A-Fa-f]*:"),
     ),
     _Kind(
         "host:port",
         re.compile(rf"(?<![\w.@-])(?:{_HOST}|localhost):{_PORT}\b(?!\.\d)"),
         _fixed(HOST_PORT),
+        re.compile(r"[A-Za-z]:\d"),
     ),
     _Kind(
         "long hex or base64",
         re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{32,}={0,2}(?![\w+/=-])"),
         _random_looking,
+        re.compile(r"[A-Za-z0-9+/_-]{32}"),
     ),
 )
 
@@ -155,7 +175,7 @@ def redact(text: str) -> str:
     """The text with every sensitive span replaced by its kind's placeholder; text without one
     comes back unchanged, and redacting a redacted text changes nothing."""
     for kind in _KINDS:
-        text = kind.pattern.sub(kind.replace, text)
+        text = kind.mask(text)
     return text
 
 
@@ -164,7 +184,7 @@ def sensitive_kinds(text: str) -> list[str]:
     operator's raw view, which says what a block's redacted form hides)."""
     found: list[str] = []
     for kind in _KINDS:
-        redacted = kind.pattern.sub(kind.replace, text)
+        redacted = kind.mask(text)
         if redacted != text:
             found.append(kind.name)
             text = redacted
