@@ -104,6 +104,14 @@ class SuggestionStore(Protocol):
         )
         return None if row is None else _suggestion(row)
 
+    async def suggestion_at(self, scope: str, chat: str, message_id: str) -> bool:
+        """Whether a message (chat and id) shows one of a scope's suggestions."""
+        row = await self._db.fetchrow(
+            "SELECT 1 FROM suggestions WHERE scope = ? AND chat = ? AND message_id = ?",
+            *(scope, chat, message_id),
+        )
+        return row is not None
+
     async def open_suggestions(self, scope: str) -> list[Suggestion]:
         """A scope's pending suggestions (expired ones too, until marked) and dismissed ones,
         oldest first: what a new suggestion may not repeat."""

@@ -255,6 +255,17 @@ class Suggestions:
             )
         return True
 
+    async def shows(self, scope: str, number: int | None, message: Sent) -> bool:
+        """Whether message is the one that shows suggestion number of scope (with None: any
+        of its suggestions)."""
+        if number is None:
+            return await self._store.suggestion_at(scope, message.chat, message.message_id)
+        suggestion = await self._store.suggestion(scope, number)
+        return suggestion is not None and (suggestion.chat, suggestion.message_id) == (
+            message.chat,
+            message.message_id,
+        )
+
     async def _post(self, chat: str, reply: Reply) -> Sent | None:
         if self.messenger is None or not chat:
             return None

@@ -602,7 +602,8 @@ async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
     model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
     short = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
     try:
-        bot = await start_feishu(model=model, llm=llm, chat=short)
+        pins = {"enable_in_group": True}
+        bot = await start_feishu(model=model, llm=llm, chat=short, pins=pins)
         for number in (1, 2, 3):
             await bot.send(receive_event(f"message {number}"))
         tea = {"label": "tea", "content": "Drinks green tea, no sugar.", "reason": "said so"}
@@ -619,6 +620,21 @@ async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
             {"pinbot": "pinbot:suggestion:pin:1"},
             {"pinbot": "pinbot:suggestion:dismiss:1"},
         ]
+        # The card action does not say what kind of chat it comes from, and the button's data
+        # is no proof: a tap in a group (on a copy of the card), or on another message of the
+        # DM, does nothing.
+        toasts = []
+        for chat_id, message_id in (("oc_group", "om_sent_1"), ("oc_chat1", "om_other")):
+            elsewhere = card_action(
+                buttons[0]["value"], open_id="ou_user1", chat_id=chat_id, message_id=message_id
+            )
+            status, answer = await bot.post(elsewhere)
+            assert status == 200 and answer["toast"]["type"] == "warning"
+            toasts.append(answer["toast"]["content"])
+        assert toasts == ["This button does nothing here."] * 2
+        await bot.frontend.idle()
+        assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []
+        assert fake_feishu.card_updates == []
         tapped = card_action(
             buttons[0]["value"], open_id="ou_user1", chat_id="oc_chat1", message_id="om_sent_1"
         )
