@@ -146,9 +146,16 @@ class Proposals:
         )
 
     async def _post(self, chat: str, proposal: Proposal) -> None:
+        """Post the proposal message; a platform's failure costs the message only (the
+        proposal stays listed by /pin shared proposals), never the turn that made it."""
         if self.messenger is None:
             return
-        sent = await self.messenger.send(chat, self.shown(proposal))
+        try:
+            sent = await self.messenger.send(chat, self.shown(proposal))
+        except Exception as error:  # any platform's failure: core knows none of their errors
+            # The error's type only: what a platform says may quote the message.
+            log.warning("posting proposal #%d failed (%s)", proposal.number, type(error).__name__)
+            return
         if sent is not None:
             await self._store.set_proposal_message(
                 proposal.new.group_scope, proposal.number, sent.chat, sent.message_id

@@ -267,9 +267,17 @@ class Suggestions:
         )
 
     async def _post(self, chat: str, reply: Reply) -> Sent | None:
+        """Post in chat; None when nothing could be posted. A platform's failure costs the
+        message only (the suggestion stays listed by /pin suggestions), never the turn or the
+        summary that the compaction is making."""
         if self.messenger is None or not chat:
             return None
-        return await self.messenger.send(chat, reply)
+        try:
+            return await self.messenger.send(chat, reply)
+        except Exception as error:  # any platform's failure: core knows none of their errors
+            # The error's type only: what a platform says may quote the message.
+            log.warning("posting a pin suggestion message failed (%s)", type(error).__name__)
+            return None
 
     # --- showing --------------------------------------------------------------------------------
 
@@ -371,5 +379,14 @@ class Suggestions:
         if not suggestion.message_id or self.messenger is None:
             return
         sent = Sent(suggestion.chat or "", suggestion.message_id)
-        if not await self.messenger.edit(sent, reply):
+        try:
+            edited = await self.messenger.edit(sent, reply)
+        except Exception as error:  # the decision stands; its message only is not updated
+            log.warning(
+                "updating the message of suggestion #%d failed (%s)",
+                suggestion.number,
+                type(error).__name__,
+            )
+            return
+        if not edited:
             log.warning("could not update the message of suggestion #%d", suggestion.number)

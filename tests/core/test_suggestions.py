@@ -329,3 +329,36 @@ async def test_the_budget_holds_the_suggestion_call(
         "console", "42", "2026-01-01", "2026-01-01", compaction=True
     )
     assert (usage.calls, part.calls, part.billed_tokens) == (4, 1, 60)
+
+
+class Failing(Posted):
+    """A platform that fails every post and every edit."""
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        raise ConnectionError(f"cannot post {reply.text}")
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        raise ConnectionError(f"cannot edit {reply.text}")
+
+
+async def test_a_platform_that_fails_to_post_costs_neither_the_turn_nor_the_suggestions(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    pins = {"enable_in_group": True, "suggest_on_compaction": "all"}
+    bot = await openai_bots(chat=SHORT, pins=pins)
+    bot.use_messenger(Failing())
+    await chat_until_compaction(bot)
+    fake_openai.script = [compacted(DIET), completion("answer 4")]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+        assert text_of(await ask(bot, dm(), "/pin dismiss 1")).startswith("Dismissed")
+    assert "Vegetarian" not in caplog.text
+    # In a group the proposal is made and listed all the same.
+    member = group("42")
+    await chat_until_compaction(bot, member)
+    deadline = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed"}
+    fake_openai.script = [compacted(deadline), completion("answer 4")]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, member, "message 4")) == "answer 4"
+    assert "Release on Friday." in text_of(await ask(bot, member, "/pin shared proposals"))
+    assert "Release on Friday" not in caplog.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 from collections.abc import AsyncIterator
@@ -649,5 +650,39 @@ async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
         assert update["message_id"] == "om_sent_1"
         assert len(json.loads(update["content"])["elements"]) == 1  # the buttons are gone
         assert card_text(update["content"]).endswith("Pinned: saved.")
+    finally:
+        await server.stop()
+
+
+async def test_a_suggestion_card_feishu_fails_to_post_costs_neither_the_turn_nor_the_summary(
+    start_feishu: Any,
+    fake_feishu: FakeFeishu,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = {**agent_llm(server.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    short = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    try:
+        bot = await start_feishu(model=model, llm=llm, chat=short)
+        for number in (1, 2, 3):
+            await bot.send(receive_event(f"message {number}"))
+        tea = {"label": "tea", "content": "Drinks green tea, no sugar.", "reason": "said so"}
+        server.script = [
+            tool_calls(("compact_history", {"summary": "They talked.", "suggestions": [tea]})),
+            completion("answer 4"),
+        ]
+        fake_feishu.post_failures.append(500)
+        with caplog.at_level(logging.WARNING):
+            assert (await bot.send(receive_event("message 4")))[-1] == "answer 4"
+        assert fake_feishu.posted == []
+        failed = [r.getMessage() for r in caplog.records if "pin suggestion" in r.getMessage()]
+        assert failed == ["posting a pin suggestion message failed (FeishuApiError)"]
+        # The summary took the place of the oldest turns; the suggestion waits all the same.
+        assert server.requests[-1]["messages"][1]["content"].endswith("They talked.")
+        listed = await bot.send(receive_event("/pin suggestions"))
+        assert "#1 tea: Drinks green tea, no sugar. (why: said so)" in listed[-1]
     finally:
         await server.stop()
