@@ -362,3 +362,70 @@ async def test_a_platform_that_fails_to_post_costs_neither_the_turn_nor_the_sugg
         assert text_of(await ask(bot, member, "message 4")) == "answer 4"
     assert "Release on Friday." in text_of(await ask(bot, member, "/pin shared proposals"))
     assert "Release on Friday" not in caplog.text
+
+
+# OpenAI's context-length 400 names "functions" when the request offers tools.
+CONTEXT_LENGTH = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+    "9000 tokens (8800 in the messages, 200 in the functions). Please reduce the length of the "
+    "messages or functions."
+)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        CONTEXT_LENGTH,
+        "The response was filtered due to the prompt triggering Azure OpenAI's content "
+        "management policy (the functions are fine).",
+        "Input tokens exceed the configured limit of 4096 tokens for tools and messages "
+        "(context window).",
+    ],
+)
+async def test_an_error_that_is_not_about_tools_leaves_tools_on(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture, said: str
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    fake_openai.refuse_tools = said
+    fake_openai.script = [completion("answer 4")]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+    assert not [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    assert [r for r in caplog.records if "dropping old turns" in r.getMessage()]
+    # The next compaction offers the tool again.
+    fake_openai.refuse_tools = None
+    await ask(bot, dm(), "message 5")
+    fake_openai.script = [compacted(DIET), completion("answer 6")]
+    await ask(bot, dm(), "message 6")
+    assert compaction_requests(fake_openai)[-1]["tools"][0]["function"]["name"] == COMPACT_TOOL
+    assert len(posted.with_buttons()) == 1
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        TOOLS_REFUSED,
+        "tool_choice param requires --jinja flag",
+        "registry.ollama.ai/library/gemma:2b does not support tools",
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+        "Unrecognized request argument supplied: tools",
+        "Function calling is not enabled for this model",
+    ],
+)
+async def test_a_refusal_of_tools_turns_them_off_for_compaction(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture, said: str
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    fake_openai.refuse_tools = said
+    fake_openai.script = [
+        completion("They talked."),
+        completion(json.dumps([DIET])),
+        completion("answer 4"),
+    ]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+    assert [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    assert len(posted.with_buttons()) == 1
+    assert fake_openai.messages()[1]["content"].endswith("They talked.")
