@@ -67,7 +67,7 @@ class Compaction:
         alone (the server refuses tools, or the answer could not be read)."""
         most = self._config.pins.suggest_max
         try:
-            reply = await self._call(context, compaction_request(entries, most))
+            reply = await self._call(context, compaction_request(entries, most, group=place.group))
         except ToolsRefused as refused:
             self.tools = False
             log.warning(
@@ -88,7 +88,7 @@ class Compaction:
 
     async def _alone(self, context: MessageContext, place: Place, entries: Entries) -> None:
         """Suggestions in one call of their own; a failure costs the suggestions only."""
-        request = alone_request(entries, self._config.pins.suggest_max)
+        request = alone_request(entries, self._config.pins.suggest_max, group=place.group)
         try:
             reply = await self._call(context, request)
         except (ModelError, BudgetUsedUp) as error:

@@ -429,3 +429,29 @@ async def test_a_refusal_of_tools_turns_them_off_for_compaction(
     assert [r for r in caplog.records if "refuses tools" in r.getMessage()]
     assert len(posted.with_buttons()) == 1
     assert fake_openai.messages()[1]["content"].endswith("They talked.")
+
+
+async def test_a_group_is_asked_for_the_groups_facts_and_a_dm_for_the_users(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    pins = {"enable_in_group": True, "suggest_on_compaction": "all"}
+    bot, _ = await suggesting_bot(openai_bots, pins=pins)
+    await chat_until_compaction(bot, group("42"))
+    await ask(bot, group("42"), "message 4")
+    await chat_until_compaction(bot)
+    await ask(bot, dm(), "message 4")
+    # A server without tools: the group's call of its own says the same.
+    fake_openai.refuse_tools = TOOLS_REFUSED
+    await chat_until_compaction(bot, group("42", chat="-100999"))
+    await ask(bot, group("42", chat="-100999"), "message 4")
+    texts = [r["messages"][0]["content"] for r in compaction_requests(fake_openai)]
+    # The group's and the DM's combined calls; then the refused one, the summary alone, and
+    # the suggestions' call of its own.
+    in_group, in_dm, refused, _, group_alone = texts
+    assert group_alone.startswith("You read a chat")
+    for text in (in_group, refused, group_alone):
+        assert "the group's decisions, conventions" in text
+        assert "Never a fact about one person" in text
+        assert "the user's lasting preferences" not in text
+    assert "the user's lasting preferences, facts about them" in in_dm
+    assert "the group's decisions" not in in_dm
