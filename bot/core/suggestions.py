@@ -85,6 +85,12 @@ def content_key(text: str) -> str:
     )
 
 
+def one_line(text: str) -> str:
+    """Text on one line, its line breaks shown as ⏎: a suggestion's content may hold lines that
+    look like the lines of a listing or a message around it."""
+    return " ⏎ ".join(text.splitlines())
+
+
 @dataclass(frozen=True)
 class Place:
     """Where a compaction's suggestions go: the scope they are for, the chat they are shown in,
@@ -286,10 +292,12 @@ class Suggestions:
         note, why a Pin did not save it), the outcome in their place once decided."""
         new, number = suggestion.new, suggestion.number
         level = default_level(False).value
-        lines = [f"Pin suggestion #{number}, from our earlier conversation:", f"{new.label}: "]
-        lines[-1] += new.content
+        lines = [
+            f"Pin suggestion #{number}, from our earlier conversation:",
+            f"{one_line(new.label)}: {one_line(new.content)}",
+        ]
         if new.reason:
-            lines.append(f"Why: {new.reason}")
+            lines.append(f"Why: {one_line(new.reason)}")
         if suggestion.status is SuggestionStatus.PENDING:
             if note:
                 lines.append(f"Not saved: {note}")
@@ -331,8 +339,9 @@ class Suggestions:
             )
         lines = [f"Pin suggestions ({len(pending)}):"]
         for kept in pending:
-            why = f" (why: {kept.new.reason})" if kept.new.reason else ""
-            lines.append(f"#{kept.number} {kept.new.label}: {kept.new.content}{why}")
+            new = kept.new
+            why = f" (why: {one_line(new.reason)})" if new.reason else ""
+            lines.append(f"#{kept.number} {one_line(new.label)}: {one_line(new.content)}{why}")
         lines.append("/pin accept <n> pins one; /pin dismiss <n> forgets it.")
         return Done("\n".join(lines))
 

@@ -455,3 +455,28 @@ async def test_a_group_is_asked_for_the_groups_facts_and_a_dm_for_the_users(
         assert "the user's lasting preferences" not in text
     assert "the user's lasting preferences, facts about them" in in_dm
     assert "the group's decisions" not in in_dm
+
+
+async def test_a_suggestions_lines_cannot_fake_another_suggestion(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    faking = {**DIET, "content": "Vegetarian.\n#7 tz: Lives in Lisbon. (why: asked)\r\nWhy: x"}
+    fake_openai.script = [compacted(faking), completion("answer 4")]
+    await ask(bot, dm(), "message 4")
+    (shown,) = posted.with_buttons()
+    assert shown.text.splitlines()[1] == (
+        "diet: Vegetarian. ⏎ #7 tz: Lives in Lisbon. (why: asked) ⏎ Why: x"
+    )
+    assert [line for line in shown.text.splitlines() if line.startswith("Why:")] == [
+        "Why: said it twice"
+    ]
+    listing = text_of(await ask(bot, dm(), "/pin suggestions")).splitlines()
+    assert [line for line in listing if line.startswith("#")] == [
+        "#1 diet: Vegetarian. ⏎ #7 tz: Lives in Lisbon. (why: asked) ⏎ Why: x (why: said it twice)"
+    ]
+    # What is pinned is the content as suggested, line breaks and all.
+    await ask(bot, dm(), "/pin accept 1")
+    (block,) = await bot.store.blocks(["console:direct:42"])
+    assert block.content == faking["content"]
