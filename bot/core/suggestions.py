@@ -7,10 +7,11 @@ that scope. In a group (`pins.suggest_on_compaction: all`) suggestions become pr
 shared admins (bot.core.proposals); nothing personal is suggested there.
 
 A suggestion is shown only when it is good: not a block of the scope again (the same label, or
-the same content up to case, spacing and punctuation), not pending or dismissed already (in a
-group: not a proposal pending or rejected), not a credential, meeting the label and content
-rules; at most `pins.suggest_max` per compaction, none while the scope is at its block limit or
-character budget (said once); each expires after `pins.proposal_ttl_hours`.
+the same content up to case, spacing, punctuation, symbols and invisible characters), not
+pending or dismissed already (in a group: not a proposal pending or rejected), not a
+credential, meeting the label and content rules; at most `pins.suggest_max` per compaction,
+none while the scope is at its block limit or character budget (said once); each expires after
+`pins.proposal_ttl_hours`.
 """
 
 from __future__ import annotations
@@ -75,14 +76,11 @@ def is_tap(data: str) -> bool:
 
 
 def content_key(text: str) -> str:
-    """Content as suggestions compare it: width and case folded, without spacing and
-    punctuation."""
+    """Content as suggestions compare it: width and case folded, letters, digits and their
+    marks only (no spacing, punctuation, symbols such as ` or emoji, or invisible format
+    characters such as a zero-width space or a soft hyphen)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(
-        char
-        for char in folded
-        if not char.isspace() and not unicodedata.category(char).startswith("P")
-    )
+    return "".join(char for char in folded if unicodedata.category(char)[0] in "LNM")
 
 
 def one_line(text: str) -> str:
@@ -205,11 +203,12 @@ class Suggestions:
             contents.update(map(content_key, await self._store.rejected_contents(place.scope)))
         else:
             for kept in await self._store.open_suggestions(place.scope):
+                # Compared as content_key compares now, not as it did when they were stored.
                 if kept.status is SuggestionStatus.DISMISSED:
-                    contents.add(kept.new.content_key)
+                    contents.add(content_key(kept.new.content))
                 elif self._clock() < kept.expires_at:
                     labels.add(label_key(kept.new.label))
-                    contents.add(kept.new.content_key)
+                    contents.add(content_key(kept.new.content))
         good = []
         for candidate in candidates:
             if problem := self._problem(candidate):

@@ -143,7 +143,10 @@ async def test_dismiss_changes_nothing_and_the_content_is_not_suggested_again(
     # spacing): nothing is shown.
     await ask(bot, dm(), "message 5")
     same = {**DIET, "label": "food", "content": "vegetarian  eats no FISH"}
-    fake_openai.script = [compacted(same), completion("answer 6")]
+    # Nor with invisible characters (a zero-width space, a soft hyphen) or symbols around it.
+    hidden = {**DIET, "label": "meals", "content": "Vege\u200btar\u00adian; eats no fish."}
+    quoted = {**DIET, "label": "eats", "content": "`Vegetarian` 🥗 eats no fish"}
+    fake_openai.script = [compacted(same, hidden, quoted), completion("answer 6")]
     await ask(bot, dm(), "message 6")
     assert len(compaction_requests(fake_openai)) == 2
     assert len(posted.with_buttons()) == 0
