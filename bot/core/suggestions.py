@@ -196,6 +196,8 @@ class Suggestions:
         blocks = await self._store.blocks([place.scope])
         labels = {label_key(block.label) for block in blocks}
         contents = {content_key(block.content) for block in blocks}
+        budget = self._ops.policy.limits.max_total_chars
+        room = budget - sum(len(block.content) for block in blocks) if budget else None
         if place.group:
             for proposal in await self._store.pending_proposals(place.scope):
                 labels.add(label_key(proposal.new.label))
@@ -213,6 +215,10 @@ class Suggestions:
         for candidate in candidates:
             if problem := self._problem(candidate):
                 log.info("a suggestion for %s was left out: %s", place.scope, problem)
+                continue
+            if room is not None and len(candidate.content) > room:
+                # A Pin could never save it while the blocks stay as they are.
+                log.info("a suggestion for %s was left out: over pins.max_total_chars", place.scope)
                 continue
             label, key = label_key(candidate.label), content_key(candidate.content)
             if label in labels or key in contents:

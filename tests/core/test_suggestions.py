@@ -483,3 +483,17 @@ async def test_a_suggestions_lines_cannot_fake_another_suggestion(
     await ask(bot, dm(), "/pin accept 1")
     (block,) = await bot.store.blocks(["console:direct:42"])
     assert block.content == faking["content"]
+
+
+async def test_a_suggestion_that_cannot_fit_the_character_budget_is_not_shown(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots, pins={"max_total_chars": 40})
+    await ask(bot, dm(), "/pin add note Twenty characters!!")  # 19 of 40: room for 21
+    await chat_until_compaction(bot)
+    short = {"label": "fish", "content": "Eats no fish at all.", "reason": "said so"}
+    fake_openai.script = [compacted(DIET, short), completion("answer 4")]
+    await ask(bot, dm(), "message 4")
+    (shown,) = posted.with_buttons()
+    assert "fish: Eats no fish at all." in shown.text
+    assert text_of(await ask(bot, dm(), "/pin accept 1")) == "Saved strong block 'fish'."
