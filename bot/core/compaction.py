@@ -44,7 +44,9 @@ class Compaction:
         `drop`); suggestions are offered on the way. ModelError or BudgetUsedUp when the
         summary's call fails or a budget stops it."""
         place = self._suggestions.place(context)
-        if place is not None and not await self._suggestions.has_room(place):
+        if place is None:
+            await self._suggestions.not_here(context)
+        elif not await self._suggestions.has_room(place):
             place = None
         if self._config.chat.compaction == "drop":
             if place is not None:

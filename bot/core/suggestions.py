@@ -133,6 +133,26 @@ class Suggestions:
             return Place(conversation.shared_scope, chat, group=True)
         return None
 
+    async def not_here(self, context: MessageContext) -> None:
+        """Drop the note that suggestions wait for room where this chat's scope gets none at
+        all now (`pins.suggest_on_compaction` off, or `dm` in a group; blocks not sent to the
+        model): it would say something no longer true, and said once, it would not be said
+        again when they come back. Not for a sender without pins: that is theirs, not the
+        scope's."""
+        conversation, mode = context.conversation, self._pins.suggest_on_compaction
+        if not context.speaker.pins_on:
+            return
+        if conversation.kind is ChatKind.GROUP:
+            scope, on = conversation.shared_scope, mode == "all"
+        elif conversation.kind is ChatKind.DIRECT:
+            scope, on = conversation.personal_scope, mode != "off"
+        else:
+            return
+        if scope is None or (on and self._pins.allow_prompt_injection):
+            return
+        if FULL_NOTE in await self._store.notes(scope):
+            await self._store.set_note(scope, FULL_NOTE, None, now=self._clock())
+
     async def has_room(self, place: Place) -> bool:
         """Whether the scope can take a new block (below its block limit and character
         budget). When it cannot, the chat is told once (until it has room again)."""
@@ -151,16 +171,18 @@ class Suggestions:
         if not told:
             whose = "this group's shared blocks are" if place.group else "your blocks are"
             if len(blocks) >= limits.max_blocks:
-                why = f"{len(blocks)} of {limits.max_blocks}, pins.max_blocks_per_session"
+                setting = "pins.max_blocks_per_session"
+                now_at = f"{len(blocks)} of {limits.max_blocks}"
             else:
-                why = f"{chars:,} of {limits.max_total_chars:,} characters, pins.max_total_chars"
+                setting = "pins.max_total_chars"
+                now_at = f"{chars:,} of {limits.max_total_chars:,} characters"
             pin = "/pin shared" if place.group else "/pin"
-            text = (
-                f"No pins are suggested from the conversation while {whose} full ({why}). "
-                f"Remove one with {pin} remove <label> to get suggestions again."
-            )
-            await self._store.set_note(place.scope, FULL_NOTE, text, now=now)
-            await self._post(place.chat, Reply(text))
+            remove = f"Remove one with {pin} remove <label> to get suggestions again."
+            said = f"No pins are suggested from the conversation while {whose} full"
+            # The note stays until the next compaction finds room: no figure to go stale.
+            note = f"{said} ({setting}). {remove}"
+            await self._store.set_note(place.scope, FULL_NOTE, note, now=now)
+            await self._post(place.chat, Reply(f"{said} ({now_at}, {setting}). {remove}"))
         return False
 
     # --- checking and offering --------------------------------------------------------------

@@ -497,3 +497,39 @@ async def test_a_suggestion_that_cannot_fit_the_character_budget_is_not_shown(
     (shown,) = posted.with_buttons()
     assert "fish: Eats no fish at all." in shown.text
     assert text_of(await ask(bot, dm(), "/pin accept 1")) == "Saved strong block 'fish'."
+
+
+async def test_the_groups_full_note_has_no_figure_and_goes_when_suggestions_do(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    pins: dict[str, Any] = {
+        "enable_in_group": True,
+        "group_shared_admin_ids": ["7"],
+        "suggest_on_compaction": "all",
+        "max_blocks_per_session": 1,
+    }
+    bot, posted = await suggesting_bot(openai_bots, pins=pins)
+    await ask(bot, group("7"), "/pin shared add rule Be kind.")
+    member = group("42")
+    await chat_until_compaction(bot, member)
+    await ask(bot, member, "message 4")
+    (said,) = [r.text for r in posted.messages.values()]
+    assert said.startswith(
+        "No pins are suggested from the conversation while this group's shared blocks are full "
+        "(1 of 1, pins.max_blocks_per_session)."
+    )
+    status = text_of(await ask(bot, member, "/pin status"))
+    assert (
+        "Note: No pins are suggested from the conversation while this group's shared blocks "
+        "are full (pins.max_blocks_per_session). Remove one with /pin shared remove <label> to "
+        "get suggestions again."
+    ) in status
+    # Suggestions turned off for groups: the next compaction there drops the note.
+    dm_only, _ = await suggesting_bot(openai_bots, pins={**pins, "suggest_on_compaction": "dm"})
+    await ask(dm_only, member, "message 5")
+    await ask(dm_only, member, "message 6")
+    assert "No pins are suggested" not in text_of(await ask(dm_only, member, "/pin status"))
+    # And when they come back while it is still full, the group is told again.
+    await ask(bot, member, "message 7")
+    await ask(bot, member, "message 8")
+    assert len([r for r in posted.messages.values() if r.text.startswith("No pins")]) == 2
