@@ -92,8 +92,10 @@ class Proposals:
         level: Level | None = None,
         priority: int | None = None,
         reason: str = "",
+        proposer: str | None = None,
     ) -> Outcome:
-        """Propose to add a shared block, or to replace one's content; what the model is told."""
+        """Propose to add a shared block, or to replace one's content; what the model is told.
+        proposer: who the proposal is recorded as from (the speaker when None)."""
         conversation = context.conversation
         if conversation.kind is not ChatKind.GROUP:
             return Refused("proposals are for a group's shared blocks; use pin_set here.")
@@ -123,7 +125,7 @@ class Proposals:
             level,
             priority,
             reason,
-            context.actor,
+            context.actor if proposer is None else proposer,
             existing.rev if existing else None,
             existing.content if existing else None,
             seen.mark if seen is not None else None,

@@ -42,6 +42,8 @@ PIN, DISMISS = "pin", "dismiss"
 TAP_PREFIX = "pinbot:suggestion:"  # a button's data: pinbot:suggestion:pin:3
 MAX_NUMBER = 10**9
 MAX_PENDING = 20  # pending suggestions a scope holds at once; older ones expire meanwhile
+MODEL = "model"  # who a group's proposal from a suggestion is from, as the audit trail says it
+IN_PROPOSALS = "Suggested by the model at compaction"  # the start of such a proposal's reason
 FULL_NOTE = "suggestions-full"  # the scope note that says suggestions wait for room
 IN_GROUPS = (
     "Pin suggestions are made in DMs; in a group the model's suggestions become proposals to "
@@ -196,8 +198,14 @@ class Suggestions:
         shown = 0
         for candidate in good[: self._pins.suggest_max]:
             if place.group:
+                # Nobody in the group asked for it: the model is its proposer, and says so.
+                reason = candidate.reason.strip()
                 outcome = await self._proposals.propose(
-                    context, candidate.label, candidate.content, reason=candidate.reason
+                    context,
+                    candidate.label,
+                    candidate.content,
+                    reason=f"{IN_PROPOSALS}: {reason}" if reason else f"{IN_PROPOSALS}.",
+                    proposer=MODEL,
                 )
                 if isinstance(outcome, Refused):
                     # The code, not the reason: a reason can quote what people wrote.
@@ -235,7 +243,7 @@ class Suggestions:
                     contents.add(content_key(kept.new.content))
         good = []
         for candidate in candidates:
-            if problem := self._problem(candidate):
+            if problem := self._problem(candidate, group=place.group):
                 log.info("a suggestion for %s was left out: %s", place.scope, problem)
                 continue
             if room is not None and len(candidate.content) > room:
@@ -250,13 +258,15 @@ class Suggestions:
             good.append(candidate)
         return good
 
-    def _problem(self, candidate: Candidate) -> str | None:
+    def _problem(self, candidate: Candidate, *, group: bool) -> str | None:
         """Why a suggestion cannot be shown (a rule of /pin add, a credential), or None."""
         policy = self._ops.policy
+        # In a group the reason follows IN_PROPOSALS, within the proposals' limit.
+        most = MAX_REASON_CHARS - (len(IN_PROPOSALS) + 2 if group else 0)
         refused = (
             policy.label_problem(candidate.label)
             or policy.content_problem(candidate.content)
-            or text_problem(candidate.reason, "reason", MAX_REASON_CHARS)
+            or text_problem(candidate.reason, "reason", most)
         )
         if refused is not None:
             return refused.code or "rule"

@@ -221,6 +221,10 @@ async def test_in_a_group_suggestions_become_proposals_only_shared_admins_approv
     (proposal,) = posted.with_buttons()
     assert proposal.text.startswith("Proposal #1 for this group's shared blocks:")
     assert "Release on Friday." in proposal.text and "sk-proj" not in proposal.text
+    # Nobody in the group asked for it: the model is its proposer, and the reason says so.
+    assert "\nReason: Suggested by the model at compaction: agreed\n" in proposal.text
+    (pending,) = await bot.store.pending_proposals("console:group:-100123")
+    assert pending.new.proposer == "model"
     assert [b.data for b in proposal.buttons or ()] == [
         "pinbot:proposal:approve:1",
         "pinbot:proposal:reject:1",
