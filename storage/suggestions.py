@@ -25,7 +25,7 @@ class SuggestionStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class NewSuggestion:
     """A suggested block for a scope: its label, content and why; content_key is the content
-    compared up to case, spacing and punctuation."""
+    as it was compared when stored (see bot.core.suggestions.content_key)."""
 
     scope: str
     label: str
@@ -103,6 +103,14 @@ class SuggestionStore(Protocol):
             f"SELECT {_COLUMNS} FROM suggestions WHERE scope = ? AND number = ?", scope, number
         )
         return None if row is None else _suggestion(row)
+
+    async def suggestion_at(self, scope: str, chat: str, message_id: str) -> bool:
+        """Whether a message (chat and id) shows one of a scope's suggestions."""
+        row = await self._db.fetchrow(
+            "SELECT 1 FROM suggestions WHERE scope = ? AND chat = ? AND message_id = ?",
+            *(scope, chat, message_id),
+        )
+        return row is not None
 
     async def open_suggestions(self, scope: str) -> list[Suggestion]:
         """A scope's pending suggestions (expired ones too, until marked) and dismissed ones,

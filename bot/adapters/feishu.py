@@ -39,7 +39,6 @@ from bot.core.inbox import Deliver
 from bot.core.incoming import SILENT, Incoming, Surface
 from bot.core.keys import delivery_chat
 from bot.core.replies import Reply
-from bot.core.suggestions import is_tap as is_suggestion_tap
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
@@ -260,8 +259,7 @@ def tap_of(data: Any) -> FeishuMessage | None:
         event_id=str(getattr(header, "event_id", "") or ""),
         message_id=str(getattr(context, "open_message_id", "") or ""),
         chat_id=getattr(context, "open_chat_id", None) or None,
-        # The bot's cards are proposals, posted in groups, and pin suggestions, in DMs.
-        chat_type="p2p" if is_suggestion_tap(button) else "group",
+        chat_type=None,  # a card action does not say; FeishuFrontend._tap works it out
         thread_id=None,
         root_id=None,
         message_type=CARD_ACTION,
@@ -493,7 +491,13 @@ class FeishuFrontend:
         """What a card button tap does, as Feishu's card action answer (a toast); a tap that
         counts is recorded, to be carried out in its chat's order."""
         metrics.update_received(PLATFORM, "tap")
-        tapped = await self.pinbot.tapped(tap.conversation(), tap.content)
+        # The bot's cards are proposals, posted in groups, and pin suggestions, in DMs: the
+        # chat is the tapper's DM when the tapped card is one of their suggestions (never what
+        # the button's data says: anyone can copy a card).
+        message = Sent(tap.chat_id or "", tap.message_id)
+        direct = await self.pinbot.shows_suggestions(tap.conversation(), message)
+        tap = dataclasses.replace(tap, chat_type="p2p" if direct else "group")
+        tapped = await self.pinbot.tapped(tap.conversation(), tap.content, message=message)
         if tapped is None:
             return {"toast": {"type": "info", "content": "This button does nothing any more."}}
         if tapped.command is not None:

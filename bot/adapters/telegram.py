@@ -540,7 +540,10 @@ class TelegramFrontend:
             try:
                 conversation = conversation_of(message, query.from_user)
                 tapped = await self.pinbot.tapped(
-                    conversation, query.data or "", self._admin_lookup(message, conversation)
+                    conversation,
+                    query.data or "",
+                    self._admin_lookup(message, conversation),
+                    message=Sent(str(message.chat.id), str(message.message_id)),
                 )
                 notice = tapped.notice if tapped else "This button does nothing any more."
             except Exception:
@@ -560,7 +563,12 @@ class TelegramFrontend:
             return
         conversation = conversation_of(message, query.from_user)
         platform_admin = self._admin_lookup(message, conversation)
-        tapped = await self.pinbot.tapped(conversation, query.data or "", platform_admin)
+        tapped = await self.pinbot.tapped(
+            conversation,
+            query.data or "",
+            platform_admin,
+            message=Sent(str(message.chat.id), str(message.message_id)),
+        )
         if tapped is None or tapped.command is None:
             return
         incoming = Incoming(

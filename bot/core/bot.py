@@ -28,13 +28,13 @@ from bot.core.help import GENERAL_HELP
 from bot.core.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
 from bot.core.incoming import Incoming, Surface
 from bot.core.jobs import Jobs
-from bot.core.keys import group_children, group_key, group_prefix, parse_scope
+from bot.core.keys import direct_key, group_children, group_key, group_prefix, parse_scope
 from bot.core.limits import RateLimiter
 from bot.core.permissions import AdminLookup
 from bot.core.pins import PinService
 from bot.core.policy import BlockPolicy
 from bot.core.proposals import ADMINS_ONLY, parse_tap
-from bot.core.replies import Messenger, Reply
+from bot.core.replies import Messenger, Reply, Sent
 from bot.core.suggestions import parse_tap as suggestion_tap
 from bot.core.usage import UsageLedger
 from bot.core.whoami import whoami
@@ -167,10 +167,14 @@ class Pinbot:
         conversation: Conversation,
         data: str,
         platform_admin: AdminLookup | None = None,
+        *,
+        message: Sent,
     ) -> Tapped | None:
-        """A tap on a button of the bot's (conversation: who tapped, where), answered at once:
-        the notice to show the tapper, and the command that carries the tap out in the chat's
-        order (None when the tap counts for nothing). None for a button that is not ours."""
+        """A tap on a button of the bot's (conversation: who tapped, where; message: the
+        message whose button it is), answered at once: the notice to show the tapper, and the
+        command that carries the tap out in the chat's order (None when the tap counts for
+        nothing). None for a button that is not ours. A pin suggestion's button counts only in
+        the tapper's DM, on the very message that shows that suggestion."""
         parsed = parse_tap(data)
         suggested = suggestion_tap(data)
         if parsed is None and suggested is None:
@@ -184,9 +188,15 @@ class Pinbot:
             return Tapped(refusal, None)
         if suggested is not None:
             metrics.handled("tap", time.perf_counter() - started)
-            if conversation.kind is not ChatKind.DIRECT:  # never posted elsewhere: forged
-                return Tapped("This button does nothing here.", None)
             pin, number = suggested
+            scope = conversation.personal_scope
+            # Posted only in DMs: a copy, forward or forgery elsewhere counts for nothing.
+            if (
+                conversation.kind is not ChatKind.DIRECT
+                or scope is None
+                or not await self.pins.suggestions.shows(scope, number, message)
+            ):
+                return Tapped("This button does nothing here.", None)
             notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
             return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
         assert parsed is not None
@@ -198,6 +208,15 @@ class Pinbot:
         verb = "approve" if approve else "reject"
         notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
         return Tapped(notice, f"/pin shared {verb} {number}")
+
+    async def shows_suggestions(self, conversation: Conversation, message: Sent) -> bool:
+        """Whether message shows one of the sender's pin suggestions, which are posted in
+        their DM only: how a platform whose taps do not say what kind of chat they come from
+        (Feishu's card actions) tells a tap in a DM from one in a group."""
+        if not conversation.sender_id:
+            return False
+        scope = direct_key(conversation.platform, conversation.sender_id)
+        return await self.pins.suggestions.shows(scope, None, message)
 
     async def chat_pin_groups(self, platform: str) -> list[tuple[str, str]]:
         """(group scope, chat id) of every group of platform that has a pinned-message block."""

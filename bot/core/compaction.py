@@ -44,7 +44,9 @@ class Compaction:
         `drop`); suggestions are offered on the way. ModelError or BudgetUsedUp when the
         summary's call fails or a budget stops it."""
         place = self._suggestions.place(context)
-        if place is not None and not await self._suggestions.has_room(place):
+        if place is None:
+            await self._suggestions.not_here(context)
+        elif not await self._suggestions.has_room(place):
             place = None
         if self._config.chat.compaction == "drop":
             if place is not None:
@@ -67,7 +69,7 @@ class Compaction:
         alone (the server refuses tools, or the answer could not be read)."""
         most = self._config.pins.suggest_max
         try:
-            reply = await self._call(context, compaction_request(entries, most))
+            reply = await self._call(context, compaction_request(entries, most, group=place.group))
         except ToolsRefused as refused:
             self.tools = False
             log.warning(
@@ -88,7 +90,7 @@ class Compaction:
 
     async def _alone(self, context: MessageContext, place: Place, entries: Entries) -> None:
         """Suggestions in one call of their own; a failure costs the suggestions only."""
-        request = alone_request(entries, self._config.pins.suggest_max)
+        request = alone_request(entries, self._config.pins.suggest_max, group=place.group)
         try:
             reply = await self._call(context, request)
         except (ModelError, BudgetUsedUp) as error:

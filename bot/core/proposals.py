@@ -93,8 +93,10 @@ class Proposals:
         level: Level | None = None,
         priority: int | None = None,
         reason: str = "",
+        proposer: str | None = None,
     ) -> Outcome:
-        """Propose to add a shared block, or to replace one's content; what the model is told."""
+        """Propose to add a shared block, or to replace one's content; what the model is told.
+        proposer: who the proposal is recorded as from (the speaker when None)."""
         conversation = context.conversation
         if conversation.kind is not ChatKind.GROUP:
             return Refused("proposals are for a group's shared blocks; use pin_set here.")
@@ -124,7 +126,7 @@ class Proposals:
             level,
             priority,
             reason,
-            context.actor,
+            context.actor if proposer is None else proposer,
             existing.rev if existing else None,
             existing.content if existing else None,
             seen.mark if seen is not None else None,
@@ -147,9 +149,16 @@ class Proposals:
         )
 
     async def _post(self, chat: str, proposal: Proposal) -> None:
+        """Post the proposal message; a platform's failure costs the message only (the
+        proposal stays listed by /pin shared proposals), never the turn that made it."""
         if self.messenger is None:
             return
-        sent = await self.messenger.send(chat, self.shown(proposal))
+        try:
+            sent = await self.messenger.send(chat, self.shown(proposal))
+        except Exception as error:  # any platform's failure: core knows none of their errors
+            # The error's type only: what a platform says may quote the message.
+            log.warning("posting proposal #%d failed (%s)", proposal.number, type(error).__name__)
+            return
         if sent is not None:
             await self._store.set_proposal_message(
                 proposal.new.group_scope, proposal.number, sent.chat, sent.message_id

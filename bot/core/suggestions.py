@@ -7,10 +7,11 @@ that scope. In a group (`pins.suggest_on_compaction: all`) suggestions become pr
 shared admins (bot.core.proposals); nothing personal is suggested there.
 
 A suggestion is shown only when it is good: not a block of the scope again (the same label, or
-the same content up to case, spacing and punctuation), not pending or dismissed already (in a
-group: not a proposal pending or rejected), not a credential, meeting the label and content
-rules; at most `pins.suggest_max` per compaction, none while the scope is at its block limit or
-character budget (said once); each expires after `pins.proposal_ttl_hours`.
+the same content up to case, spacing, punctuation, symbols and invisible characters), not
+pending or dismissed already (in a group: not a proposal pending or rejected), not a
+credential, meeting the label and content rules; at most `pins.suggest_max` per compaction,
+none while the scope is at its block limit or character budget (said once); each expires after
+`pins.proposal_ttl_hours`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ PIN, DISMISS = "pin", "dismiss"
 TAP_PREFIX = "pinbot:suggestion:"  # a button's data: pinbot:suggestion:pin:3
 MAX_NUMBER = 10**9
 MAX_PENDING = 20  # pending suggestions a scope holds at once; older ones expire meanwhile
+MODEL = "model"  # who a group's proposal from a suggestion is from, as the audit trail says it
+IN_PROPOSALS = "Suggested by the model at compaction"  # the start of such a proposal's reason
 FULL_NOTE = "suggestions-full"  # the scope note that says suggestions wait for room
 IN_GROUPS = (
     "Pin suggestions are made in DMs; in a group the model's suggestions become proposals to "
@@ -75,14 +78,17 @@ def is_tap(data: str) -> bool:
 
 
 def content_key(text: str) -> str:
-    """Content as suggestions compare it: width and case folded, without spacing and
-    punctuation."""
+    """Content as suggestions compare it: width and case folded, letters, digits and their
+    marks only (no spacing, punctuation, symbols such as ` or emoji, or invisible format
+    characters such as a zero-width space or a soft hyphen)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(
-        char
-        for char in folded
-        if not char.isspace() and not unicodedata.category(char).startswith("P")
-    )
+    return "".join(char for char in folded if unicodedata.category(char)[0] in "LNM")
+
+
+def one_line(text: str) -> str:
+    """Text on one line, its line breaks shown as ⏎: a suggestion's content may hold lines that
+    look like the lines of a listing or a message around it."""
+    return " ⏎ ".join(text.splitlines())
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,26 @@ class Suggestions:
             return Place(conversation.shared_scope, chat, group=True)
         return None
 
+    async def not_here(self, context: MessageContext) -> None:
+        """Drop the note that suggestions wait for room where this chat's scope gets none at
+        all now (`pins.suggest_on_compaction` off, or `dm` in a group; blocks not sent to the
+        model): it would say something no longer true, and said once, it would not be said
+        again when they come back. Not for a sender without pins: that is theirs, not the
+        scope's."""
+        conversation, mode = context.conversation, self._pins.suggest_on_compaction
+        if not context.speaker.pins_on:
+            return
+        if conversation.kind is ChatKind.GROUP:
+            scope, on = conversation.shared_scope, mode == "all"
+        elif conversation.kind is ChatKind.DIRECT:
+            scope, on = conversation.personal_scope, mode != "off"
+        else:
+            return
+        if scope is None or (on and self._pins.allow_prompt_injection):
+            return
+        if FULL_NOTE in await self._store.notes(scope):
+            await self._store.set_note(scope, FULL_NOTE, None, now=self._clock())
+
     async def has_room(self, place: Place) -> bool:
         """Whether the scope can take a new block (below its block limit and character
         budget). When it cannot, the chat is told once (until it has room again)."""
@@ -147,16 +173,18 @@ class Suggestions:
         if not told:
             whose = "this group's shared blocks are" if place.group else "your blocks are"
             if len(blocks) >= limits.max_blocks:
-                why = f"{len(blocks)} of {limits.max_blocks}, pins.max_blocks_per_session"
+                setting = "pins.max_blocks_per_session"
+                now_at = f"{len(blocks)} of {limits.max_blocks}"
             else:
-                why = f"{chars:,} of {limits.max_total_chars:,} characters, pins.max_total_chars"
+                setting = "pins.max_total_chars"
+                now_at = f"{chars:,} of {limits.max_total_chars:,} characters"
             pin = "/pin shared" if place.group else "/pin"
-            text = (
-                f"No pins are suggested from the conversation while {whose} full ({why}). "
-                f"Remove one with {pin} remove <label> to get suggestions again."
-            )
-            await self._store.set_note(place.scope, FULL_NOTE, text, now=now)
-            await self._post(place.chat, Reply(text))
+            remove = f"Remove one with {pin} remove <label> to get suggestions again."
+            said = f"No pins are suggested from the conversation while {whose} full"
+            # The note stays until the next compaction finds room: no figure to go stale.
+            note = f"{said} ({setting}). {remove}"
+            await self._store.set_note(place.scope, FULL_NOTE, note, now=now)
+            await self._post(place.chat, Reply(f"{said} ({now_at}, {setting}). {remove}"))
         return False
 
     # --- checking and offering --------------------------------------------------------------
@@ -170,8 +198,14 @@ class Suggestions:
         shown = 0
         for candidate in good[: self._pins.suggest_max]:
             if place.group:
+                # Nobody in the group asked for it: the model is its proposer, and says so.
+                reason = candidate.reason.strip()
                 outcome = await self._proposals.propose(
-                    context, candidate.label, candidate.content, reason=candidate.reason
+                    context,
+                    candidate.label,
+                    candidate.content,
+                    reason=f"{IN_PROPOSALS}: {reason}" if reason else f"{IN_PROPOSALS}.",
+                    proposer=MODEL,
                 )
                 if isinstance(outcome, Refused):
                     # The code, not the reason: a reason can quote what people wrote.
@@ -192,6 +226,8 @@ class Suggestions:
         blocks = await self._store.blocks([place.scope])
         labels = {label_key(block.label) for block in blocks}
         contents = {content_key(block.content) for block in blocks}
+        budget = self._ops.policy.limits.max_total_chars
+        room = budget - sum(len(block.content) for block in blocks) if budget else None
         if place.group:
             for proposal in await self._store.pending_proposals(place.scope):
                 labels.add(label_key(proposal.new.label))
@@ -199,15 +235,20 @@ class Suggestions:
             contents.update(map(content_key, await self._store.rejected_contents(place.scope)))
         else:
             for kept in await self._store.open_suggestions(place.scope):
+                # Compared as content_key compares now, not as it did when they were stored.
                 if kept.status is SuggestionStatus.DISMISSED:
-                    contents.add(kept.new.content_key)
+                    contents.add(content_key(kept.new.content))
                 elif self._clock() < kept.expires_at:
                     labels.add(label_key(kept.new.label))
-                    contents.add(kept.new.content_key)
+                    contents.add(content_key(kept.new.content))
         good = []
         for candidate in candidates:
-            if problem := self._problem(candidate):
+            if problem := self._problem(candidate, group=place.group):
                 log.info("a suggestion for %s was left out: %s", place.scope, problem)
+                continue
+            if room is not None and len(candidate.content) > room:
+                # A Pin could never save it while the blocks stay as they are.
+                log.info("a suggestion for %s was left out: over pins.max_total_chars", place.scope)
                 continue
             label, key = label_key(candidate.label), content_key(candidate.content)
             if label in labels or key in contents:
@@ -217,13 +258,15 @@ class Suggestions:
             good.append(candidate)
         return good
 
-    def _problem(self, candidate: Candidate) -> str | None:
+    def _problem(self, candidate: Candidate, *, group: bool) -> str | None:
         """Why a suggestion cannot be shown (a rule of /pin add, a credential), or None."""
         policy = self._ops.policy
+        # In a group the reason follows IN_PROPOSALS, within the proposals' limit.
+        most = MAX_REASON_CHARS - (len(IN_PROPOSALS) + 2 if group else 0)
         refused = (
             policy.label_problem(candidate.label)
             or policy.content_problem(candidate.content)
-            or text_problem(candidate.reason, "reason", MAX_REASON_CHARS)
+            or text_problem(candidate.reason, "reason", most)
         )
         if refused is not None:
             return refused.code or "rule"
@@ -255,10 +298,29 @@ class Suggestions:
             )
         return True
 
+    async def shows(self, scope: str, number: int | None, message: Sent) -> bool:
+        """Whether message is the one that shows suggestion number of scope (with None: any
+        of its suggestions)."""
+        if number is None:
+            return await self._store.suggestion_at(scope, message.chat, message.message_id)
+        suggestion = await self._store.suggestion(scope, number)
+        return suggestion is not None and (suggestion.chat, suggestion.message_id) == (
+            message.chat,
+            message.message_id,
+        )
+
     async def _post(self, chat: str, reply: Reply) -> Sent | None:
+        """Post in chat; None when nothing could be posted. A platform's failure costs the
+        message only (the suggestion stays listed by /pin suggestions), never the turn or the
+        summary that the compaction is making."""
         if self.messenger is None or not chat:
             return None
-        return await self.messenger.send(chat, reply)
+        try:
+            return await self.messenger.send(chat, reply)
+        except Exception as error:  # any platform's failure: core knows none of their errors
+            # The error's type only: what a platform says may quote the message.
+            log.warning("posting a pin suggestion message failed (%s)", type(error).__name__)
+            return None
 
     # --- showing --------------------------------------------------------------------------------
 
@@ -267,10 +329,12 @@ class Suggestions:
         note, why a Pin did not save it), the outcome in their place once decided."""
         new, number = suggestion.new, suggestion.number
         level = default_level(False).value
-        lines = [f"Pin suggestion #{number}, from our earlier conversation:", f"{new.label}: "]
-        lines[-1] += new.content
+        lines = [
+            f"Pin suggestion #{number}, from our earlier conversation:",
+            f"{one_line(new.label)}: {one_line(new.content)}",
+        ]
         if new.reason:
-            lines.append(f"Why: {new.reason}")
+            lines.append(f"Why: {one_line(new.reason)}")
         if suggestion.status is SuggestionStatus.PENDING:
             if note:
                 lines.append(f"Not saved: {note}")
@@ -312,8 +376,9 @@ class Suggestions:
             )
         lines = [f"Pin suggestions ({len(pending)}):"]
         for kept in pending:
-            why = f" (why: {kept.new.reason})" if kept.new.reason else ""
-            lines.append(f"#{kept.number} {kept.new.label}: {kept.new.content}{why}")
+            new = kept.new
+            why = f" (why: {one_line(new.reason)})" if new.reason else ""
+            lines.append(f"#{kept.number} {one_line(new.label)}: {one_line(new.content)}{why}")
         lines.append("/pin accept <n> pins one; /pin dismiss <n> forgets it.")
         return Done("\n".join(lines))
 
@@ -360,5 +425,14 @@ class Suggestions:
         if not suggestion.message_id or self.messenger is None:
             return
         sent = Sent(suggestion.chat or "", suggestion.message_id)
-        if not await self.messenger.edit(sent, reply):
+        try:
+            edited = await self.messenger.edit(sent, reply)
+        except Exception as error:  # the decision stands; its message only is not updated
+            log.warning(
+                "updating the message of suggestion #%d failed (%s)",
+                suggestion.number,
+                type(error).__name__,
+            )
+            return
+        if not edited:
             log.warning("could not update the message of suggestion #%d", suggestion.number)

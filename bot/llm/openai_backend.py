@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from datetime import timedelta
 from typing import Any, cast
 
@@ -242,17 +243,46 @@ def _arguments(value: Any) -> str:
         return str(value)
 
 
-# What a server without tool support says when a request offers tools (llama.cpp without
-# --jinja: "tools param requires --jinja flag"; others name the parameter they do not know).
-_TOOLS_WORDS = ("tool", "function")
+# What a server without tool support says when a request offers tools: llama.cpp without
+# --jinja ("tools param requires --jinja flag", "tool_choice param requires --jinja flag"),
+# Ollama ("... does not support tools"), vLLM without --enable-auto-tool-choice, OpenAI-style
+# servers naming the parameter they do not know. Phrases, not words: a context-length 400
+# says "... in the messages, ... in the functions" and must not turn tools off for good.
+_TOOLS_REFUSED = re.compile(
+    r"\btools? param"
+    r"|\btool_choice\b"
+    r"|enable-auto-tool-choice"
+    r"|does not support (?:tools|tool use|tool calling|function calling|functions)"
+    r"|(?:tools|tool use|tool calling|tool calls|function calling|functions) (?:is|are) not "
+    r"(?:supported|enabled|available)"
+    r"|not support (?:tools|tool use|tool calling|function calling)"
+    r"|(?:unsupported|unrecognized|unknown|unexpected) (?:request )?(?:param(?:eter)?|argument"
+    r"|field|keyword)s?(?: supplied)?:? ['\"`]?(?:tools|functions|tool_choice)\b"
+    r"|['\"`](?:tools|functions)['\"`] is not (?:supported|permitted|allowed)"
+    r"|no endpoints found that support tool use"
+)
+# Errors that are never about tools, however they are worded.
+_NOT_ABOUT_TOOLS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "context length",
+    "too many tokens",
+    "exceeds the context",
+    "string_above_max_length",
+    *("content_filter", "content_policy", "content management", "safety system"),
+)
 
 
 def _about_tools(error: openai.OpenAIError) -> bool:
-    """Whether error is a server's refusal of a request for offering tools."""
+    """Whether error is a server's refusal of a request for offering tools (not a context
+    length or content filter error, which happen to a request with tools as to any other)."""
     if not isinstance(error, openai.BadRequestError | openai.UnprocessableEntityError):
         return False
     said = _server_message(error).casefold()
-    return any(word in said for word in _TOOLS_WORDS)
+    if any(mark in said for mark in _NOT_ABOUT_TOOLS):
+        return False
+    return _TOOLS_REFUSED.search(said) is not None
 
 
 _CONTEXT_LENGTH = ("context_length_exceeded", "context length", "maximum context", "too long")

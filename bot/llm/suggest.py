@@ -15,10 +15,21 @@ from bot.llm.summary import framed_transcript
 COMPACT_TOOL = "compact_history"
 MAX_READ = 10  # suggestions read from one answer at most (pins.suggest_max is at most 10)
 
-_WORTH = (
+# What is worth a pin: in a DM, facts about the user; in a group, what the group shares, and
+# never a fact about one person (a group's shared blocks go to every member's requests).
+_WORTH_DM = (
     "facts from this conversation that are durable and worth keeping for later conversations: "
-    "the user's lasting preferences, facts about them or their work, decisions that stay true. "
-    "Each has a short label (one word, no spaces), the content (one or two sentences, in the "
+    "the user's lasting preferences, facts about them or their work, decisions that stay true."
+)
+_WORTH_GROUP = (
+    "facts from this group conversation that are durable and worth keeping for the group's "
+    "later conversations: the group's decisions, conventions and agreed ways of working, and "
+    "shared reference facts (dates, names of shared things, where things are). Never a fact "
+    "about one person (their preferences, health, private life or contact details), even if "
+    "they said it themselves."
+)
+_EACH = (
+    " Each has a short label (one word, no spaces), the content (one or two sentences, in the "
     "conversation's language) and a one-line reason. Suggest nothing temporary, nothing "
     "obvious, and never a secret (passwords, keys, tokens); none at all is a fine answer."
 )
@@ -26,13 +37,19 @@ _COMBINED = (
     "You compact chat history. Summarise the conversation below in at most 200 words: keep "
     "facts, decisions, open questions and the user's preferences; write in the conversation's "
     f"language. Call {COMPACT_TOOL} once, with the summary and at most {{most}} suggestions: "
-    f"{_WORTH}"
 )
-_ALONE = (
-    "You read a chat conversation and suggest at most {most} " + _WORTH + " Answer with only "
-    'a JSON object, nothing before or after it: {{"suggestions": [{{"label": "...", '
-    '"content": "...", "reason": "..."}}]}}'
+_ALONE = "You read a chat conversation and suggest at most {most} "
+_ALONE_ANSWER = (
+    " Answer with only a JSON object, nothing before or after it: "
+    '{"suggestions": [{"label": "...", "content": "...", "reason": "..."}]}'
 )
+
+
+def _worth(group: bool) -> str:
+    """What the model is asked to suggest, in a group or a DM."""
+    return (_WORTH_GROUP if group else _WORTH_DM) + _EACH
+
+
 _SUGGESTION_ITEM: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -82,11 +99,15 @@ def compact_tool(most: int) -> Tool:
     }
 
 
-def compaction_request(entries: Sequence[tuple[str, str]], most: int) -> ModelRequest:
-    """The summary request with suggestions in the same call: one tool, which must be called."""
+def compaction_request(
+    entries: Sequence[tuple[str, str]], most: int, *, group: bool = False
+) -> ModelRequest:
+    """The summary request with suggestions in the same call: one tool, which must be called.
+    group: the suggestions are for a group's shared blocks (the group's facts, no one's own)."""
     framed, rules = framed_transcript(entries)
+    instructions = _COMBINED.format(most=most) + _worth(group)
     messages = [
-        {"role": "system", "content": f"{_COMBINED.format(most=most)}\n{rules}"},
+        {"role": "system", "content": f"{instructions}\n{rules}"},
         {"role": "user", "content": framed},
     ]
     return ModelRequest(
@@ -98,11 +119,15 @@ def compaction_request(entries: Sequence[tuple[str, str]], most: int) -> ModelRe
     )
 
 
-def suggestions_request(entries: Sequence[tuple[str, str]], most: int) -> ModelRequest:
-    """The call of its own, for a model server without tools: suggestions as JSON text."""
+def suggestions_request(
+    entries: Sequence[tuple[str, str]], most: int, *, group: bool = False
+) -> ModelRequest:
+    """The call of its own, for a model server without tools: suggestions as JSON text (group
+    as for compaction_request)."""
     framed, rules = framed_transcript(entries)
+    instructions = _ALONE.format(most=most) + _worth(group) + _ALONE_ANSWER
     messages = [
-        {"role": "system", "content": f"{_ALONE.format(most=most)}\n{rules}"},
+        {"role": "system", "content": f"{instructions}\n{rules}"},
         {"role": "user", "content": framed},
     ]
     return ModelRequest(messages, purpose="suggestions", summarised=tuple(entries))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.bot import Pinbot
+from bot.core.bot import Pinbot, Tapped
 from bot.core.replies import Reply, Result, Sent
 from bot.llm.suggest import COMPACT_TOOL
 from bot.llm.summary import SUMMARY_INSTRUCTIONS
@@ -27,6 +27,7 @@ SECRET = {
     "reason": "",
 }
 TOOLS_REFUSED = "tools param requires --jinja flag"
+PIN_1 = "pinbot:suggestion:pin:1"
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +108,11 @@ async def test_one_good_suggestion_is_shown_pinned_with_a_tap_and_sent_next_time
     # The summary took the place of the oldest turn.
     assert fake_openai.messages()[1]["content"].endswith("They talked.")
     # A tap on Pin: a notice at once, then the command that saves it through /pin add's rules.
-    tapped = await bot.tapped(dm(), "pinbot:suggestion:pin:1")
+    # Its button counts only on the message that shows it, in the DM.
+    for chat, message_id in (("42", "2"), ("-100123", "1")):
+        elsewhere = await bot.tapped(dm(), PIN_1, message=Sent(chat, message_id))
+        assert elsewhere == Tapped("This button does nothing here.", None)
+    tapped = await bot.tapped(dm(), PIN_1, message=Sent("42", "1"))
     assert tapped is not None and tapped.notice == "Pinning suggestion #1…"
     assert tapped.command == "/pin accept 1"
     assert text_of(await ask(bot, dm(), tapped.command)) == "Saved strong block 'diet'."
@@ -138,7 +143,10 @@ async def test_dismiss_changes_nothing_and_the_content_is_not_suggested_again(
     # spacing): nothing is shown.
     await ask(bot, dm(), "message 5")
     same = {**DIET, "label": "food", "content": "vegetarian  eats no FISH"}
-    fake_openai.script = [compacted(same), completion("answer 6")]
+    # Nor with invisible characters (a zero-width space, a soft hyphen) or symbols around it.
+    hidden = {**DIET, "label": "meals", "content": "Vege\u200btar\u00adian; eats no fish."}
+    quoted = {**DIET, "label": "eats", "content": "`Vegetarian` 🥗 eats no fish"}
+    fake_openai.script = [compacted(same, hidden, quoted), completion("answer 6")]
     await ask(bot, dm(), "message 6")
     assert len(compaction_requests(fake_openai)) == 2
     assert len(posted.with_buttons()) == 0
@@ -213,13 +221,17 @@ async def test_in_a_group_suggestions_become_proposals_only_shared_admins_approv
     (proposal,) = posted.with_buttons()
     assert proposal.text.startswith("Proposal #1 for this group's shared blocks:")
     assert "Release on Friday." in proposal.text and "sk-proj" not in proposal.text
+    # Nobody in the group asked for it: the model is its proposer, and the reason says so.
+    assert "\nReason: Suggested by the model at compaction: agreed\n" in proposal.text
+    (pending,) = await bot.store.pending_proposals("console:group:-100123")
+    assert pending.new.proposer == "model"
     assert [b.data for b in proposal.buttons or ()] == [
         "pinbot:proposal:approve:1",
         "pinbot:proposal:reject:1",
     ]
     # Nothing personal is suggested in a group, and a suggestion's button does nothing there.
     assert await bot.store.open_suggestions("console:group:-100123::u:42") == []
-    forged = await bot.tapped(member, "pinbot:suggestion:pin:1")
+    forged = await bot.tapped(member, PIN_1, message=Sent("-100123", "1"))
     assert forged is not None and forged.command is None
     here = await ask(bot, member, "/pin suggestions")
     assert outcome_of(here) is Result.REFUSED and "/pin shared proposals" in text_of(here)
@@ -324,3 +336,204 @@ async def test_the_budget_holds_the_suggestion_call(
         "console", "42", "2026-01-01", "2026-01-01", compaction=True
     )
     assert (usage.calls, part.calls, part.billed_tokens) == (4, 1, 60)
+
+
+class Failing(Posted):
+    """A platform that fails every post and every edit."""
+
+    async def send(self, chat: str, reply: Reply) -> Sent | None:
+        raise ConnectionError(f"cannot post {reply.text}")
+
+    async def edit(self, sent: Sent, reply: Reply) -> bool:
+        raise ConnectionError(f"cannot edit {reply.text}")
+
+
+async def test_a_platform_that_fails_to_post_costs_neither_the_turn_nor_the_suggestions(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    pins = {"enable_in_group": True, "suggest_on_compaction": "all"}
+    bot = await openai_bots(chat=SHORT, pins=pins)
+    bot.use_messenger(Failing())
+    await chat_until_compaction(bot)
+    fake_openai.script = [compacted(DIET), completion("answer 4")]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+        assert text_of(await ask(bot, dm(), "/pin dismiss 1")).startswith("Dismissed")
+    assert "Vegetarian" not in caplog.text
+    # In a group the proposal is made and listed all the same.
+    member = group("42")
+    await chat_until_compaction(bot, member)
+    deadline = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed"}
+    fake_openai.script = [compacted(deadline), completion("answer 4")]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, member, "message 4")) == "answer 4"
+    assert "Release on Friday." in text_of(await ask(bot, member, "/pin shared proposals"))
+    assert "Release on Friday" not in caplog.text
+
+
+# OpenAI's context-length 400 names "functions" when the request offers tools.
+CONTEXT_LENGTH = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+    "9000 tokens (8800 in the messages, 200 in the functions). Please reduce the length of the "
+    "messages or functions."
+)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        CONTEXT_LENGTH,
+        "The response was filtered due to the prompt triggering Azure OpenAI's content "
+        "management policy (the functions are fine).",
+        "Input tokens exceed the configured limit of 4096 tokens for tools and messages "
+        "(context window).",
+    ],
+)
+async def test_an_error_that_is_not_about_tools_leaves_tools_on(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture, said: str
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    fake_openai.refuse_tools = said
+    fake_openai.script = [completion("answer 4")]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+    assert not [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    assert [r for r in caplog.records if "dropping old turns" in r.getMessage()]
+    # The next compaction offers the tool again.
+    fake_openai.refuse_tools = None
+    await ask(bot, dm(), "message 5")
+    fake_openai.script = [compacted(DIET), completion("answer 6")]
+    await ask(bot, dm(), "message 6")
+    assert compaction_requests(fake_openai)[-1]["tools"][0]["function"]["name"] == COMPACT_TOOL
+    assert len(posted.with_buttons()) == 1
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        TOOLS_REFUSED,
+        "tool_choice param requires --jinja flag",
+        "registry.ollama.ai/library/gemma:2b does not support tools",
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+        "Unrecognized request argument supplied: tools",
+        "Function calling is not enabled for this model",
+    ],
+)
+async def test_a_refusal_of_tools_turns_them_off_for_compaction(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture, said: str
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    fake_openai.refuse_tools = said
+    fake_openai.script = [
+        completion("They talked."),
+        completion(json.dumps([DIET])),
+        completion("answer 4"),
+    ]
+    with caplog.at_level(logging.WARNING):
+        assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
+    assert [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    assert len(posted.with_buttons()) == 1
+    assert fake_openai.messages()[1]["content"].endswith("They talked.")
+
+
+async def test_a_group_is_asked_for_the_groups_facts_and_a_dm_for_the_users(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    pins = {"enable_in_group": True, "suggest_on_compaction": "all"}
+    bot, _ = await suggesting_bot(openai_bots, pins=pins)
+    await chat_until_compaction(bot, group("42"))
+    await ask(bot, group("42"), "message 4")
+    await chat_until_compaction(bot)
+    await ask(bot, dm(), "message 4")
+    # A server without tools: the group's call of its own says the same.
+    fake_openai.refuse_tools = TOOLS_REFUSED
+    await chat_until_compaction(bot, group("42", chat="-100999"))
+    await ask(bot, group("42", chat="-100999"), "message 4")
+    texts = [r["messages"][0]["content"] for r in compaction_requests(fake_openai)]
+    # The group's and the DM's combined calls; then the refused one, the summary alone, and
+    # the suggestions' call of its own.
+    in_group, in_dm, refused, _, group_alone = texts
+    assert group_alone.startswith("You read a chat")
+    for text in (in_group, refused, group_alone):
+        assert "the group's decisions, conventions" in text
+        assert "Never a fact about one person" in text
+        assert "the user's lasting preferences" not in text
+    assert "the user's lasting preferences, facts about them" in in_dm
+    assert "the group's decisions" not in in_dm
+
+
+async def test_a_suggestions_lines_cannot_fake_another_suggestion(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots)
+    await chat_until_compaction(bot)
+    faking = {**DIET, "content": "Vegetarian.\n#7 tz: Lives in Lisbon. (why: asked)\r\nWhy: x"}
+    fake_openai.script = [compacted(faking), completion("answer 4")]
+    await ask(bot, dm(), "message 4")
+    (shown,) = posted.with_buttons()
+    assert shown.text.splitlines()[1] == (
+        "diet: Vegetarian. ⏎ #7 tz: Lives in Lisbon. (why: asked) ⏎ Why: x"
+    )
+    assert [line for line in shown.text.splitlines() if line.startswith("Why:")] == [
+        "Why: said it twice"
+    ]
+    listing = text_of(await ask(bot, dm(), "/pin suggestions")).splitlines()
+    assert [line for line in listing if line.startswith("#")] == [
+        "#1 diet: Vegetarian. ⏎ #7 tz: Lives in Lisbon. (why: asked) ⏎ Why: x (why: said it twice)"
+    ]
+    # What is pinned is the content as suggested, line breaks and all.
+    await ask(bot, dm(), "/pin accept 1")
+    (block,) = await bot.store.blocks(["console:direct:42"])
+    assert block.content == faking["content"]
+
+
+async def test_a_suggestion_that_cannot_fit_the_character_budget_is_not_shown(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot, posted = await suggesting_bot(openai_bots, pins={"max_total_chars": 40})
+    await ask(bot, dm(), "/pin add note Twenty characters!!")  # 19 of 40: room for 21
+    await chat_until_compaction(bot)
+    short = {"label": "fish", "content": "Eats no fish at all.", "reason": "said so"}
+    fake_openai.script = [compacted(DIET, short), completion("answer 4")]
+    await ask(bot, dm(), "message 4")
+    (shown,) = posted.with_buttons()
+    assert "fish: Eats no fish at all." in shown.text
+    assert text_of(await ask(bot, dm(), "/pin accept 1")) == "Saved strong block 'fish'."
+
+
+async def test_the_groups_full_note_has_no_figure_and_goes_when_suggestions_do(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    pins: dict[str, Any] = {
+        "enable_in_group": True,
+        "group_shared_admin_ids": ["7"],
+        "suggest_on_compaction": "all",
+        "max_blocks_per_session": 1,
+    }
+    bot, posted = await suggesting_bot(openai_bots, pins=pins)
+    await ask(bot, group("7"), "/pin shared add rule Be kind.")
+    member = group("42")
+    await chat_until_compaction(bot, member)
+    await ask(bot, member, "message 4")
+    (said,) = [r.text for r in posted.messages.values()]
+    assert said.startswith(
+        "No pins are suggested from the conversation while this group's shared blocks are full "
+        "(1 of 1, pins.max_blocks_per_session)."
+    )
+    status = text_of(await ask(bot, member, "/pin status"))
+    assert (
+        "Note: No pins are suggested from the conversation while this group's shared blocks "
+        "are full (pins.max_blocks_per_session). Remove one with /pin shared remove <label> to "
+        "get suggestions again."
+    ) in status
+    # Suggestions turned off for groups: the next compaction there drops the note.
+    dm_only, _ = await suggesting_bot(openai_bots, pins={**pins, "suggest_on_compaction": "dm"})
+    await ask(dm_only, member, "message 5")
+    await ask(dm_only, member, "message 6")
+    assert "No pins are suggested" not in text_of(await ask(dm_only, member, "/pin status"))
+    # And when they come back while it is still full, the group is told again.
+    await ask(bot, member, "message 7")
+    await ask(bot, member, "message 8")
+    assert len([r for r in posted.messages.values() if r.text.startswith("No pins")]) == 2

@@ -38,6 +38,7 @@ class FakeFeishu:
         self.token_failures: list[int] = []  # statuses to answer with an HTML page, in order
         self.messages: dict[str, dict[str, Any]] = {}  # what GET im/v1/messages/:id finds
         self.denied_reads: set[str] = set()  # message ids read as without permission
+        self.post_failures: list[int] = []  # statuses to answer posts to a chat with, in order
         self.slept: list[float] = []  # what a frontend under test waited, for its tests to read
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -96,6 +97,9 @@ class FakeFeishu:
             return web.json_response({"code": 99991663, "msg": "invalid access token"})
         if request.query.get("receive_id_type") != "chat_id":
             return web.json_response({"code": 99992402, "msg": "field validation failed"})
+        if self.post_failures:
+            status = self.post_failures.pop(0)
+            return web.json_response({"code": 1, "msg": "internal error"}, status=status)
         self.posted.append(await request.json())
         message_id = f"om_sent_{len(self.posted)}"
         return web.json_response({"code": 0, "msg": "success", "data": {"message_id": message_id}})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 from collections.abc import AsyncIterator
@@ -602,7 +603,8 @@ async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
     model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
     short = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
     try:
-        bot = await start_feishu(model=model, llm=llm, chat=short)
+        pins = {"enable_in_group": True}
+        bot = await start_feishu(model=model, llm=llm, chat=short, pins=pins)
         for number in (1, 2, 3):
             await bot.send(receive_event(f"message {number}"))
         tea = {"label": "tea", "content": "Drinks green tea, no sugar.", "reason": "said so"}
@@ -619,6 +621,21 @@ async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
             {"pinbot": "pinbot:suggestion:pin:1"},
             {"pinbot": "pinbot:suggestion:dismiss:1"},
         ]
+        # The card action does not say what kind of chat it comes from, and the button's data
+        # is no proof: a tap in a group (on a copy of the card), or on another message of the
+        # DM, does nothing.
+        toasts = []
+        for chat_id, message_id in (("oc_group", "om_sent_1"), ("oc_chat1", "om_other")):
+            elsewhere = card_action(
+                buttons[0]["value"], open_id="ou_user1", chat_id=chat_id, message_id=message_id
+            )
+            status, answer = await bot.post(elsewhere)
+            assert status == 200 and answer["toast"]["type"] == "warning"
+            toasts.append(answer["toast"]["content"])
+        assert toasts == ["This button does nothing here."] * 2
+        await bot.frontend.idle()
+        assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []
+        assert fake_feishu.card_updates == []
         tapped = card_action(
             buttons[0]["value"], open_id="ou_user1", chat_id="oc_chat1", message_id="om_sent_1"
         )
@@ -633,5 +650,39 @@ async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(
         assert update["message_id"] == "om_sent_1"
         assert len(json.loads(update["content"])["elements"]) == 1  # the buttons are gone
         assert card_text(update["content"]).endswith("Pinned: saved.")
+    finally:
+        await server.stop()
+
+
+async def test_a_suggestion_card_feishu_fails_to_post_costs_neither_the_turn_nor_the_summary(
+    start_feishu: Any,
+    fake_feishu: FakeFeishu,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = {**agent_llm(server.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    short = {"history_max_turns": 2, "compaction_keep_turns": 1, "history_max_chars": 100000}
+    try:
+        bot = await start_feishu(model=model, llm=llm, chat=short)
+        for number in (1, 2, 3):
+            await bot.send(receive_event(f"message {number}"))
+        tea = {"label": "tea", "content": "Drinks green tea, no sugar.", "reason": "said so"}
+        server.script = [
+            tool_calls(("compact_history", {"summary": "They talked.", "suggestions": [tea]})),
+            completion("answer 4"),
+        ]
+        fake_feishu.post_failures.append(500)
+        with caplog.at_level(logging.WARNING):
+            assert (await bot.send(receive_event("message 4")))[-1] == "answer 4"
+        assert fake_feishu.posted == []
+        failed = [r.getMessage() for r in caplog.records if "pin suggestion" in r.getMessage()]
+        assert failed == ["posting a pin suggestion message failed (FeishuApiError)"]
+        # The summary took the place of the oldest turns; the suggestion waits all the same.
+        assert server.requests[-1]["messages"][1]["content"].endswith("They talked.")
+        listed = await bot.send(receive_event("/pin suggestions"))
+        assert "#1 tea: Drinks green tea, no sugar. (why: said so)" in listed[-1]
     finally:
         await server.stop()

@@ -1236,9 +1236,16 @@ async def test_a_pin_suggestion_in_a_dm_comes_with_buttons_and_a_tap_on_pin_save
     ]
     assert await blocks(store, "telegram:direct:42") == []
     shown = {"message_id": await posted_id(fake_telegram, posted), "text": posted["text"]}
+    # The button's data counts only on the message that shows the suggestion.
+    other = {**shown, "message_id": shown["message_id"] + 100}
+    fake_telegram.push(tap(chat, me, other, "pinbot:suggestion:pin:1"))
+    await bot.settle()
+    (refused,) = fake_telegram.called("answerCallbackQuery")
+    assert refused["text"] == "This button does nothing here."
+    assert await blocks(store, "telegram:direct:42") == []
     fake_telegram.push(tap(chat, me, shown, "pinbot:suggestion:pin:1"))
     await bot.settle()
-    (answer,) = fake_telegram.called("answerCallbackQuery")
+    answer = fake_telegram.called("answerCallbackQuery")[-1]
     assert answer["text"] == "Pinning suggestion #1…"
     assert await blocks(store, "telegram:direct:42") == [("diet", "Vegetarian.", "strong")]
     (edit,) = fake_telegram.called("editMessageText")

@@ -44,6 +44,9 @@ def test_content_compares_up_to_case_spacing_and_punctuation() -> None:
     assert content_key("Lives in Lisbon.") == content_key("lives  in LISBON!")
     assert content_key("Ｌｉｓｂｏｎ") == content_key("lisbon")
     assert content_key("Lives in Lisbon") != content_key("Lives in Porto")
+    assert content_key("Li\u200bves in Lis\u00adbon") == content_key("Lives in Lisbon")
+    assert content_key("`Lives` in Lisbon 🏠") == content_key("Lives in Lisbon")
+    assert content_key("Café") == content_key("CAFÉ") != content_key("Cafe")
 
 
 def test_suggestion_buttons_carry_their_number_and_forged_data_is_none() -> None:
