@@ -5,7 +5,12 @@ outside, through Prometheus.)"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from bot import metrics
+from bot.core.clock import utc_now
 from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, TextSink
 from bot.llm.offline import OfflineChatModel
 from bot.metrics.listener import Health
@@ -22,6 +28,9 @@ from storage.errors import Unavailable
 from storage.watch import watched
 from tests.conftest import BotFactory, ask, dm, group
 from tests.fakes.clock import FakeClock
+from tests.pg import PgCluster
+
+WAIT_S = 60  # a safety net for a busy machine, never a pause
 
 
 @pytest.fixture
@@ -212,3 +221,51 @@ async def test_readiness_says_what_is_not_ready(tmp_path: Any) -> None:
     await store.close()
     reason = await Health(store).not_ready()
     assert reason is not None and reason.startswith("the database cannot be reached")
+
+
+def _server_processes(cluster: PgCluster) -> list[int]:
+    """The postmaster of cluster and every process it started."""
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    return [postmaster, *map(int, children)]
+
+
+async def _probe(health: Health) -> str | None:
+    """health.not_ready(), bounded by a safety net: a probe that hangs fails the test."""
+    probe = asyncio.ensure_future(health.not_ready())
+    done, _ = await asyncio.wait({probe}, timeout=WAIT_S)
+    assert done, "the readiness probe hung on the frozen database"
+    return probe.result()
+
+
+@pytest.mark.xdist_group("postgres-outage")
+async def test_readiness_answers_while_postgresql_is_frozen(meters: metrics.Meters) -> None:
+    cluster = PgCluster().start()  # its own server: this test freezes it
+    try:
+        store = await Store.open(url=cluster.url())
+        await store.register_worker(now=utc_now())
+        health = Health(store, inbox=True, check_s=0.5)
+        assert await _probe(health) is None
+        frozen = _server_processes(cluster)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            # The check's connection hangs: not awaited, it is dropped; a probe after it asks
+            # again on a new connection, which hangs in its turn (one check at a time).
+            for _ in range(3):
+                assert await _probe(health) == "the database did not answer within 0.5 s"
+            done, _ = await asyncio.wait(
+                {asyncio.ensure_future(health.refresh(meters))}, timeout=WAIT_S
+            )
+            assert done
+            assert value(meters.registry, "pinbot_ready") == 0
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + WAIT_S  # a safety net for a busy machine, never a pause
+        while (reason := await _probe(health)) is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # polling a server that is waking up
+        assert reason is None
+        await store.close()
+    finally:
+        cluster.stop()
