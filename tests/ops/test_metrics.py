@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from bot.metrics.listener import Health
 from bot.metrics.model import MeteredModel, metered
 from storage import Store
 from storage.errors import Unavailable
+from storage.schema import LATEST
 from storage.watch import watched
 from tests.conftest import BotFactory, ask, dm, group
 from tests.fakes.clock import FakeClock
@@ -269,3 +271,28 @@ async def test_readiness_answers_while_postgresql_is_frozen(meters: metrics.Mete
         await store.close()
     finally:
         cluster.stop()
+
+
+async def test_readiness_says_so_while_another_connection_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.sqlite3"
+    store = await Store.open(path)
+    health = Health(store)
+    assert await health.not_ready() is None
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # WAL still lets reads through, writes wait
+        assert await store.schema_version() == LATEST  # what readiness asked before
+        assert await health.not_ready() == (
+            "the database is locked by another connection: nothing can be written now"
+        )
+        other.execute("ROLLBACK")
+        assert await health.not_ready() is None
+        # the checks left the store's own connection alone
+        await store.record_update(
+            "telegram", "1", chat="c", position=1, payload="{}", now=utc_now()
+        )
+    finally:
+        other.close()
+        await store.close()
