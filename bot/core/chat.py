@@ -20,6 +20,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
+from bot.core.policy import count_refusal
 from bot.core.proposals import Proposals
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
@@ -239,7 +240,7 @@ class ChatService:
             said += [reply.text] if reply.text.strip() else []
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
-                outcome = await self._tools.call(context, call.name, call.arguments)
+                outcome = count_refusal(await self._tools.call(context, call.name, call.arguments))
                 done = "done" if isinstance(outcome, Done) else "refused"
                 log.info("tool %s session=%s %s", call.name, context.conversation.session_key, done)
                 result = tool_message(outcome)

@@ -8,7 +8,7 @@ from bot.core.commands import LOG_DEFAULT, USAGE, PinCommand, Verb, split_comman
 from bot.core.context import MessageContext
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
-from bot.core.policy import BlockPolicy
+from bot.core.policy import BlockPolicy, count_refusal
 from bot.core.proposals import Proposals
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
@@ -67,7 +67,7 @@ class PinService:
             return Reply(await self._status(context, shared_only=command.shared))
         if command.verb is Verb.LOG:
             return Reply(await self._log(target, command.count or LOG_DEFAULT))
-        outcome = await self._outcome(target, command, context)
+        outcome = count_refusal(await self._outcome(target, command, context))
         if isinstance(outcome, Done):
             return Reply(outcome.message)
         return Reply.refused(outcome.reason)

@@ -20,6 +20,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from bot import metrics
 from bot.core.clock import utc_now
+from bot.core.replies import Result
 from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, TextSink
 from bot.llm.offline import OfflineChatModel
 from bot.metrics.listener import Health
@@ -296,3 +297,19 @@ async def test_readiness_says_so_while_another_connection_holds_the_write_lock(
     finally:
         other.close()
         await store.close()
+
+
+async def test_a_block_rule_refusal_is_counted_when_it_is_given_not_when_built(
+    make_bot: BotFactory, meters: metrics.Meters
+) -> None:
+    bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["1"]})
+    outcome = await bot.pins.proposals.propose(
+        _context(bot, group("2")), "rules", "be kind", reason="asked"
+    )
+    assert "#1" in str(outcome)
+    reply = await ask(bot, group("1"), "/pin shared approve 1")
+    assert reply is not None and reply.text.startswith("Approved"), reply
+    assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 0
+    reply = await ask(bot, group("1"), "/pin shared add rules again")  # the label is taken
+    assert reply is not None and reply.outcome is Result.REFUSED
+    assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 1
