@@ -492,8 +492,11 @@ class FeishuFrontend:
     async def _tap(self, tap: FeishuMessage) -> dict[str, Any]:
         """What a card button tap does, as Feishu's card action answer (a toast); a tap that
         counts is recorded, to be carried out in its chat's order."""
-        metrics.update_received(PLATFORM, "tap")
         tapped = await self.pinbot.tapped(tap.conversation(), tap.content)
+        # A tap carried out is counted when recorded (a repeated delivery is not), the others
+        # as they come.
+        if tapped is None or tapped.command is None:
+            metrics.update_received(PLATFORM, "tap")
         if tapped is None:
             return {"toast": {"type": "info", "content": "This button does nothing any more."}}
         if tapped.command is not None:
@@ -526,19 +529,23 @@ class FeishuFrontend:
         except Exception:
             log.exception("could not record Feishu event %s", event.event_id)
 
-    async def _record(self, event: FeishuMessage) -> None:
-        if event.message_type != CARD_ACTION:  # a tap was counted as it came (_tap)
-            metrics.update_received(PLATFORM, "message")
+    async def _record(self, event: FeishuMessage) -> bool:
+        """Record an event to be processed in its chat's order, counted (bot.metrics) once:
+        whether it was recorded (False for a repeated delivery, or one without an id)."""
         if not event.event_id:
             log.warning("a Feishu event without an event id was ignored")
-            return
-        await self.inbox.receive(
+            return False
+        recorded = await self.inbox.receive(
             PLATFORM,
             event.event_id,
             chat=delivery_chat(PLATFORM, event.chat_id or event.message_id),
             position=0,  # Feishu has no delivery sequence: arrival order it is
             payload=event.to_json(),
         )
+        if recorded:
+            kind = "tap" if event.message_type == CARD_ACTION else "message"
+            metrics.update_received(PLATFORM, kind)
+        return recorded
 
     async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
         """Work out an event's answer; it is sent once the event is marked processed (Unavailable,

@@ -388,7 +388,6 @@ class TelegramFrontend:
             raw, data, update_id = "", None, None
         if type(update_id) is not int or not 0 <= update_id < 2**63:
             return web.Response(status=400, text="not a Telegram update")
-        metrics.update_received(PLATFORM, update_kind(data))
         chat = _chat_id(data)
         key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
         try:
@@ -398,6 +397,8 @@ class TelegramFrontend:
         except Exception as error:  # Telegram delivers it again later
             log.error("could not record update %d: %s", update_id, error)
             return web.Response(status=500)
+        if recorded:  # a repeated delivery was counted when it first came
+            metrics.update_received(PLATFORM, update_kind(data))
         if recorded and "callback_query" in data:  # answered once, by the worker recording it
             try:
                 await self.answer_tap(Update.de_json(data, self.app.bot))

@@ -584,7 +584,9 @@ async def test_events_are_counted_and_readiness_follows_the_webhook_listener(
         bot = await start_feishu()
         assert bot.frontend.not_ready() is None  # the webhook listener is up
         await bot.send(receive_event("/pin add tone be brief"))
-        await bot.send(receive_event("hello"))
+        hello = receive_event("hello")
+        for _ in range(3):  # Feishu delivers again when it missed the 200: counted once
+            await bot.send(hello)
         counted = meters.registry.get_sample_value(
             "pinbot_updates_received_total", {"platform": "feishu", "kind": "message"}
         )

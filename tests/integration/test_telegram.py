@@ -474,6 +474,37 @@ async def test_webhook_mode_needs_the_secret_token(
     assert [b[0] for b in await blocks(store, "telegram:direct:9")] == ["honest"]
 
 
+async def test_a_repeated_webhook_delivery_is_counted_once(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    from bot import metrics
+
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        port = free_port()
+        webhook = {
+            "mode": "webhook",
+            "webhook_port": port,
+            "webhook_path": "hook",
+            "webhook_url": "https://bot.example.test/hook",
+        }
+        await start_bot(telegram=webhook, webhook_secret="s3cret-token")
+        update = message(private_chat(9), "/pin add once x", user(9)) | {"update_id": 7}
+        headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):  # Telegram delivers again when it missed the 200
+                url = f"http://127.0.0.1:{port}/hook"
+                async with session.post(url, json=update, headers=headers) as response:
+                    assert response.status == 200
+        await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 1)
+        counted = meters.registry.get_sample_value(
+            "pinbot_updates_received_total", {"platform": "telegram", "kind": "message"}
+        )
+        assert counted == 1
+    finally:
+        metrics.disable()
+
+
 async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "pinbot"),
