@@ -561,7 +561,10 @@ class TelegramFrontend:
             return
         conversation = conversation_of(message, query.from_user)
         platform_admin = self._admin_lookup(message, conversation)
-        tapped = await self.pinbot.tapped(conversation, query.data or "", platform_admin)
+        # Counted when it was answered (answer_tap): asked again here for the command.
+        tapped = await self.pinbot.tapped(
+            conversation, query.data or "", platform_admin, counted=False
+        )
         if tapped is None or tapped.command is None:
             return
         incoming = Incoming(

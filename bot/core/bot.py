@@ -167,37 +167,52 @@ class Pinbot:
         conversation: Conversation,
         data: str,
         platform_admin: AdminLookup | None = None,
+        *,
+        counted: bool = True,
     ) -> Tapped | None:
         """A tap on a button of the bot's (conversation: who tapped, where), answered at once:
         the notice to show the tapper, and the command that carries the tap out in the chat's
-        order (None when the tap counts for nothing). None for a button that is not ours."""
+        order (None when the tap counts for nothing). None for a button that is not ours.
+        Counted (bot.metrics: one tap handled, and an access refusal) unless counted is False:
+        an adapter that asks again for the same tap says so."""
         parsed = parse_tap(data)
         suggested = suggestion_tap(data)
         if parsed is None and suggested is None:
             return None
         started = time.perf_counter()
+        tapped, refused = await self._tapped(conversation, parsed, suggested, platform_admin)
+        if counted:
+            if refused:
+                metrics.refused("access")
+            metrics.handled("tap", time.perf_counter() - started)
+        return tapped
+
+    async def _tapped(
+        self,
+        conversation: Conversation,
+        parsed: tuple[bool, int] | None,
+        suggested: tuple[bool, int] | None,
+        platform_admin: AdminLookup | None,
+    ) -> tuple[Tapped, bool]:
+        """What a tap of ours does, and whether it was refused for who tapped."""
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal or context.speaker.refusal:
-            metrics.refused("access")
-            return Tapped(refusal, None)
+            return Tapped(refusal, None), True
         if suggested is not None:
-            metrics.handled("tap", time.perf_counter() - started)
             if conversation.kind is not ChatKind.DIRECT:  # never posted elsewhere: forged
-                return Tapped("This button does nothing here.", None)
+                return Tapped("This button does nothing here.", None), False
             pin, number = suggested
             notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
-            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
+            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}"), False
         assert parsed is not None
-        decided = await self.pins.proposals.may_decide(context)
-        metrics.handled("tap", time.perf_counter() - started)
-        if decided:
-            return Tapped(ADMINS_ONLY, None)
+        if await self.pins.proposals.may_decide(context):  # a refusal: not a shared admin
+            return Tapped(ADMINS_ONLY, None), True
         approve, number = parsed
         verb = "approve" if approve else "reject"
         notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
-        return Tapped(notice, f"/pin shared {verb} {number}")
+        return Tapped(notice, f"/pin shared {verb} {number}"), False
 
     async def chat_pin_groups(self, platform: str) -> list[tuple[str, str]]:
         """(group scope, chat id) of every group of platform that has a pinned-message block."""

@@ -1157,6 +1157,43 @@ async def test_a_proposal_is_posted_with_buttons_and_an_admins_tap_applies_it(
     assert version.actor == "7" and version.origin is not None and version.origin.proposal == 1
 
 
+async def test_each_tap_is_counted_once_and_a_members_tap_as_refused(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bot import metrics
+
+    propose = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed today"}
+    model, llm = proposing_model(fake_openai, monkeypatch, propose)
+    meters = metrics.enable(version="test", model="m", currency="USD")
+
+    def counted(name: str, **labels: str) -> float:
+        return meters.registry.get_sample_value(name, labels) or 0.0
+
+    try:
+        bot = await start_bot(model, pins=ADMIN_PINS, llm=llm)
+        chat = group_chat(GROUP)
+        await bot.reply_to(message(chat, "@pin_bot keep the deadline", user(42)))
+        (posted,) = [p for p in fake_telegram.sent(GROUP) if "reply_markup" in p]
+        shown = {"message_id": await posted_id(fake_telegram, posted), "text": posted["text"]}
+        fake_telegram.push(tap(chat, user(42), shown, "pinbot:proposal:approve:1"))  # a member
+        await bot.settle()
+        assert counted("pinbot_handling_seconds_count", kind="tap") == 1
+        assert counted("pinbot_refusals_total", reason="access") == 1
+        fake_telegram.push(tap(chat, user(7), shown, "pinbot:proposal:approve:1"))  # an admin
+        await bot.settle()
+        await fake_telegram.wait_for(lambda: len(fake_telegram.called("editMessageText")) == 1)
+        assert counted("pinbot_handling_seconds_count", kind="tap") == 2
+        assert counted("pinbot_refusals_total", reason="access") == 1
+        assert counted("pinbot_refusals_total", reason="block_rules") == 0
+        updates = counted("pinbot_updates_received_total", platform="telegram", kind="tap")
+        assert updates == 2
+    finally:
+        metrics.disable()
+
+
 async def posted_id(fake_telegram: FakeTelegram, posted: dict[str, Any]) -> int:
     """The message id the fake server gave a sent message (its calls and results in order)."""
     for params, result in fake_telegram.results("sendMessage"):
