@@ -177,6 +177,54 @@ def test_promtool_accepts_the_shipped_alert_rules() -> None:
     assert "SUCCESS" in checked.stdout + checked.stderr
 
 
+def test_the_cache_alert_fires_only_where_the_provider_reports_cached_tokens(
+    tmp_path: Path,
+) -> None:
+    """promtool's rule unit test: two models with the same traffic and no cache hits, one whose
+    server reported cached tokens earlier in the day (its cache stopped working: alert) and one
+    whose server never reports any (no cache to watch: no alert)."""
+    tokens = "pinbot_model_tokens_total{{instance='a', kind='{kind}', model='{model}'}}"
+    series = [
+        {"series": tokens.format(kind="prompt", model="cached"), "values": "0+1000x300"},
+        # cached tokens for the first hour, then none
+        {
+            "series": tokens.format(kind="cached_prompt", model="cached"),
+            "values": "0+900x60 54000+0x240",
+        },
+        {"series": tokens.format(kind="prompt", model="local"), "values": "0+1000x300"},
+        {"series": tokens.format(kind="cached_prompt", model="local"), "values": "0+0x300"},
+    ]
+    fired = {
+        "exp_labels": {"severity": "warning", "instance": "a", "model": "cached"},
+        "exp_annotations": {
+            "summary": "model cache hit ratio on a under 30%",
+            "description": "0% of prompt tokens came from the cache.",
+        },
+    }
+    tests = {
+        "rule_files": [str(ROOT / "docs/prometheus/alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "50m", "alertname": "PinbotCacheHitRatioLow", "exp_alerts": []},
+                    {
+                        "eval_time": "300m",
+                        "alertname": "PinbotCacheHitRatioLow",
+                        "exp_alerts": [fired],
+                    },
+                ],
+            }
+        ],
+    }
+    unit = tmp_path / "cache-alert-test.yml"
+    unit.write_text(yaml.safe_dump(tests), encoding="utf-8")
+    checked = promtool("test", "rules", str(unit))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 async def poll(running: Running, path: str, wanted: int) -> tuple[int, str, float]:
     """Ask path until it answers wanted (a safety net bounds it), /healthz staying 200 all the
     while; the last answer and how long it took to come."""
