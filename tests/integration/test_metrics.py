@@ -225,15 +225,15 @@ def test_the_cache_alert_fires_only_where_the_provider_reports_cached_tokens(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-async def poll(running: Running, path: str, wanted: int) -> tuple[int, str, float]:
+async def poll(running: Running, path: str, wanted: int) -> tuple[int, str]:
     """Ask path until it answers wanted (a safety net bounds it), /healthz staying 200 all the
-    while; the last answer and how long it took to come."""
-    started = time.monotonic()
+    while; the last answer."""
+    deadline = time.monotonic() + WAIT_S
     while True:
         status, text = await running.get(path)
         assert (await running.get("/healthz")) == (200, "ok\n")
-        if status == wanted or time.monotonic() - started > WAIT_S:
-            return status, text, time.monotonic() - started
+        if status == wanted or time.monotonic() > deadline:
+            return status, text
         await asyncio.sleep(0.1)  # polling an external process until it answers
 
 
@@ -246,14 +246,13 @@ async def test_readyz_follows_the_database_and_healthz_stays_up(
     try:
         bot = await start_bot(tmp_path, telegram, model, url=cluster.url())
         try:
-            assert (await poll(bot, "/readyz", 200))[:2] == (200, "ready\n")
+            assert await poll(bot, "/readyz", 200) == (200, "ready\n")
             cluster.stop_server()
-            status, reason, took = await poll(bot, "/readyz", 503)
+            status, reason = await poll(bot, "/readyz", 503)
             assert status == 503
             assert reason.startswith("not ready: the database cannot be reached"), reason
-            assert took < 10, f"/readyz answered 503 only after {took:.1f} s"
             cluster.start_server()
-            assert (await poll(bot, "/readyz", 200))[:2] == (200, "ready\n")
+            assert await poll(bot, "/readyz", 200) == (200, "ready\n")
             # and the bot serves again
             telegram.push(message(private_chat(5_000_300), "/pin add back yes", user(5_000_300)))
             await bot.answered(1)
@@ -374,7 +373,7 @@ async def test_a_webhook_worker_shows_the_updates_waiting_for_it(
     secret = {"TELEGRAM_WEBHOOK_SECRET": "metrics-webhook-secret"}
     bot = await start_bot(tmp_path, telegram, model, env=secret, telegram_settings=webhook)
     try:
-        assert (await poll(bot, "/readyz", 200))[:2] == (200, "ready\n")
+        assert await poll(bot, "/readyz", 200) == (200, "ready\n")
         headers = {"X-Telegram-Bot-Api-Secret-Token": secret["TELEGRAM_WEBHOOK_SECRET"]}
         chat, sender = private_chat(5_000_400), user(5_000_400)
         async with aiohttp.ClientSession() as session:
