@@ -576,7 +576,8 @@ class TelegramFrontend:
         )
         reply = await self._handle(incoming, SILENT)  # the outcome shows in the buttons' message
         if reply is not None:
-            log.info("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
+            # The outcome quotes blocks and labels, which are the chat's: only at debug level.
+            log.debug("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
 
     async def check_pinned_messages(self, now: datetime) -> None:
         """Telegram sends nothing when a message is unpinned: ask getChat of each group whose

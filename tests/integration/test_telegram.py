@@ -1162,11 +1162,13 @@ async def test_each_tap_is_counted_once_and_a_members_tap_as_refused(
     fake_telegram: FakeTelegram,
     fake_openai: FakeOpenAI,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from bot import metrics
 
     propose = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed today"}
     model, llm = proposing_model(fake_openai, monkeypatch, propose)
+    caplog.set_level(logging.INFO)
     meters = metrics.enable(version="test", model="m", currency="USD")
 
     def counted(name: str, **labels: str) -> float:
@@ -1190,6 +1192,9 @@ async def test_each_tap_is_counted_once_and_a_members_tap_as_refused(
         assert counted("pinbot_refusals_total", reason="block_rules") == 0
         updates = counted("pinbot_updates_received_total", platform="telegram", kind="tap")
         assert updates == 2
+        # the outcome (it quotes the block) is the chat's: not in the logs above debug
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+        assert not [line for line in said if "deadline" in line or "saved" in line.casefold()]
     finally:
         metrics.disable()
 
