@@ -283,10 +283,10 @@ class Pinbot:
             if incoming.redelivered:
                 raise
             log.exception("the database could not be reached for %s", conversation.session_key)
-            return Reply.failed(FAILED_REPLY)
+            reply = Reply.failed(FAILED_REPLY)
         except Exception:  # a fault in one message must not stop the others: log, answer, go on
             log.exception("handling a message in %s failed", conversation.session_key)
-            return Reply.failed(FAILED_REPLY)
+            reply = Reply.failed(FAILED_REPLY)
         kind = "command" if text.startswith("/") else "turn"
         took = time.perf_counter() - started
         metrics.handled(kind, took)

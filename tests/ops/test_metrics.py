@@ -6,6 +6,7 @@ outside, through Prometheus.)"""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sqlite3
@@ -313,3 +314,30 @@ async def test_a_block_rule_refusal_is_counted_when_it_is_given_not_when_built(
     reply = await ask(bot, group("1"), "/pin shared add rules again")  # the label is taken
     assert reply is not None and reply.outcome is Result.REFUSED
     assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 1
+
+
+class Broken:
+    """A model whose every call fails with a fault pinbot does not expect."""
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
+    ) -> ModelReply:
+        raise RuntimeError("a fault")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_failed_message_is_counted_and_logged_as_failed(
+    make_bot: BotFactory, meters: metrics.Meters, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.core.bot")
+    reply = await ask(make_bot(Broken()), dm("42"), "hello")
+    assert reply is not None and reply.outcome is Result.FAILED
+    assert value(meters.registry, "pinbot_handling_seconds_count", kind="turn") == 1
+    (handled,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("handled")]
+    assert handled.startswith("handled turn session=console:direct:42 outcome=failed ms=")
