@@ -20,8 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from bot import metrics
+from bot.core.blocks import BlockOps
 from bot.core.clock import utc_now
+from bot.core.policy import BlockPolicy
 from bot.core.replies import Result
+from bot.core.transfer import apply_import, export_document, plan_import
 from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, TextSink
 from bot.llm.offline import OfflineChatModel
 from bot.metrics.listener import Health
@@ -30,7 +33,7 @@ from storage import Store
 from storage.errors import Unavailable
 from storage.schema import LATEST
 from storage.watch import watched
-from tests.conftest import BotFactory, ask, dm, group
+from tests.conftest import BotFactory, ask, dm, group, make_config
 from tests.fakes.clock import FakeClock
 from tests.pg import PgCluster
 
@@ -341,3 +344,24 @@ async def test_a_failed_message_is_counted_and_logged_as_failed(
     assert value(meters.registry, "pinbot_handling_seconds_count", kind="turn") == 1
     (handled,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("handled")]
     assert handled.startswith("handled turn session=console:direct:42 outcome=failed ms=")
+
+
+async def test_an_import_counts_the_labels_it_changed(
+    make_bot: BotFactory, store: Store, clock: FakeClock, meters: metrics.Meters
+) -> None:
+    bot = make_bot()
+    for label in ("a", "b", "c"):
+        await ask(bot, dm("42"), f"/pin add {label} text {label}")
+    document = await export_document(store, clock())
+    policy = BlockPolicy(make_config().pins)
+    ops = BlockOps(store, policy)
+    before = value(meters.registry, "pinbot_blocks_written_total", channel="import")
+    plan = plan_import(document, policy, clock())
+    await apply_import(ops, plan)  # the same blocks again: nothing changes
+    assert plan.problems == []
+    assert value(meters.registry, "pinbot_blocks_written_total", channel="import") == before == 0
+    document["scopes"]["console:direct:42"]["blocks"][0]["content"] = "changed"
+    plan = plan_import(document, policy, clock())
+    await apply_import(ops, plan)
+    assert plan.problems == []
+    assert value(meters.registry, "pinbot_blocks_written_total", channel="import") == 1
