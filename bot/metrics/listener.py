@@ -163,7 +163,8 @@ async def serving(config: Config, health: Health) -> AsyncIterator[int | None]:
     runner, port = await serve_app(
         application(meters, health), host=host, port=wanted, port_setting="metrics.listen"
     )
-    shown = f"[{host}]" if ":" in host else host
+    bound = str(runner.addresses[0][0]) if runner.addresses else host
+    shown = f"[{bound}]" if ":" in bound else bound
     log.info("metrics listening on http://%s:%d (/metrics, /healthz, /readyz)", shown, port)
     try:
         yield port
