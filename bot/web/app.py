@@ -250,7 +250,8 @@ class WebPage:
         """Back to the group's page, which shows what happened, or why nothing did with what
         was typed still in the form."""
         session = request.cookies.get(SESSION_COOKIE, "")
-        if isinstance(count_refusal(outcome), Done):
+        count_refusal(outcome)
+        if isinstance(outcome, Done):
             self._flash[session] = Flash("done", outcome.message)
         else:
             form = await request.post()
