@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from itertools import pairwise
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from telegram.error import TelegramError
 
 from bot.adapters.telegram import TYPING_REFRESH_S, TelegramFrontend
 from bot.adapters.telegram_format import formatted_parts
@@ -503,6 +505,61 @@ async def test_a_repeated_webhook_delivery_is_counted_once(
         assert counted == 1
     finally:
         metrics.disable()
+
+
+class Monotonic:
+    """A monotonic clock that moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_polling_readiness_follows_getupdates_on_the_injected_clock(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    clock = Monotonic()
+    bot = await start_bot(monotonic=clock)
+    frontend = bot.frontend
+    await bot.reply_to(message(private_chat(42), "/pin list", user(42)))  # getUpdates answered
+    assert frontend.not_ready() is None
+    clock.now += 1 + 30 + 1  # poll_timeout_s 1, and the slack: no getUpdates answered since
+    assert frontend.not_ready() == "Telegram has answered no getUpdates for 31 s"
+    deadline = time.monotonic() + 60  # a safety net for a busy machine, never a pause
+    while frontend.not_ready() is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the next getUpdates answers
+    assert frontend.not_ready() is None
+    unstarted = TelegramFrontend(bot.frontend.pinbot, frontend.config, TOKEN, monotonic=clock)
+    assert unstarted.not_ready() == "Telegram has not answered a getUpdates yet"
+
+
+async def test_a_webhook_worker_is_not_ready_while_telegram_answers_none_of_its_requests(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    clock = Monotonic()
+    webhook = {
+        "mode": "webhook",
+        "webhook_port": free_port(),
+        "webhook_path": "hook",
+        "webhook_url": "https://bot.example.test/hook",
+    }
+    bot = await start_bot(telegram=webhook, webhook_secret="s3cret-token", monotonic=clock)
+    frontend = bot.frontend
+    assert frontend.not_ready() is None  # its requests so far were answered
+    fake_telegram.fail("getMe", 502, "Bad Gateway")
+    with pytest.raises(TelegramError):
+        await frontend.app.bot.get_me()
+    assert frontend.not_ready() is None  # one failure within the window
+    clock.now += 61
+    assert frontend.not_ready() == "Telegram has answered none of the bot's requests for 60 s"
+    # not ready, it asks Telegram itself (getMe), which answers now: ready again
+    await fake_telegram.wait_for(lambda: len(fake_telegram.called("getMe")) >= 2)
+    deadline = time.monotonic() + 60  # a safety net for a busy machine, never a pause
+    while frontend.not_ready() is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the answer is on its way back to the bot
+    assert frontend.not_ready() is None
 
 
 async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:

@@ -365,3 +365,18 @@ async def test_an_import_counts_the_labels_it_changed(
     await apply_import(ops, plan)
     assert plan.problems == []
     assert value(meters.registry, "pinbot_blocks_written_total", channel="import") == 1
+
+
+async def test_readiness_says_the_schema_is_behind(tmp_path: Path) -> None:
+    path = tmp_path / "behind.sqlite3"
+    store = await Store.open(path)
+    try:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute(f"PRAGMA user_version = {LATEST - 1}")  # as an older pinbot left it
+        other.close()
+        assert await Health(store).not_ready() == (
+            f"the database schema is at step {LATEST - 1} and this pinbot needs step {LATEST}: "
+            "run pinbot migrate"
+        )
+    finally:
+        await store.close()
