@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 import unicodedata
@@ -307,15 +308,43 @@ class LoggingConfig(_Section):
         return self.format == "json" or self.json_
 
 
+_LISTEN_FORM = (
+    'host:port with a port from 0 to 65535 (0: any free port), e.g. "127.0.0.1:9464" or '
+    '"[::1]:9464" (an IPv6 address inside [ ]), or "" for off'
+)
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _listen_problem(value: str) -> str | None:
+    """What is wrong with a host:port to listen on, or None."""
+    if any(char.isspace() for char in value):
+        return "holds a space"
+    host, separator, port = value.rpartition(":")
+    if not separator or not host:
+        return "has no host before the port"
+    if not _PORT.fullmatch(port) or int(port) > MAX_PORT:
+        return f"the port {port!r} is not a number from 0 to 65535"
+    if host.startswith("[") or host.endswith("]"):
+        inside = host.removeprefix("[").removesuffix("]")
+        if not (host.startswith("[") and host.endswith("]")):
+            return "an IPv6 address needs both [ and ]"
+        try:
+            ipaddress.IPv6Address(inside)
+        except ValueError:
+            return f"{inside!r} inside [ ] is not an IPv6 address"
+        return None
+    if ":" in host:
+        return "an IPv6 address goes inside [ ], e.g. [::1]:9464"
+    if not _HOST_NAME.fullmatch(host):
+        return f"the host {host!r} is not a host name or address"
+    return None
+
+
 def _listen_address(value: str) -> str:
     """host:port, or empty; the port may be 0 (any free port)."""
-    if value:
-        host, _, port = value.rpartition(":")
-        if not host or not port.isdigit() or int(port) > MAX_PORT:
-            raise ValueError(
-                'must be host:port with a port from 0 to 65535, e.g. "127.0.0.1:9464" (0: any '
-                'free port), or "" for off'
-            )
+    if value and (problem := _listen_problem(value)):
+        raise ValueError(f"{problem}: write {_LISTEN_FORM}")
     return value
 
 

@@ -14,6 +14,7 @@ from storage.changes import ChangeStore
 from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
 from storage.history import HistoryStore
+from storage.models import StoreCheck
 from storage.proposals import ProposalStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
@@ -80,6 +81,23 @@ class Store(
     async def schema_version(self) -> int:
         """The number of the last schema step applied."""
         return await self._db.schema_version()
+
+    async def check(self, *, inbox: bool = False) -> StoreCheck:
+        """A health check on a connection of the checks' own (see Database.checking): the
+        schema version and, with inbox, the updates waiting in this worker's chats. Unavailable
+        when the database does not answer; Locked when nothing could be written now. A check
+        that hangs is ended by drop_check."""
+        async with self._db.checking() as on:
+            version = await self._db.schema_version(on)
+            if not inbox:
+                return StoreCheck(version)
+            waiting, oldest = await self.waiting_here(on)
+        return StoreCheck(version, waiting, oldest)
+
+    def drop_check(self) -> None:
+        """End the health checks' connection now, without waiting on the server; the next
+        check opens another."""
+        self._db.drop_check()
 
     async def integrity_ok(self) -> bool:
         """Whether the database checks out."""

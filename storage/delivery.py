@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Protocol
 
 from storage.buckets import TokenBuckets
-from storage.dialect import Database, Row, Step
+from storage.dialect import Database, Executor, Row, Step
 from storage.models import Arrival, PendingUpdate
 from storage.rows import ts
 
@@ -145,10 +145,11 @@ class DeliveryStore(Protocol):
         )
         return [row[0] for row in rows]
 
-    async def waiting_here(self) -> tuple[int, float | None]:
+    async def waiting_here(self, on: Executor | None = None) -> tuple[int, float | None]:
         """How many unprocessed updates wait in the chats this worker holds, and when the
-        oldest of them was recorded (seconds since the epoch; None when none waits)."""
-        row = await self._db.fetchrow(
+        oldest of them was recorded (seconds since the epoch; None when none waits); read on
+        on (a health check's connection) when given."""
+        row = await (on or self._db).fetchrow(
             "SELECT COUNT(*), MIN(i.received_at) FROM inbox i "
             "JOIN chat_leases l ON l.chat = i.chat WHERE l.owner = ? AND i.done_at IS NULL",
             self._worker,

@@ -14,6 +14,11 @@ class Unavailable(StoreError):
     """The database cannot be opened or reached now; the message says why, without secrets."""
 
 
+class Locked(Unavailable):
+    """Another connection holds the database's write lock past the wait: nothing can be
+    written now (SQLite)."""
+
+
 class SchemaTooNew(StoreError):
     """The database was made by a newer pinbot than this one."""
 

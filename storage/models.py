@@ -403,3 +403,13 @@ class Proposal:
     decided_at: datetime | None = None
     chat: str | None = None
     message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheck:
+    """What a health check read: the schema version, and the updates waiting in this worker's
+    chats with when the oldest was recorded (seconds since the epoch; None when none waits)."""
+
+    version: int
+    waiting: int = 0
+    oldest: float | None = None

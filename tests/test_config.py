@@ -3,6 +3,7 @@ refused with the key and the file named."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,53 @@ def test_a_good_header_label() -> None:
 )
 def test_the_metrics_listener_address(listen: str, address: tuple[str, int] | None) -> None:
     assert parse_config({"metrics": {"listen": listen}}).metrics.address == address
+
+
+@pytest.mark.parametrize(
+    ("listen", "said"),
+    [
+        ("[::1:9464", "an IPv6 address needs both [ and ]"),
+        ("a b:1", "holds a space"),
+        ("host:\u0663", "the port '\u0663' is not a number from 0 to 65535"),  # an Arabic-Indic 3
+        ("host:+80", "the port '+80' is not a number from 0 to 65535"),
+        ("::1:9464", "an IPv6 address goes inside [ ]"),
+        ("[nope]:9464", "'nope' inside [ ] is not an IPv6 address"),
+        ("host_\u00e9:80", "is not a host name or address"),
+        ("127.0.0.1:65536", "the port '65536' is not a number from 0 to 65535"),
+    ],
+)
+def test_a_bad_metrics_listen_address_says_what_is_wrong(listen: str, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"metrics": {"listen": listen}}, "my.yaml")
+    message = str(caught.value)
+    assert "metrics.listen" in message and said in message, message
+    assert '"[::1]:9464"' in message  # and how to write it
+
+
+async def test_any_free_port_on_a_name_of_several_addresses_is_one_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host name resolving to 127.0.0.1 and ::1 with port 0 listened on one free port per
+    address, and the log named only the first: it listens on one address now."""
+    from aiohttp import web
+
+    from bot.serving import serve_app
+
+    real = socket.getaddrinfo
+
+    def both(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "twice.test":
+            return real(host, port, *args, **kwargs)
+        return [
+            *real("127.0.0.1", port, *args, **kwargs),
+            *real("::1", port, *args, **kwargs),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", both)
+    runner, port = await serve_app(
+        web.Application(), host="twice.test", port=0, port_setting="metrics.listen"
+    )
+    try:
+        assert [address[:2] for address in runner.addresses] == [("127.0.0.1", port)]
+    finally:
+        await runner.cleanup()

@@ -28,7 +28,15 @@ from bot.adapters.feishu_api import (
     FeishuTransientError,
 )
 from bot.adapters.feishu_format import CARD_VALUE_KEY
-from bot.adapters.kit import RefusalLog, ReplySurface, Sent, from_inbox, in_inbox, with_backoff
+from bot.adapters.kit import (
+    Reachability,
+    RefusalLog,
+    ReplySurface,
+    Sent,
+    from_inbox,
+    in_inbox,
+    with_backoff,
+)
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.bot import Pinbot
@@ -42,6 +50,8 @@ from bot.core.replies import Reply
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
+# Feishu is not reached once its API calls (or the long connection) have failed this long.
+PLATFORM_WINDOW_S = 60.0
 
 PLATFORM = FEISHU
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
@@ -301,6 +311,10 @@ class FeishuFrontend:
         self.inbox = pinbot.inbox(self._process_recorded)
         self._runner: web.AppRunner | None = None
         self._long_connection: threading.Thread | None = None
+        # Down from lark-oapi's on_reconnecting until its on_reconnected (its own thread).
+        self._long_connection_down = Reachability(monotonic)
+        self._monotonic = monotonic
+        self._asking: asyncio.Task[None] | None = None  # a call asked by not_ready
         self._refusals = RefusalLog("Feishu", monotonic)
         self.port = config.webhook_port
         self.dispatcher = (
@@ -364,6 +378,9 @@ class FeishuFrontend:
     async def stop(self) -> None:
         """Stop listening and finish the events in progress; the chats' other waiting events
         are left to the other workers."""
+        if self._asking is not None:
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
         await self._recorded()
@@ -398,13 +415,35 @@ class FeishuFrontend:
 
     def not_ready(self) -> str | None:
         """Why the connection to Feishu is not working now (None: it is): the webhook listener
-        is up, or the long connection's client runs (it reconnects by itself)."""
+        is up, or the long connection runs and has not been reconnecting for over
+        PLATFORM_WINDOW_S; and Feishu answers the bot's API calls (none failing, with none
+        answered since, for PLATFORM_WINDOW_S; before the first, nothing failed). While its
+        calls fail, one is made meanwhile (the bot's open_id): a worker taken out of traffic
+        would have no call of its own to find Feishu back with."""
         if self.config.mode == "webhook":
-            return None if self._runner is not None else "the Feishu webhook listener is not up"
-        thread = self._long_connection
-        if thread is None or not thread.is_alive():
-            return "the Feishu long connection is not running"
-        return None
+            if self._runner is None:
+                return "the Feishu webhook listener is not up"
+        else:
+            thread = self._long_connection
+            if thread is None or not thread.is_alive():
+                return "the Feishu long connection is not running"
+            down = self._long_connection_down.failing_since
+            if down is not None and self._monotonic() - down > PLATFORM_WINDOW_S:
+                return (
+                    f"the Feishu long connection has been down for over {PLATFORM_WINDOW_S:g} s "
+                    "(reconnecting)"
+                )
+        problem = self.api.reach.problem("Feishu", PLATFORM_WINDOW_S)
+        if problem is not None and (self._asking is None or self._asking.done()):
+            self._asking = asyncio.get_running_loop().create_task(self._ask_feishu())
+        return problem
+
+    async def _ask_feishu(self) -> None:
+        """A call for readiness: its answer (or failure) is noted by the API client."""
+        try:
+            await self.api.bot_open_id()
+        except Exception as error:  # noted already; readiness says so
+            log.debug("asking Feishu for readiness failed: %s", error)
 
     def _run_long_connection(self) -> None:
         """Run lark-oapi's blocking long-connection client on its own loop in this thread."""
@@ -420,6 +459,9 @@ class FeishuFrontend:
             event_handler=self.dispatcher,
             domain=self.config.base_url,
         )
+        # Hooks of lark-oapi's client (its own thread): the connection was lost, and is back.
+        client.on_reconnecting = self._long_connection_down.failed
+        client.on_reconnected = self._long_connection_down.answered
         try:
             client.start()
         except Exception:
@@ -490,7 +532,6 @@ class FeishuFrontend:
     async def _tap(self, tap: FeishuMessage) -> dict[str, Any]:
         """What a card button tap does, as Feishu's card action answer (a toast); a tap that
         counts is recorded, to be carried out in its chat's order."""
-        metrics.update_received(PLATFORM, "tap")
         # The bot's cards are proposals, posted in groups, and pin suggestions, in DMs: the
         # chat is the tapper's DM when the tapped card is one of their suggestions (never what
         # the button's data says: anyone can copy a card).
@@ -498,6 +539,10 @@ class FeishuFrontend:
         direct = await self.pinbot.shows_suggestions(tap.conversation(), message)
         tap = dataclasses.replace(tap, chat_type="p2p" if direct else "group")
         tapped = await self.pinbot.tapped(tap.conversation(), tap.content, message=message)
+        # A tap carried out is counted when recorded (a repeated delivery is not), the others
+        # as they come.
+        if tapped is None or tapped.command is None:
+            metrics.update_received(PLATFORM, "tap")
         if tapped is None:
             return {"toast": {"type": "info", "content": "This button does nothing any more."}}
         if tapped.command is not None:
@@ -530,19 +575,23 @@ class FeishuFrontend:
         except Exception:
             log.exception("could not record Feishu event %s", event.event_id)
 
-    async def _record(self, event: FeishuMessage) -> None:
-        if event.message_type != CARD_ACTION:  # a tap was counted as it came (_tap)
-            metrics.update_received(PLATFORM, "message")
+    async def _record(self, event: FeishuMessage) -> bool:
+        """Record an event to be processed in its chat's order, counted (bot.metrics) once:
+        whether it was recorded (False for a repeated delivery, or one without an id)."""
         if not event.event_id:
             log.warning("a Feishu event without an event id was ignored")
-            return
-        await self.inbox.receive(
+            return False
+        recorded = await self.inbox.receive(
             PLATFORM,
             event.event_id,
             chat=delivery_chat(PLATFORM, event.chat_id or event.message_id),
             position=0,  # Feishu has no delivery sequence: arrival order it is
             payload=event.to_json(),
         )
+        if recorded:
+            kind = "tap" if event.message_type == CARD_ACTION else "message"
+            metrics.update_received(PLATFORM, kind)
+        return recorded
 
     async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
         """Work out an event's answer; it is sent once the event is marked processed (Unavailable,

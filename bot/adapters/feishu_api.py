@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from bot.adapters.feishu_format import card_content, formatted_posts, post_content
-from bot.adapters.kit import Sent, formatted_or_plain
+from bot.adapters.kit import Reachability, Sent, formatted_or_plain
 from bot.config import FeishuConfig
 from bot.core.replies import Reply, split_message
 
@@ -47,6 +47,7 @@ class FeishuApi:
         self._token: str | None = None
         self._token_expires = 0.0
         self._token_lock = asyncio.Lock()
+        self.reach = Reachability(monotonic)  # whether Feishu answers these calls
 
     @property
     def app_secret(self) -> str:
@@ -61,7 +62,8 @@ class FeishuApi:
         async with self._token_lock:
             if not force and self._token and self._monotonic() < self._token_expires:
                 return self._token
-            response = await self._client.post(
+            response = await self._request(
+                "POST",
                 "/open-apis/auth/v3/tenant_access_token/internal",
                 json={"app_id": self._config.app_id, "app_secret": self._app_secret},
             )
@@ -84,13 +86,27 @@ class FeishuApi:
             self._token_expires = self._monotonic() + max(expire - TOKEN_REFRESH_MARGIN_S, 60)
             return self._token
 
+    async def _request(self, method: str, path: str, **options: Any) -> httpx.Response:
+        """One HTTP request to the OpenAPI, noted in reach: answered, or not (a network error,
+        a timeout, a 5xx)."""
+        try:
+            response = await self._client.request(method, path, **options)
+        except httpx.TransportError:  # timeouts included
+            self.reach.failed()
+            raise
+        if response.status_code >= httpx.codes.INTERNAL_SERVER_ERROR:
+            self.reach.failed()
+        else:
+            self.reach.answered()
+        return response
+
     async def call(
         self, method: str, path: str, payload: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """One authorised call; retried once with a fresh token if Feishu says it expired."""
         for attempt in (1, 2):
             token = await self._tenant_token(force=attempt == 2)
-            response = await self._client.request(
+            response = await self._request(
                 method, path, json=payload, headers={"Authorization": f"Bearer {token}"}
             )
             try:

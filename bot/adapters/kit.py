@@ -23,6 +23,7 @@ __all__ = [
     "Frontend",
     "Lost",
     "Messenger",
+    "Reachability",
     "RefusalLog",
     "ReplySurface",
     "Sent",
@@ -207,3 +208,30 @@ class RefusalLog:
         self._seen[address] = (now, 0)
         if len(self._seen) > MAX_TRACKED_ADDRESSES:
             self._seen.clear()
+
+
+class Reachability:
+    """Whether a platform's API answers the bot's own requests: each request that got an
+    answer (any HTTP status below 500) or failed to (network error, timeout, a 5xx) is noted,
+    and the platform counts as unreachable once its requests have failed, with none answered
+    since, for longer than a window. Nothing asked yet is nothing failed."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self.failing_since: float | None = None  # the first failure after the last answer
+
+    def answered(self) -> None:
+        """A request got an answer."""
+        self.failing_since = None
+
+    def failed(self) -> None:
+        """A request got no answer."""
+        if self.failing_since is None:
+            self.failing_since = self._monotonic()
+
+    def problem(self, what: str, window_s: float) -> str | None:
+        """Why what is not reachable now (its requests failed for window_s and more), or None."""
+        since = self.failing_since
+        if since is None or self._monotonic() - since <= window_s:
+            return None
+        return f"{what} has answered none of the bot's requests for {window_s:g} s"

@@ -76,6 +76,8 @@ PROBE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 # Polling is working while a getUpdates was answered within its long poll and this much more.
 POLL_ANSWER_SLACK_S = 30.0
+# A webhook worker is not ready once Telegram has answered none of its requests for this long.
+SEND_FAILURE_WINDOW_S = 60.0
 CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
 MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 # 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s); a small pool also
@@ -221,9 +223,10 @@ class TelegramFrontend:
         self._refusals = RefusalLog("Telegram", monotonic)
         self.inbox = pinbot.inbox(self._process_recorded)
         self._requests = (  # sending, and getUpdates
-            AiohttpRequest(SEND_CONNECTIONS),
-            AiohttpRequest(1, read_timeout=config.poll_timeout_s + 10),
+            AiohttpRequest(SEND_CONNECTIONS, monotonic=monotonic),
+            AiohttpRequest(1, read_timeout=config.poll_timeout_s + 10, monotonic=monotonic),
         )
+        self._asking: asyncio.Task[None] | None = None  # a getMe asked by not_ready
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()
             .token(token)
@@ -320,6 +323,10 @@ class TelegramFrontend:
         """Stop receiving, finish the updates in progress, and disconnect. In webhook mode the
         chats' other waiting updates are left to the other workers."""
         updater = self.app.updater
+        if self._asking is not None:
+            self._asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._asking
         if self._jobs is not None:
             self._jobs.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -338,17 +345,30 @@ class TelegramFrontend:
 
     def not_ready(self) -> str | None:
         """Why the connection to Telegram is not working now (None: it is): polling works while
-        a getUpdates was answered within its long poll and POLL_ANSWER_SLACK_S, a webhook worker
-        while its listener is up."""
+        a getUpdates was answered within its long poll and POLL_ANSWER_SLACK_S; a webhook worker
+        while its listener is up and Telegram answers its requests (none failing, with none
+        answered since, for SEND_FAILURE_WINDOW_S; before its first request, nothing failed).
+        A webhook worker not ready asks Telegram again meanwhile (getMe): taken out of traffic,
+        it would have no request of its own to find Telegram back with."""
         if self.config.mode == "webhook":
-            return None if self._runner is not None else "the Telegram webhook listener is not up"
+            if self._runner is None:
+                return "the Telegram webhook listener is not up"
+            problem = self._requests[0].reach.problem("Telegram", SEND_FAILURE_WINDOW_S)
+            if problem is not None and (self._asking is None or self._asking.done()):
+                self._asking = asyncio.get_running_loop().create_task(self._ask_telegram())
+            return problem
         answered = self._requests[1].answered_at
         if answered is None:
             return "Telegram has not answered a getUpdates yet"
         window = self.config.poll_timeout_s + POLL_ANSWER_SLACK_S
-        if time.monotonic() - answered > window:
+        if self.monotonic() - answered > window:
             return f"Telegram has answered no getUpdates for {window:g} s"
         return None
+
+    async def _ask_telegram(self) -> None:
+        """getMe, for readiness: its answer (or failure) is noted by the request layer."""
+        with contextlib.suppress(TelegramError):
+            await self.app.bot.get_me()
 
     def _on_polling_error(self, error: TelegramError) -> None:
         """Say plainly when another process polls the same bot (Telegram then answers one of
@@ -388,7 +408,6 @@ class TelegramFrontend:
             raw, data, update_id = "", None, None
         if type(update_id) is not int or not 0 <= update_id < 2**63:
             return web.Response(status=400, text="not a Telegram update")
-        metrics.update_received(PLATFORM, update_kind(data))
         chat = _chat_id(data)
         key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
         try:
@@ -398,6 +417,8 @@ class TelegramFrontend:
         except Exception as error:  # Telegram delivers it again later
             log.error("could not record update %d: %s", update_id, error)
             return web.Response(status=500)
+        if recorded:  # a repeated delivery was counted when it first came
+            metrics.update_received(PLATFORM, update_kind(data))
         if recorded and "callback_query" in data:  # answered once, by the worker recording it
             try:
                 await self.answer_tap(Update.de_json(data, self.app.bot))
@@ -563,11 +584,13 @@ class TelegramFrontend:
             return
         conversation = conversation_of(message, query.from_user)
         platform_admin = self._admin_lookup(message, conversation)
+        # Counted when it was answered (answer_tap): asked again here for the command.
         tapped = await self.pinbot.tapped(
             conversation,
             query.data or "",
             platform_admin,
             message=Sent(str(message.chat.id), str(message.message_id)),
+            counted=False,
         )
         if tapped is None or tapped.command is None:
             return
@@ -580,7 +603,8 @@ class TelegramFrontend:
         )
         reply = await self._handle(incoming, SILENT)  # the outcome shows in the buttons' message
         if reply is not None:
-            log.info("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
+            # The outcome quotes blocks and labels, which are the chat's: only at debug level.
+            log.debug("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
 
     async def check_pinned_messages(self, now: datetime) -> None:
         """Telegram sends nothing when a message is unpinned: ask getChat of each group whose

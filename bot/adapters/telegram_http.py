@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -21,6 +22,8 @@ from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
 from yarl import URL
+
+from bot.adapters.kit import Reachability
 
 # python-telegram-bot's own defaults for HTTPXRequest, in seconds.
 READ_TIMEOUT_S = 5.0
@@ -58,13 +61,21 @@ class AiohttpRequest(BaseRequest):
     four (the whole request never takes longer). Proxies come from HTTP(S)_PROXY, as with httpx.
     """
 
-    __slots__ = ("_connections", "_read_timeout", "_session", "answered_at")
+    __slots__ = ("_connections", "_monotonic", "_read_timeout", "_session", "answered_at", "reach")
 
-    def __init__(self, connections: int, *, read_timeout: float | None = READ_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        connections: int,
+        *,
+        read_timeout: float | None = READ_TIMEOUT_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._connections = connections
         self._read_timeout = read_timeout
+        self._monotonic = monotonic
         self._session: aiohttp.ClientSession | None = None
-        self.answered_at: float | None = None  # time.monotonic() of the last 200 answer
+        self.answered_at: float | None = None  # monotonic() of the last 200 answer
+        self.reach = Reachability(monotonic)  # whether Telegram answers these requests
 
     @property
     def read_timeout(self) -> float | None:
@@ -127,9 +138,15 @@ class AiohttpRequest(BaseRequest):
             ) as response:
                 answer = response.status, await response.read()
         except TimeoutError as error:  # aiohttp's own timeouts are TimeoutErrors too
+            self.reach.failed()
             raise TimedOut from error
         except aiohttp.ClientError as error:
+            self.reach.failed()
             raise NetworkError(f"aiohttp.{type(error).__name__}: {error}") from error
+        if answer[0] >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            self.reach.failed()
+        else:
+            self.reach.answered()
         if answer[0] == HTTPStatus.OK:
-            self.answered_at = time.monotonic()
+            self.answered_at = self._monotonic()
         return answer

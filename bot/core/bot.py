@@ -169,25 +169,44 @@ class Pinbot:
         platform_admin: AdminLookup | None = None,
         *,
         message: Sent,
+        counted: bool = True,
     ) -> Tapped | None:
         """A tap on a button of the bot's (conversation: who tapped, where; message: the
         message whose button it is), answered at once: the notice to show the tapper, and the
         command that carries the tap out in the chat's order (None when the tap counts for
         nothing). None for a button that is not ours. A pin suggestion's button counts only in
-        the tapper's DM, on the very message that shows that suggestion."""
+        the tapper's DM, on the very message that shows that suggestion. Counted (bot.metrics:
+        one tap handled, and an access refusal) unless counted is False: an adapter that asks
+        again for the same tap says so."""
         parsed = parse_tap(data)
         suggested = suggestion_tap(data)
         if parsed is None and suggested is None:
             return None
         started = time.perf_counter()
+        tapped, refused = await self._tapped(
+            conversation, parsed, suggested, platform_admin, message
+        )
+        if counted:
+            if refused:
+                metrics.refused("access")
+            metrics.handled("tap", time.perf_counter() - started)
+        return tapped
+
+    async def _tapped(
+        self,
+        conversation: Conversation,
+        parsed: tuple[bool, int] | None,
+        suggested: tuple[bool, int] | None,
+        platform_admin: AdminLookup | None,
+        message: Sent,
+    ) -> tuple[Tapped, bool]:
+        """What a tap of ours does, and whether it was refused for who tapped."""
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal or context.speaker.refusal:
-            metrics.refused("access")
-            return Tapped(refusal, None)
+            return Tapped(refusal, None), True
         if suggested is not None:
-            metrics.handled("tap", time.perf_counter() - started)
             pin, number = suggested
             scope = conversation.personal_scope
             # Posted only in DMs: a copy, forward or forgery elsewhere counts for nothing.
@@ -196,18 +215,16 @@ class Pinbot:
                 or scope is None
                 or not await self.pins.suggestions.shows(scope, number, message)
             ):
-                return Tapped("This button does nothing here.", None)
+                return Tapped("This button does nothing here.", None), False
             notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
-            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}")
+            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}"), False
         assert parsed is not None
-        decided = await self.pins.proposals.may_decide(context)
-        metrics.handled("tap", time.perf_counter() - started)
-        if decided:
-            return Tapped(ADMINS_ONLY, None)
+        if await self.pins.proposals.may_decide(context):  # a refusal: not a shared admin
+            return Tapped(ADMINS_ONLY, None), True
         approve, number = parsed
         verb = "approve" if approve else "reject"
         notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
-        return Tapped(notice, f"/pin shared {verb} {number}")
+        return Tapped(notice, f"/pin shared {verb} {number}"), False
 
     async def shows_suggestions(self, conversation: Conversation, message: Sent) -> bool:
         """Whether message shows one of the sender's pin suggestions, which are posted in
@@ -287,10 +304,10 @@ class Pinbot:
             if incoming.redelivered:
                 raise
             log.exception("the database could not be reached for %s", conversation.session_key)
-            return Reply.failed(FAILED_REPLY)
+            reply = Reply.failed(FAILED_REPLY)
         except Exception:  # a fault in one message must not stop the others: log, answer, go on
             log.exception("handling a message in %s failed", conversation.session_key)
-            return Reply.failed(FAILED_REPLY)
+            reply = Reply.failed(FAILED_REPLY)
         kind = "command" if text.startswith("/") else "turn"
         took = time.perf_counter() - started
         metrics.handled(kind, took)

@@ -20,6 +20,7 @@ from bot.core.conversation import ChatKind, Conversation
 from bot.core.history import SUMMARY_ROLE, history_messages, plan_history
 from bot.core.keys import sender_session
 from bot.core.lifecycle import Lifecycle
+from bot.core.policy import count_refusal
 from bot.core.proposals import Proposals
 from bot.core.render import SECTION_SEPARATOR, Rendered, ordered, render
 from bot.core.replies import Reply
@@ -40,6 +41,10 @@ from storage import Store
 from storage.models import HistoryEntry
 
 log = logging.getLogger(__name__)
+# Every tool name pinbot offers (of every tool set).
+OUR_TOOLS = frozenset(
+    tool.name for tools in TOOL_SETS.values() for tool in (*tools.tools, tools.propose)
+)
 NO_ANSWER = "The model gave no answer. Please try again."
 CUT_OFF = (
     "(Cut off: the model was still answering after {limit:g} seconds, the most "
@@ -239,9 +244,11 @@ class ChatService:
             said += [reply.text] if reply.text.strip() else []
             messages = [*messages, reply.as_message()]
             for call in reply.tool_calls:
-                outcome = await self._tools.call(context, call.name, call.arguments)
+                outcome = count_refusal(await self._tools.call(context, call.name, call.arguments))
                 done = "done" if isinstance(outcome, Done) else "refused"
-                log.info("tool %s session=%s %s", call.name, context.conversation.session_key, done)
+                # The model names the tool: a name of ours, or whatever it made up (not logged).
+                name = call.name if call.name in OUR_TOOLS else "unknown"
+                log.info("tool %s session=%s %s", name, context.conversation.session_key, done)
                 result = tool_message(outcome)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return _Answer("")

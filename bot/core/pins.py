@@ -9,7 +9,7 @@ from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.help import pin_help
 from bot.core.permissions import Action, Role, refusal_for
-from bot.core.policy import BlockPolicy, Rule, refusal
+from bot.core.policy import BlockPolicy, Rule, count_refusal, refusal
 from bot.core.proposals import Proposals
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
@@ -77,7 +77,7 @@ class PinService:
             return await self._raw(context, target, command.label or "")
         if command.verb is Verb.LOG:
             return Reply(await self._log(target, command.count or LOG_DEFAULT))
-        outcome = await self._outcome(target, command, context)
+        outcome = count_refusal(await self._outcome(target, command, context))
         if isinstance(outcome, Done):
             return Reply(outcome.message)
         return Reply.refused(outcome.reason)

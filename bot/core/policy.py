@@ -182,8 +182,16 @@ def refusal(rule: Rule, where: Where = DM, **facts: Any) -> Refused:
     text = RULE_TEXTS[rule].format(
         noun=noun, Noun=noun[0].upper() + noun[1:], pin=where.pin, **facts
     )
-    metrics.refused("block_rules")
     return Refused(text, rule)
+
+
+def count_refusal(outcome: Outcome) -> Outcome:
+    """outcome, counted (bot.metrics) when a block rule refused it: called where an outcome
+    reaches whoever asked (a reply, the model, the web page), never where a refusal is built
+    (a refusal may be built and never given)."""
+    if isinstance(outcome, Refused) and outcome.code is not None:
+        metrics.refused("block_rules")
+    return outcome
 
 
 def _bad_character(text: str, categories: tuple[str, ...], *, controls: bool) -> str | None:

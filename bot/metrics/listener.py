@@ -17,12 +17,14 @@ from bot.config import Config
 from bot.core.clock import Clock, utc_now
 from bot.metrics import Meters
 from storage import Store
+from storage.errors import Locked
+from storage.models import StoreCheck
 from storage.schema import LATEST
 
 log = logging.getLogger(__name__)
 
-# A check never waits longer than this on the store: a database that stopped answering makes
-# /readyz answer 503 at once, not hang the load balancer's probe.
+# A probe never waits longer than this on the store: a database that stopped answering makes
+# /readyz answer 503 within it, not hang the load balancer's probe.
 STORE_CHECK_S = 2.0
 # Why the platform connection is not working now (None: it is).
 PlatformCheck = Callable[[], str | None]
@@ -46,7 +48,13 @@ def counting(config: Config) -> Iterator[Meters | None]:
 class Health:
     """Readiness: the store answers, its schema is current, and the platform connection (if
     any) works; and the figures read at each scrape (readiness, the inbox of a webhook
-    worker)."""
+    worker).
+
+    The store is checked by one check at a time, on a connection of the checks' own
+    (Store.check): a probe waits at most check_s for it, and a check still running then is
+    not waited for (a frozen database hangs it, and waiting to cancel it would hang too): its
+    connection is dropped, and a probe meanwhile waits for that same check, never starts
+    another."""
 
     def __init__(
         self,
@@ -55,40 +63,64 @@ class Health:
         *,
         inbox: bool = False,
         clock: Clock = utc_now,
+        check_s: float = STORE_CHECK_S,
     ) -> None:
         self._store = store
         self._platform = platform
         self._inbox = inbox
         self._clock = clock
+        self._check_s = check_s
+        self._running: asyncio.Task[StoreCheck] | None = None
+
+    async def _checked(self) -> StoreCheck | str:
+        """The store's check, or why it gave none (in one line)."""
+        task = self._running
+        if task is None or task.done():
+            task = self._running = asyncio.create_task(self._store.check(inbox=self._inbox))
+            task.add_done_callback(_seen)
+        done, _ = await asyncio.wait({task}, timeout=self._check_s)
+        if not done:
+            self._store.drop_check()
+            return f"the database did not answer within {self._check_s:g} s"
+        try:
+            return task.result()
+        except Locked:
+            return "the database is locked by another connection: nothing can be written now"
+        except Exception as error:  # whatever the driver says, the store does not answer
+            return f"the database cannot be reached ({type(error).__name__})"
+
+    async def _not_ready(self) -> tuple[str | None, StoreCheck | None]:
+        checked = await self._checked()
+        if isinstance(checked, str):
+            return checked, None
+        if checked.version != LATEST:
+            return (
+                f"the database schema is at step {checked.version} and this pinbot needs step "
+                f"{LATEST}: run pinbot migrate"
+            ), checked
+        return (self._platform() if self._platform is not None else None), checked
 
     async def not_ready(self) -> str | None:
         """Why this process is not ready to serve, in one line; None when it is."""
-        try:
-            version = await asyncio.wait_for(self._store.schema_version(), STORE_CHECK_S)
-        except TimeoutError:
-            return f"the database did not answer within {STORE_CHECK_S:g} s"
-        except Exception as error:  # whatever the driver says, the store does not answer
-            return f"the database cannot be reached ({type(error).__name__})"
-        if version != LATEST:
-            return (
-                f"the database schema is at step {version} and this pinbot needs step {LATEST}: "
-                "run pinbot migrate"
-            )
-        return self._platform() if self._platform is not None else None
+        return (await self._not_ready())[0]
 
     async def refresh(self, meters: Meters) -> None:
         """Bring the figures read at scrape time up to date: readiness, and the updates waiting
         in this worker's chats (left as they were when the store does not answer)."""
-        meters.ready.set(0 if await self.not_ready() else 1)
-        if not self._inbox:
+        reason, checked = await self._not_ready()
+        meters.ready.set(0 if reason else 1)
+        if not self._inbox or checked is None:
             return
-        try:
-            waiting, oldest = await asyncio.wait_for(self._store.waiting_here(), STORE_CHECK_S)
-        except Exception:  # readiness says so; the last figures stand meanwhile
-            return
-        meters.waiting.set(waiting)
+        meters.waiting.set(checked.waiting)
         now = self._clock().timestamp()
+        oldest = checked.oldest
         meters.oldest_wait.set(max(0.0, now - oldest) if oldest is not None else 0.0)
+
+
+def _seen(task: asyncio.Task[StoreCheck]) -> None:
+    """A check nobody waited for to the end failed quietly: readiness said so already."""
+    if not task.cancelled():
+        task.exception()
 
 
 def application(meters: Meters, health: Health) -> web.Application:
@@ -131,7 +163,8 @@ async def serving(config: Config, health: Health) -> AsyncIterator[int | None]:
     runner, port = await serve_app(
         application(meters, health), host=host, port=wanted, port_setting="metrics.listen"
     )
-    shown = f"[{host}]" if ":" in host else host
+    bound = str(runner.addresses[0][0]) if runner.addresses else host
+    shown = f"[{bound}]" if ":" in bound else bound
     log.info("metrics listening on http://%s:%d (/metrics, /healthz, /readyz)", shown, port)
     try:
         yield port

@@ -20,7 +20,7 @@ from bot.config import Config
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import ScopeKind, group_key_of, parse_scope, read_scope
-from bot.core.policy import BlockPolicy, default_level, priority_problem
+from bot.core.policy import BlockPolicy, count_refusal, default_level, priority_problem
 from bot.core.versions import BlockHistory
 from bot.web import views
 from bot.web.auth import SignIn
@@ -253,6 +253,7 @@ class WebPage:
         """Back to the group's page, which shows what happened, or why nothing did with what
         was typed still in the form."""
         session = request.cookies.get(SESSION_COOKIE, "")
+        count_refusal(outcome)
         if isinstance(outcome, Done):
             self._flash[session] = Flash("done", outcome.message)
         else:

@@ -112,6 +112,16 @@ class Database(Executor):
         """Close every connection."""
 
     @abc.abstractmethod
+    def checking(self) -> contextlib.AbstractAsyncContextManager[Executor]:
+        """Statements of a health check, on a connection of the checks' own (opened at first
+        use, and again after drop_check): a check that hangs on a frozen server holds up
+        nothing of the store's. Locked when a write could not start now."""
+
+    def drop_check(self) -> None:
+        """End the health checks' connection now, without waiting on the server: a check
+        hanging on it fails at once, and the next check opens another."""
+
+    @abc.abstractmethod
     async def schema_version(self, on: Executor | None = None) -> int:
         """The number of the last schema step applied (0 for an empty database), once the
         schema's migrate has made the table this dialect may keep it in."""

@@ -35,6 +35,7 @@ from storage.watch import watched
 log = logging.getLogger(__name__)
 POOL_SIZE = 10
 CLOSE_TIMEOUT_S = 10.0
+CHECK_CONNECT_S = 5.0  # a health check's connecting gives up after this (a frozen server)
 # Advisory lock spaces of PostgreSQL (the first key of pg_advisory_lock(int, int)).
 MIGRATION_LOCK = 7_000_001
 WORKER_LOCKS = 7_000_002  # a worker holds (WORKER_LOCKS, its id) while it lives
@@ -198,6 +199,7 @@ class PostgresDatabase(_PgExecutor, Database):
         # it the moment the process dies, however it dies.
         self._liveness: asyncpg.Connection[Any] | None = None
         self._held: set[str] = set()  # roles this worker holds (until its liveness ends)
+        self._check: asyncpg.Connection[Any] | None = None  # the health checks' own
         self.text_index = TrigramIndex(self)
 
     def pick(self, *, sqlite: T, postgres: T) -> T:
@@ -266,7 +268,24 @@ class PostgresDatabase(_PgExecutor, Database):
         # SHARE ROW EXCLUSIVE conflicts with every writer's ROW EXCLUSIVE, and with itself.
         await tx.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
 
+    @contextlib.asynccontextmanager
+    async def checking(self) -> AsyncIterator[Executor]:
+        # Not a pooled connection: cancelling a statement on one that hangs makes asyncpg ask
+        # the (frozen) server to cancel it and wait for the answer, and the pool waits too.
+        connection = self._check
+        if connection is None or connection.is_closed():
+            with _pg_faults():
+                connection = await asyncpg.connect(self._url, timeout=CHECK_CONNECT_S)
+            self._check = connection
+        yield _PgExecutor(connection)
+
+    def drop_check(self) -> None:
+        connection, self._check = self._check, None
+        if connection is not None:
+            connection.terminate()  # closes the socket now; its statement fails at once
+
     async def close(self) -> None:
+        self.drop_check()
         try:
             # A connection still out (a task cancelled mid-query) must not hold up the exit.
             await asyncio.wait_for(self._connection.close(), CLOSE_TIMEOUT_S)

@@ -27,11 +27,14 @@ from storage.dialect.base import (
     T,
     TextIndex,
 )
-from storage.errors import Unavailable, WorkerConflict
+from storage.errors import Locked, Unavailable, WorkerConflict
 from storage.watch import watched
 
 PRIVATE_FILE_MODE = 0o600  # the database holds DM blocks and chat history: its owner only
 BUSY_TIMEOUT_MS = 5000  # how long a SQLite write waits for another connection's transaction
+# How long a health check waits for another connection's write lock: a write that waits longer
+# than this is not ready to be served.
+CHECK_BUSY_TIMEOUT_MS = 500
 WAL_ATTEMPTS = 50
 WAL_RETRY_S = 0.01
 # Blocks changed since the search index was last brought up to date, each with the text the
@@ -113,6 +116,7 @@ class SqliteDatabase(_SqliteExecutor, Database):
         self.path = path
         self._write_lock = asyncio.Lock()
         self._serving: int | None = None  # the descriptor holding the one-server lock
+        self._check: aiosqlite.Connection | None = None  # the health checks' own connection
         self.text_index = Fts5Index(self)
 
     def pick(self, *, sqlite: T, postgres: T) -> T:
@@ -234,8 +238,40 @@ class SqliteDatabase(_SqliteExecutor, Database):
                     raise
                 await tx.execute("COMMIT")
 
+    @contextlib.asynccontextmanager
+    async def checking(self) -> AsyncIterator[Executor]:
+        # WAL lets reads through while another connection holds the write lock, so a check
+        # starts a write (and writes nothing): on a connection of its own, so the store's
+        # connection and its write turns are left alone.
+        if self.path is None:  # in memory: no other connection can lock it
+            yield self
+            return
+        if self._check is None:
+            with _sqlite_faults():
+                connection = await aiosqlite.connect(self.path, isolation_level=None)
+            try:
+                with _sqlite_faults():
+                    await connection.execute(f"PRAGMA busy_timeout = {CHECK_BUSY_TIMEOUT_MS}")
+            except BaseException:
+                await connection.close()
+                raise
+            self._check = connection
+        check = _SqliteExecutor(self._check)
+        try:
+            await check.execute("BEGIN IMMEDIATE")
+        except Unavailable as error:
+            if "locked" in str(error).casefold():
+                raise Locked("another connection holds the database's write lock") from error
+            raise
+        try:
+            yield check
+        finally:
+            await check.execute("ROLLBACK")
+
     async def close(self) -> None:
         try:
+            if self._check is not None:
+                await self._check.close()
             await self._connection.close()
         finally:
             await self.leave()

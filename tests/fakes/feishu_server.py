@@ -40,6 +40,7 @@ class FakeFeishu:
         self.denied_reads: set[str] = set()  # message ids read as without permission
         self.post_failures: list[int] = []  # statuses to answer posts to a chat with, in order
         self.slept: list[float] = []  # what a frontend under test waited, for its tests to read
+        self.down = False  # every call answered 502 Bad Gateway (an outage) while set
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -175,8 +176,15 @@ class FakeFeishu:
             result.append("\n".join("".join(e["text"] for e in line) for line in post))
         return result
 
+    @web.middleware
+    async def _outage(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.down:
+            return web.Response(status=502, text="<html>Bad Gateway</html>")
+        response: web.StreamResponse = await handler(request)
+        return response
+
     async def start(self) -> FakeFeishu:
-        app = web.Application()
+        app = web.Application(middlewares=[self._outage])
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)

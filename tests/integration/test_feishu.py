@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -87,7 +88,12 @@ async def start_feishu(
         fake_feishu.slept.append(seconds)
 
     async def start(
-        *, encrypt_key: str = "", on: Store | None = None, model: Any = None, **sections: Any
+        *,
+        encrypt_key: str = "",
+        on: Store | None = None,
+        model: Any = None,
+        monotonic: Any = time.monotonic,
+        **sections: Any,
     ) -> Harness:
         feishu = {
             "app_id": APP_ID,
@@ -100,11 +106,12 @@ async def start_feishu(
         frontend = FeishuFrontend(
             pinbot,
             config.feishu,
-            FeishuApi(config.feishu, APP_SECRET),
+            FeishuApi(config.feishu, APP_SECRET, monotonic),
             verification_token=VERIFICATION_TOKEN,
             encrypt_key=encrypt_key,
             clock=clock,
             sleep=fake_sleep,
+            monotonic=monotonic,
         )
         await frontend.start()
         running.append(frontend)
@@ -585,13 +592,41 @@ async def test_events_are_counted_and_readiness_follows_the_webhook_listener(
         bot = await start_feishu()
         assert bot.frontend.not_ready() is None  # the webhook listener is up
         await bot.send(receive_event("/pin add tone be brief"))
-        await bot.send(receive_event("hello"))
+        hello = receive_event("hello")
+        for _ in range(3):  # Feishu delivers again when it missed the 200: counted once
+            await bot.send(hello)
         counted = meters.registry.get_sample_value(
             "pinbot_updates_received_total", {"platform": "feishu", "kind": "message"}
         )
         assert counted == 2
     finally:
         metrics.disable()
+
+
+async def test_readiness_follows_feishu_answering_the_bots_calls(
+    start_feishu: Any, fake_feishu: FakeFeishu
+) -> None:
+    now = [1000.0]
+    bot = await start_feishu(monotonic=lambda: now[0])
+    frontend = bot.frontend
+    assert frontend.not_ready() is None  # its calls so far were answered
+    fake_feishu.down = True
+    await bot.send(receive_event("hello"))  # the reply cannot go
+    assert frontend.not_ready() is None  # within the window
+    now[0] += 61
+    assert frontend.not_ready() == "Feishu has answered none of the bot's requests for 60 s"
+    fake_feishu.down = False  # back: the call readiness makes meanwhile finds it
+    deadline = time.monotonic() + 60  # a safety net for a busy machine, never a pause
+    while frontend.not_ready() is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the call is on its way
+    assert frontend.not_ready() is None
+
+
+def test_lark_oapi_has_the_long_connection_hooks_readiness_uses() -> None:
+    import lark_oapi as lark
+
+    client = lark.ws.Client("cli_app", "secret")
+    assert callable(client.on_reconnecting) and callable(client.on_reconnected)
 
 
 async def test_a_pin_suggestion_card_in_a_dm_and_a_tap_on_pin(

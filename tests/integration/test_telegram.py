@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from itertools import pairwise
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from telegram.error import TelegramError
 
 from bot.adapters.telegram import TYPING_REFRESH_S, TelegramFrontend
 from bot.adapters.telegram_format import formatted_parts
@@ -472,6 +474,92 @@ async def test_webhook_mode_needs_the_secret_token(
     await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 1)
     assert fake_telegram.sent()[0]["text"] == "Saved strong block 'honest'."
     assert [b[0] for b in await blocks(store, "telegram:direct:9")] == ["honest"]
+
+
+async def test_a_repeated_webhook_delivery_is_counted_once(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    from bot import metrics
+
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        port = free_port()
+        webhook = {
+            "mode": "webhook",
+            "webhook_port": port,
+            "webhook_path": "hook",
+            "webhook_url": "https://bot.example.test/hook",
+        }
+        await start_bot(telegram=webhook, webhook_secret="s3cret-token")
+        update = message(private_chat(9), "/pin add once x", user(9)) | {"update_id": 7}
+        headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):  # Telegram delivers again when it missed the 200
+                url = f"http://127.0.0.1:{port}/hook"
+                async with session.post(url, json=update, headers=headers) as response:
+                    assert response.status == 200
+        await fake_telegram.wait_for(lambda: len(fake_telegram.sent()) == 1)
+        counted = meters.registry.get_sample_value(
+            "pinbot_updates_received_total", {"platform": "telegram", "kind": "message"}
+        )
+        assert counted == 1
+    finally:
+        metrics.disable()
+
+
+class Monotonic:
+    """A monotonic clock that moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_polling_readiness_follows_getupdates_on_the_injected_clock(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    clock = Monotonic()
+    bot = await start_bot(monotonic=clock)
+    frontend = bot.frontend
+    await bot.reply_to(message(private_chat(42), "/pin list", user(42)))  # getUpdates answered
+    assert frontend.not_ready() is None
+    clock.now += 1 + 30 + 1  # poll_timeout_s 1, and the slack: no getUpdates answered since
+    assert frontend.not_ready() == "Telegram has answered no getUpdates for 31 s"
+    deadline = time.monotonic() + 60  # a safety net for a busy machine, never a pause
+    while frontend.not_ready() is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the next getUpdates answers
+    assert frontend.not_ready() is None
+    unstarted = TelegramFrontend(bot.frontend.pinbot, frontend.config, TOKEN, monotonic=clock)
+    assert unstarted.not_ready() == "Telegram has not answered a getUpdates yet"
+
+
+async def test_a_webhook_worker_is_not_ready_while_telegram_answers_none_of_its_requests(
+    start_bot: StartBot, fake_telegram: FakeTelegram
+) -> None:
+    clock = Monotonic()
+    webhook = {
+        "mode": "webhook",
+        "webhook_port": free_port(),
+        "webhook_path": "hook",
+        "webhook_url": "https://bot.example.test/hook",
+    }
+    bot = await start_bot(telegram=webhook, webhook_secret="s3cret-token", monotonic=clock)
+    frontend = bot.frontend
+    assert frontend.not_ready() is None  # its requests so far were answered
+    fake_telegram.fail("getMe", 502, "Bad Gateway")
+    with pytest.raises(TelegramError):
+        await frontend.app.bot.get_me()
+    assert frontend.not_ready() is None  # one failure within the window
+    clock.now += 61
+    assert frontend.not_ready() == "Telegram has answered none of the bot's requests for 60 s"
+    # not ready, it asks Telegram itself (getMe), which answers now: ready again
+    await fake_telegram.wait_for(lambda: len(fake_telegram.called("getMe")) >= 2)
+    deadline = time.monotonic() + 60  # a safety net for a busy machine, never a pause
+    while frontend.not_ready() is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the answer is on its way back to the bot
+    assert frontend.not_ready() is None
 
 
 async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
@@ -1124,6 +1212,48 @@ async def test_a_proposal_is_posted_with_buttons_and_an_admins_tap_applies_it(
     assert edit["text"].endswith("Approved by 7: saved.")
     (version,) = await store.versions(GROUP_KEY, "deadline")
     assert version.actor == "7" and version.origin is not None and version.origin.proposal == 1
+
+
+async def test_each_tap_is_counted_once_and_a_members_tap_as_refused(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from bot import metrics
+
+    propose = {"label": "deadline", "content": "Release on Friday.", "reason": "agreed today"}
+    model, llm = proposing_model(fake_openai, monkeypatch, propose)
+    caplog.set_level(logging.INFO)
+    meters = metrics.enable(version="test", model="m", currency="USD")
+
+    def counted(name: str, **labels: str) -> float:
+        return meters.registry.get_sample_value(name, labels) or 0.0
+
+    try:
+        bot = await start_bot(model, pins=ADMIN_PINS, llm=llm)
+        chat = group_chat(GROUP)
+        await bot.reply_to(message(chat, "@pin_bot keep the deadline", user(42)))
+        (posted,) = [p for p in fake_telegram.sent(GROUP) if "reply_markup" in p]
+        shown = {"message_id": await posted_id(fake_telegram, posted), "text": posted["text"]}
+        fake_telegram.push(tap(chat, user(42), shown, "pinbot:proposal:approve:1"))  # a member
+        await bot.settle()
+        assert counted("pinbot_handling_seconds_count", kind="tap") == 1
+        assert counted("pinbot_refusals_total", reason="access") == 1
+        fake_telegram.push(tap(chat, user(7), shown, "pinbot:proposal:approve:1"))  # an admin
+        await bot.settle()
+        await fake_telegram.wait_for(lambda: len(fake_telegram.called("editMessageText")) == 1)
+        assert counted("pinbot_handling_seconds_count", kind="tap") == 2
+        assert counted("pinbot_refusals_total", reason="access") == 1
+        assert counted("pinbot_refusals_total", reason="block_rules") == 0
+        updates = counted("pinbot_updates_received_total", platform="telegram", kind="tap")
+        assert updates == 2
+        # the outcome (it quotes the block) is the chat's: not in the logs above debug
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+        assert not [line for line in said if "deadline" in line or "saved" in line.casefold()]
+    finally:
+        metrics.disable()
 
 
 async def posted_id(fake_telegram: FakeTelegram, posted: dict[str, Any]) -> int:

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from bot.config import ConfigError, LoggingConfig, parse_config
+from bot.llm.openai_backend import OpenAIChatModel
 from bot.logs import REDACTOR, setup_logging
-from tests.conftest import BotFactory, ask, dm
+from tests.conftest import TEST_KEY_ENV, BotFactory, agent_llm, ask, dm, make_config
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
 SECRET = "sk-live-0123456789abcdefghijklmnop"
 
@@ -94,3 +96,31 @@ def test_tracebacks_only_at_debug_and_always_redacted(
     assert "a library failed (RuntimeError: failed with [redacted])" in logged or level == "debug"
     assert ("Traceback" in logged) is (level == "debug")
     assert SECRET not in logged
+
+
+async def test_a_tool_name_the_model_made_up_is_not_logged(
+    make_bot: BotFactory,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    restore_logging: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = agent_llm(fake_openai.base_url)
+    made_up = "exfiltrate_user_42_private_notes"
+    fake_openai.script = [
+        tool_calls((made_up, {}), ("pin_set", {"label": "tone", "content": "be brief"})),
+        completion("Done."),
+    ]
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    setup_logging(parse_config({"logging": {"level": "info", "format": "json"}}).logging)
+    try:
+        await ask(make_bot(model, llm=llm), dm(), "remember: be brief")
+    finally:
+        await model.close()
+    events = [json.loads(line) for line in capsys.readouterr().err.strip().splitlines()]
+    assert [e["event"].split(" ")[1] for e in events if e["event"].startswith("tool ")] == [
+        "unknown",
+        "pin_set",
+    ]
+    assert made_up not in json.dumps(events)

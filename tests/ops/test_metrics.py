@@ -5,7 +5,14 @@ outside, through Prometheus.)"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import sqlite3
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,15 +20,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from bot import metrics
+from bot.core.blocks import BlockOps
+from bot.core.clock import utc_now
+from bot.core.policy import BlockPolicy
+from bot.core.replies import Result
+from bot.core.transfer import apply_import, export_document, plan_import
 from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, TextSink
 from bot.llm.offline import OfflineChatModel
 from bot.metrics.listener import Health
 from bot.metrics.model import MeteredModel, metered
 from storage import Store
 from storage.errors import Unavailable
+from storage.schema import LATEST
 from storage.watch import watched
-from tests.conftest import BotFactory, ask, dm, group
+from tests.conftest import BotFactory, ask, dm, group, make_config
 from tests.fakes.clock import FakeClock
+from tests.pg import PgCluster
+
+WAIT_S = 60  # a safety net for a busy machine, never a pause
 
 
 @pytest.fixture
@@ -212,3 +228,155 @@ async def test_readiness_says_what_is_not_ready(tmp_path: Any) -> None:
     await store.close()
     reason = await Health(store).not_ready()
     assert reason is not None and reason.startswith("the database cannot be reached")
+
+
+def _server_processes(cluster: PgCluster) -> list[int]:
+    """The postmaster of cluster and every process it started."""
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    return [postmaster, *map(int, children)]
+
+
+async def _probe(health: Health) -> str | None:
+    """health.not_ready(), bounded by a safety net: a probe that hangs fails the test."""
+    probe = asyncio.ensure_future(health.not_ready())
+    done, _ = await asyncio.wait({probe}, timeout=WAIT_S)
+    assert done, "the readiness probe hung on the frozen database"
+    return probe.result()
+
+
+@pytest.mark.xdist_group("postgres-outage")
+async def test_readiness_answers_while_postgresql_is_frozen(meters: metrics.Meters) -> None:
+    cluster = PgCluster().start()  # its own server: this test freezes it
+    try:
+        store = await Store.open(url=cluster.url())
+        await store.register_worker(now=utc_now())
+        health = Health(store, inbox=True, check_s=0.5)
+        assert await _probe(health) is None
+        frozen = _server_processes(cluster)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            # The check's connection hangs: not awaited, it is dropped; a probe after it asks
+            # again on a new connection, which hangs in its turn (one check at a time).
+            for _ in range(3):
+                assert await _probe(health) == "the database did not answer within 0.5 s"
+            done, _ = await asyncio.wait(
+                {asyncio.ensure_future(health.refresh(meters))}, timeout=WAIT_S
+            )
+            assert done
+            assert value(meters.registry, "pinbot_ready") == 0
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + WAIT_S  # a safety net for a busy machine, never a pause
+        while (reason := await _probe(health)) is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # polling a server that is waking up
+        assert reason is None
+        await store.close()
+    finally:
+        cluster.stop()
+
+
+async def test_readiness_says_so_while_another_connection_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.sqlite3"
+    store = await Store.open(path)
+    health = Health(store)
+    assert await health.not_ready() is None
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # WAL still lets reads through, writes wait
+        assert await store.schema_version() == LATEST  # what readiness asked before
+        assert await health.not_ready() == (
+            "the database is locked by another connection: nothing can be written now"
+        )
+        other.execute("ROLLBACK")
+        assert await health.not_ready() is None
+        # the checks left the store's own connection alone
+        await store.record_update(
+            "telegram", "1", chat="c", position=1, payload="{}", now=utc_now()
+        )
+    finally:
+        other.close()
+        await store.close()
+
+
+async def test_a_block_rule_refusal_is_counted_when_it_is_given_not_when_built(
+    make_bot: BotFactory, meters: metrics.Meters
+) -> None:
+    bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["1"]})
+    outcome = await bot.pins.proposals.propose(
+        _context(bot, group("2")), "rules", "be kind", reason="asked"
+    )
+    assert "#1" in str(outcome)
+    reply = await ask(bot, group("1"), "/pin shared approve 1")
+    assert reply is not None and reply.text.startswith("Approved"), reply
+    assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 0
+    reply = await ask(bot, group("1"), "/pin shared add rules again")  # the label is taken
+    assert reply is not None and reply.outcome is Result.REFUSED
+    assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 1
+
+
+class Broken:
+    """A model whose every call fails with a fault pinbot does not expect."""
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_progress: Progress | None = None,
+    ) -> ModelReply:
+        raise RuntimeError("a fault")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_failed_message_is_counted_and_logged_as_failed(
+    make_bot: BotFactory, meters: metrics.Meters, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.core.bot")
+    reply = await ask(make_bot(Broken()), dm("42"), "hello")
+    assert reply is not None and reply.outcome is Result.FAILED
+    assert value(meters.registry, "pinbot_handling_seconds_count", kind="turn") == 1
+    (handled,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("handled")]
+    assert handled.startswith("handled turn session=console:direct:42 outcome=failed ms=")
+
+
+async def test_an_import_counts_the_labels_it_changed(
+    make_bot: BotFactory, store: Store, clock: FakeClock, meters: metrics.Meters
+) -> None:
+    bot = make_bot()
+    for label in ("a", "b", "c"):
+        await ask(bot, dm("42"), f"/pin add {label} text {label}")
+    document = await export_document(store, clock())
+    policy = BlockPolicy(make_config().pins)
+    ops = BlockOps(store, policy)
+    before = value(meters.registry, "pinbot_blocks_written_total", channel="import")
+    plan = plan_import(document, policy, clock())
+    await apply_import(ops, plan)  # the same blocks again: nothing changes
+    assert plan.problems == []
+    assert value(meters.registry, "pinbot_blocks_written_total", channel="import") == before == 0
+    document["scopes"]["console:direct:42"]["blocks"][0]["content"] = "changed"
+    plan = plan_import(document, policy, clock())
+    await apply_import(ops, plan)
+    assert plan.problems == []
+    assert value(meters.registry, "pinbot_blocks_written_total", channel="import") == 1
+
+
+async def test_readiness_says_the_schema_is_behind(tmp_path: Path) -> None:
+    path = tmp_path / "behind.sqlite3"
+    store = await Store.open(path)
+    try:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute(f"PRAGMA user_version = {LATEST - 1}")  # as an older pinbot left it
+        other.close()
+        assert await Health(store).not_ready() == (
+            f"the database schema is at step {LATEST - 1} and this pinbot needs step {LATEST}: "
+            "run pinbot migrate"
+        )
+    finally:
+        await store.close()
