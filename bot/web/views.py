@@ -8,7 +8,7 @@ import difflib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import quote
 
@@ -23,7 +23,7 @@ from bot.core.keys import (
     read_scope,
 )
 from bot.core.render import STRONG_TITLE, estimate
-from bot.core.sensitive import shown, shown_content
+from bot.core.sensitive import shown, shown_states
 from storage import Store
 from storage.models import (
     AuditEntry,
@@ -185,16 +185,12 @@ def masked(blocks: Sequence[Block], raw: bool) -> list[Block]:
 
 
 def masked_states(numbered: Numbered, raw: bool) -> list[tuple[BlockState | None, Version | None]]:
-    """A history's versions as the page shows them: sensitive states redacted, unless raw."""
-    return [
-        (
-            replace(state, content=shown_content(state))
-            if state is not None and state.sensitive and not raw
-            else state,
-            made_by,
-        )
-        for state, made_by in numbered
-    ]
+    """A history's versions as the page shows them: redacted where the label was sensitive
+    then or since (shown_states), unless raw."""
+    if raw:
+        return list(numbered)
+    shown = shown_states(state for state, _ in numbered)
+    return [(state, made_by) for state, (_, made_by) in zip(shown, numbered, strict=True)]
 
 
 async def scope_view(

@@ -1,0 +1,86 @@
+"""The hostile review of sensitive blocks (issue 37), through the paths a user's message takes:
+what a block held before it was made sensitive stays hidden in histories, the group's log and
+exports; the model cannot overwrite what it only saw masked; flags are read where users put
+them; masking catches how people write secrets."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+from storage import Store
+from tests.conftest import BotFactory, ask, group, text_of
+from tests.fakes.clock import FakeClock
+from tests.integration.test_web_keys_and_history import GROUP, Serve, said, serve
+from tests.ops.test_transfer import run_cli
+
+__all__ = ["serve"]  # the web page's fixture, served here too
+
+GROUPS = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
+ADDRESS = "10.20.30.4"  # of both contents below
+
+
+async def test_sensitive_on_hides_earlier_versions_in_the_log_history_and_export(
+    make_bot: BotFactory, store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    bot = make_bot(pins=GROUPS)
+    admin, member = group("7"), group("42")
+    await ask(bot, admin, "/pin shared add ops the server is 10.20.30.40")
+    clock.advance(minutes=1)
+    await ask(bot, admin, "/pin shared edit ops the server is 10.20.30.41 now")
+    log = text_of(await ask(bot, member, "/pin shared log"))
+    assert ADDRESS in log  # not sensitive yet: the group reads it
+    clock.advance(minutes=1)
+    await ask(bot, admin, "/pin shared sensitive ops on")
+    for asked in ("/pin shared log", "/pin shared history ops"):
+        shown = text_of(await ask(bot, member, asked))
+        assert ADDRESS not in shown, (asked, shown)
+        assert "the server is [ip]" in shown, (asked, shown)
+    code, out, err = await run_cli("export", "--with-history", db=tmp_path / "pins.sqlite3")
+    assert code == 0, err
+    assert ADDRESS not in out
+    document = json.loads(out)
+    assert document["redacted"] is True
+    befores = [v["before"] for v in document["scopes"]["console:group:-100123"]["history"]]
+    assert [b["content"] if b else None for b in befores] == [
+        None,
+        "the server is [ip]",
+        "the server is [ip] now",
+    ]
+    # The stored versions stay whole: the raw export has them.
+    raw = ("export", "--with-history", "--raw")
+    code, out, err = await run_cli(*raw, db=tmp_path / "pins.sqlite3")
+    assert code == 0 and "10.20.30.40" in out and "10.20.30.41" in out, err
+    # Turned off, what comes after shows as written; what came before stays hidden.
+    await ask(bot, admin, "/pin shared sensitive ops off")
+    history = text_of(await ask(bot, member, "/pin shared history ops"))
+    assert history.count(ADDRESS) == 1 and "1. (now)" in history.splitlines()[1]
+    assert ADDRESS in history.splitlines()[1]
+
+
+async def test_a_block_added_sensitive_after_removal_hides_the_old_log(
+    make_bot: BotFactory, store: Store
+) -> None:
+    bot = make_bot(pins=GROUPS)
+    admin = group("7")
+    await ask(bot, admin, "/pin shared add ops the server is 10.20.30.40")
+    await ask(bot, admin, "/pin shared remove ops")
+    await ask(bot, admin, "/pin shared add ops the server moved --sensitive")
+    log = text_of(await ask(bot, group("42"), "/pin shared log"))
+    assert ADDRESS not in log and "the server is [ip]" in log
+
+
+async def test_the_web_history_hides_versions_from_before_sensitive(serve: Serve) -> None:
+    bot, session, base = await serve()
+    assert await said(bot, "/pin shared add ops the server is 10.20.30.40") is not None
+    assert await said(bot, "/pin shared sensitive ops on") is not None
+    url = f"{base}/scope/{quote(GROUP, safe='')}/history?label=ops"
+    async with session.get(url) as page:
+        shown = await page.text()
+    assert page.status == 200
+    assert ADDRESS not in shown and "the server is [ip]" in shown
+    async with session.get(f"{url}&raw=1") as page:
+        raw = await page.text()
+    assert page.status == 200 and re.search(r"the server is 10\.20\.30\.40", raw)
