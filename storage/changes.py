@@ -382,16 +382,13 @@ def _audit_entries(
 async def _mask_audit(tx: Executor, change: BlockChange, label: str) -> list[Step]:
     """The label's earlier entries in its scope's audit trail, masked: a label made sensitive
     keeps nothing of what it hid where every member reads the trail."""
-    mask = change.mask
-    if mask is None:
-        return []
     key = models.label_key(label)
     found = await tx.fetch(
         "SELECT id, label, old_content, new_content FROM shared_audit WHERE group_scope = ?",
         change.scope,
     )
     masked = [
-        (*(None if text is None else mask(text) for text in (old, new)), row_id)
+        (*(None if text is None else change.mask(text) for text in (old, new)), row_id)
         for row_id, row_label, old, new in found
         if models.label_key(row_label) == key
     ]

@@ -132,6 +132,7 @@ class Seen:
     mark: str | None
 
 
+WITHHELD = "[sensitive content withheld]"  # a sensitive content, where no finer mask is given
 ABSENT = None  # what a BlockChange's `seen` says of a label that had no block when reviewed
 
 
@@ -149,8 +150,8 @@ class BlockChange:
     whole change where one word does (clear, import); else each label's change is named by
     what differs. undoes marks an operation undone by this one; calls sets the scope's
     model-call count and history replaces its kept versions (an import). mask is how the audit
-    trail masks sensitive content (None: it does not): whether to is decided here
-    (audit_contents), from the states."""
+    trail masks sensitive content: whether to is decided here (audit_contents), from the states,
+    never by the builder; the default withholds the content whole, the bot redacts it."""
 
     scope: str
     wanted: tuple[Wanted, ...]
@@ -161,7 +162,7 @@ class BlockChange:
     undoes: str | None = None
     calls: int | None = None
     history: tuple[Version, ...] | None = None
-    mask: Callable[[str], str] | None = None
+    mask: Callable[[str], str] = field(default=lambda content: WITHHELD)
 
     def audit_contents(
         self, before: Block | BlockState | None, after: BlockState | None
@@ -169,14 +170,12 @@ class BlockChange:
         """What the audit trail keeps of a label's content before and after the change (None:
         no block): masked where the block is sensitive, and the content before also where the
         change makes it sensitive (what it hid must not stay in the trail beside it). mask
-        masks."""
+        masks; without one a builder chose, a sensitive content is withheld whole."""
         hidden = after is not None and after.sensitive
         old = None if before is None else before.content
         if old is not None and (hidden or (before is not None and before.sensitive)):
-            old = self.mask(old) if self.mask else old
-        new = None if after is None else after.content
-        if new is not None and hidden and self.mask:
-            new = self.mask(new)
+            old = self.mask(old)
+        new = None if after is None else (self.mask(after.content) if hidden else after.content)
         return old, new
 
     def turns_sensitive(self, before: Block | BlockState | None, after: BlockState | None) -> bool:

@@ -11,6 +11,18 @@ from pathlib import Path
 from urllib.parse import quote
 
 from storage import Store
+from storage.models import (
+    ABSENT,
+    WITHHELD,
+    BlockChange,
+    BlockState,
+    Change,
+    Channel,
+    Level,
+    Limits,
+    State,
+    Wanted,
+)
 from tests.conftest import BotFactory, ask, group, text_of
 from tests.fakes.clock import FakeClock
 from tests.integration.test_web_keys_and_history import GROUP, Serve, said, serve
@@ -84,3 +96,18 @@ async def test_the_web_history_hides_versions_from_before_sensitive(serve: Serve
     async with session.get(f"{url}&raw=1") as page:
         raw = await page.text()
     assert page.status == 200 and re.search(r"the server is 10\.20\.30\.40", raw)
+
+
+async def test_a_change_built_without_a_mask_keeps_sensitive_content_out_of_the_log(
+    store: Store, clock: FakeClock
+) -> None:
+    scope = "console:group:-100123"
+    state = BlockState("the server is 10.20.30.40", Level.CONTEXT, State.ACTIVE, sensitive=True)
+    change = BlockChange(
+        scope, (Wanted("ops", state),), Change("7", Channel.COMMAND), {"ops": ABSENT}, True
+    )
+    await store.apply_change(change, now=clock(), limits=Limits(20))
+    (entry,) = await store.audit_log(scope, 10)
+    assert entry.new_content == WITHHELD
+    (block,) = await store.blocks([scope])
+    assert block.content == "the server is 10.20.30.40"  # the store keeps it whole
