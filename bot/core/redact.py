@@ -26,6 +26,8 @@ SSH_TARGET = "[ssh-target]"
 EMAIL = "[email]"
 SECRET = "[secret]"
 TOKEN = "[token]"
+PLACEHOLDERS = (IP, HOST_PORT, SSH_TARGET, EMAIL, SECRET, TOKEN)
+_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
 _IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
@@ -189,3 +191,8 @@ def sensitive_kinds(text: str) -> list[str]:
             found.append(kind.name)
             text = redacted
     return found
+
+
+def has_placeholder(text: str) -> bool:
+    """Whether text holds a placeholder redaction puts in (text written from a redacted one)."""
+    return _PLACEHOLDER.search(text) is not None

@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
+import pytest
+
+from bot.core.policy import RULE_TEXTS, Rule
 from storage import Store
 from storage.models import (
     ABSENT,
@@ -23,8 +27,9 @@ from storage.models import (
     State,
     Wanted,
 )
-from tests.conftest import BotFactory, ask, group, text_of
+from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, text_of
 from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_web_keys_and_history import GROUP, Serve, said, serve
 from tests.ops.test_transfer import run_cli
 
@@ -111,3 +116,48 @@ async def test_a_change_built_without_a_mask_keeps_sensitive_content_out_of_the_
     assert entry.new_content == WITHHELD
     (block,) = await store.blocks([scope])
     assert block.content == "the server is 10.20.30.40"  # the store keeps it whole
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+@pytest.mark.usefixtures("api_key")
+async def test_the_model_cannot_write_back_what_it_saw_masked(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots(llm={"agent_tools": True, "tool_names": "sticky"})
+    await ask(bot, dm(), "/pin add ops server 10.20.30.40 port 22 --sensitive")
+    await ask(bot, dm(), "/pin add notes plain text --sensitive")
+    fake_openai.script = [
+        tool_calls(
+            ("sticky_set", {"key": "ops", "content": "server [ip] port 22 user admin"}),
+            ("sticky_set", {"key": "notes", "content": "plain text, more of it"}),
+        ),
+        completion("Done."),
+    ]
+    assert text_of(await ask(bot, dm(), "add the user to ops")) == "Done."
+    refused, saved = tool_results(fake_openai.requests[1])
+    assert refused == "Refused: " + RULE_TEXTS[Rule.MASKED].format(label="ops", pin="/pin")
+    assert saved.startswith("Saved the new content of 'notes'.")
+    blocks = {b.label: b.content for b in await bot.store.blocks(["console:direct:42"])}
+    assert blocks["ops"] == "server 10.20.30.40 port 22"
+
+
+@pytest.mark.usefixtures("api_key")
+async def test_a_proposal_cannot_write_back_a_sensitive_shared_block_masked(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots(llm={"agent_tools": True}, pins=GROUPS)
+    await ask(bot, group("7"), "/pin shared add ops server 10.20.30.40 --sensitive")
+    propose = {"label": "ops", "content": "server [ip], port 22"}
+    fake_openai.script = [tool_calls(("pin_propose", propose)), completion("Tried.")]
+    assert text_of(await ask(bot, group("42"), "note the port")) == "Tried."
+    (result,) = tool_results(fake_openai.requests[1])
+    assert result == "Refused: " + RULE_TEXTS[Rule.MASKED].format(label="ops", pin="/pin shared")
+    assert await bot.store.pending_proposals("console:group:-100123") == []
