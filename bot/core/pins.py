@@ -134,7 +134,10 @@ class PinService:
         if command.verb is Verb.REMOVE:
             return await ops.remove(target, label)
         if command.verb is Verb.EDIT:
-            return await ops.change(target, label, content=command.content or "")
+            sensitive = True if command.sensitive else None  # without the flag: as it is
+            return await ops.change(
+                target, label, content=command.content or "", sensitive=sensitive
+            )
         if command.verb is Verb.LEVEL:
             return await ops.change(target, label, level=command.level)
         return await ops.change(target, label, state=_STATE_VERBS[command.verb])

@@ -161,3 +161,47 @@ async def test_a_proposal_cannot_write_back_a_sensitive_shared_block_masked(
     (result,) = tool_results(fake_openai.requests[1])
     assert result == "Refused: " + RULE_TEXTS[Rule.MASKED].format(label="ops", pin="/pin shared")
     assert await bot.store.pending_proposals("console:group:-100123") == []
+
+
+async def test_sensitive_is_read_right_after_the_label_and_on_edit(make_bot: BotFactory) -> None:
+    bot = make_bot()
+    saved = text_of(await ask(bot, dm(), "/pin add ops --sensitive host 10.20.30.40"))
+    assert saved.startswith("Saved strong block 'ops', sensitive"), saved
+    await ask(bot, dm(), "/pin add web --priority 5 --pinned host 10.20.30.41")
+    await ask(bot, dm(), "/pin add db host 10.20.30.42")
+    assert text_of(await ask(bot, dm(), "/pin edit db host 10.20.30.43 --sensitive")) == (
+        "Updated block 'db'."
+    )
+    await ask(bot, dm(), "/pin edit web --sensitive host 10.20.30.44")
+    blocks = {b.label: b for b in await bot.store.blocks(["console:direct:42"])}
+    assert (blocks["ops"].content, blocks["ops"].sensitive) == ("host 10.20.30.40", True)
+    assert (blocks["db"].content, blocks["db"].sensitive) == ("host 10.20.30.43", True)
+    web = blocks["web"]
+    assert (web.content, web.sensitive, web.priority) == ("host 10.20.30.44", True, 5)
+    assert web.state is State.PINNED
+    # An edit without the flag keeps the block as sensitive as it is.
+    await ask(bot, dm(), "/pin edit db host 10.20.30.45")
+    (db,) = [b for b in await bot.store.blocks(["console:direct:42"]) if b.label == "db"]
+    assert db.sensitive and db.content == "host 10.20.30.45"
+
+
+async def test_a_sensitive_flag_inside_the_content_is_refused(make_bot: BotFactory) -> None:
+    bot = make_bot()
+    for asked, usage in (
+        ("/pin add ops host --sensitive 10.20.30.40", "/pin add <label> -- <content>"),
+        ("/pin edit ops host --sensitive 10.20.30.40", "/pin edit <label> -- <content>"),
+        ("/pin add ops --sensitiv host 10.20.30.40", "/pin add <label> -- <content>"),
+        ("/pin add ops --sensitive --sensitive host", "/pin add <label> -- <content>"),
+    ):
+        reply = text_of(await ask(bot, dm(), asked))
+        assert usage in reply, (asked, reply)
+    first = text_of(await ask(bot, dm(), "/pin add ops host --sensitive 10.20.30.40"))
+    assert first.startswith(
+        "--sensitive is inside the content, where it is not read as a flag; put it right after "
+        "the label or at the end."
+    )
+    assert await bot.store.blocks(["console:direct:42"]) == []
+    # After --, everything is content, as written.
+    await ask(bot, dm(), "/pin add doc -- grep --sensitive is not a flag")
+    (doc,) = await bot.store.blocks(["console:direct:42"])
+    assert doc.content == "grep --sensitive is not a flag" and not doc.sensitive
