@@ -9,7 +9,7 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
-from bot.core.redact import redact
+from bot.core.redact import redact, sensitive_kinds
 from storage.models import Block, BlockState
 
 PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
@@ -44,6 +44,15 @@ def shown_states(newest_first: Iterable[BlockState | None]) -> list[BlockState |
             state = dataclasses.replace(state, content=_redacted(state.content))
         found.append(state)
     return found
+
+
+def masked_note(content: str) -> str:
+    """What making content sensitive masks, in words for the reply: the kinds found, or that
+    nothing is (so the user is not left believing a secret is hidden)."""
+    found = sensitive_kinds(content)
+    if not found:
+        return "nothing in it looks like an address or a secret; the model reads it as written"
+    return "masked: " + ", ".join(dict.fromkeys(found))
 
 
 def preview(block: Block, limit: int = PREVIEW_CHARS) -> str:

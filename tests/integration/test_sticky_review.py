@@ -205,3 +205,28 @@ async def test_a_sensitive_flag_inside_the_content_is_refused(make_bot: BotFacto
     await ask(bot, dm(), "/pin add doc -- grep --sensitive is not a flag")
     (doc,) = await bot.store.blocks(["console:direct:42"])
     assert doc.content == "grep --sensitive is not a flag" and not doc.sensitive
+
+
+async def test_making_a_block_sensitive_says_what_is_masked_or_that_nothing_is(
+    make_bot: BotFactory,
+) -> None:
+    bot = make_bot()
+    nothing = "nothing in it looks like an address or a secret; the model reads it as written"
+    assert text_of(await ask(bot, dm(), "/pin add plan ship on Friday --sensitive")) == (
+        f"Saved strong block 'plan', sensitive (the model and listings see it redacted; {nothing})."
+    )
+    assert text_of(await ask(bot, dm(), "/pin add db my password is hunter2 --sensitive")) == (
+        "Saved strong block 'db', sensitive (the model and listings see it redacted; masked: "
+        "secret in a sentence)."
+    )
+    await ask(bot, dm(), "/pin add box ssh root@192.168.001.001 then curl -u admin:pw x")
+    assert text_of(await ask(bot, dm(), "/pin sensitive box on")) == (
+        "Block 'box' is now sensitive: kept whole, but the model, the tools and listings see it "
+        "redacted (masked: user:password option, ssh target at an address). /pin sensitive box "
+        "off undoes this."
+    )
+    await ask(bot, dm(), "/pin add note plain words")
+    assert f"({nothing})" in text_of(await ask(bot, dm(), "/pin sensitive note"))
+    listed = text_of(await ask(bot, dm(), "/pin list"))
+    for hidden in ("hunter2", "192.168", "admin:pw"):
+        assert hidden not in listed
