@@ -230,3 +230,34 @@ async def test_making_a_block_sensitive_says_what_is_masked_or_that_nothing_is(
     listed = text_of(await ask(bot, dm(), "/pin list"))
     for hidden in ("hunter2", "192.168", "admin:pw"):
         assert hidden not in listed
+
+
+@pytest.mark.usefixtures("api_key")
+async def test_a_proposal_cannot_test_guesses_at_a_sensitive_shared_block(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, clock: FakeClock
+) -> None:
+    bot = await openai_bots(llm={"agent_tools": True}, pins=GROUPS)
+    await ask(bot, group("7"), "/pin shared add ops server 10.20.30.40 --sensitive")
+    # Kept from before the operator turned the credential check on (it refuses this add now).
+    vpn = BlockState("password: letmein2", Level.CONTEXT, State.ACTIVE, sensitive=True)
+    change = BlockChange(
+        "console:group:-100123", (Wanted("vpn", vpn),), Change("7", Channel.IMPORT), {"vpn": ABSENT}
+    )
+    await bot.store.apply_change(change, now=clock(), limits=Limits(20))
+    fake_openai.script = [
+        tool_calls(
+            ("pin_propose", {"label": "ops", "content": "server 10.20.30.40"}),  # right
+            ("pin_propose", {"label": "ops", "content": "server 10.20.30.41"}),  # wrong
+            ("pin_propose", {"label": "ops", "content": "server [ip]"}),  # as the group sees it
+            ("pin_propose", {"label": "vpn", "content": "password: letmein2"}),  # right
+            ("pin_propose", {"label": "vpn", "content": "password: letmein3"}),  # wrong
+        ),
+        completion("Tried."),
+    ]
+    assert text_of(await ask(bot, group("42"), "guess")) == "Tried."
+    right, wrong, seen, right_vpn, wrong_vpn = tool_results(fake_openai.requests[1])
+    assert right.startswith("Proposal #1 is posted") and wrong.startswith("Proposal #2 is posted")
+    assert seen == "Refused: the shared block 'ops' already has this content."
+    assert right_vpn.startswith("Refused: Not saved: this looks like a password")
+    assert right_vpn == wrong_vpn
+    assert len(await bot.store.pending_proposals("console:group:-100123")) == 2
