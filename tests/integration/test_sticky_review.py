@@ -5,6 +5,7 @@ them; masking catches how people write secrets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
+from bot.cli.importing import MAX_FILE_BYTES
 from bot.core.policy import RULE_TEXTS, Rule
 from storage import Store
 from storage.models import (
@@ -30,6 +32,7 @@ from storage.models import (
 from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.integration.test_sticky import PINBOT, pinbot_import, slot
 from tests.integration.test_web_keys_and_history import GROUP, Serve, said, serve
 from tests.ops.test_transfer import run_cli
 
@@ -261,3 +264,40 @@ async def test_a_proposal_cannot_test_guesses_at_a_sensitive_shared_block(
     assert right_vpn.startswith("Refused: Not saved: this looks like a password")
     assert right_vpn == wrong_vpn
     assert len(await bot.store.pending_proposals("console:group:-100123")) == 2
+
+
+async def test_a_sticky_file_with_impossible_times_or_too_large_is_refused(
+    tmp_path: Path,
+) -> None:
+    far = "2999-01-01T00:00:00.000Z"
+    document = {
+        "version": 2,
+        "slots": {
+            "fine": slot("Fine."),
+            "backwards": {**slot("Made after it changed."), "updated": "2026-01-01T00:00:00Z"},
+            "future": {**slot("Not yet."), "created": far, "updated": far},
+        },
+    }
+    out = await pinbot_import(tmp_path, document, "--scope", "console:direct:42")
+    lines = out.splitlines()
+    assert lines[0] == (
+        "problem: slot 'backwards': updated is before created; a slot changes after it is made"
+    )
+    assert lines[1].startswith("problem: slot 'future': created is in the future (now is ")
+    assert lines[2].startswith("problem: slot 'future': updated is in the future (now is ")
+    assert lines[-1] == "3 problem(s); nothing was imported"
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as file:
+        file.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written to disk
+    config = tmp_path / "import.yaml"
+    process = await asyncio.create_subprocess_exec(
+        *(PINBOT, "import", str(huge), "--config", str(config), "--scope", "console:direct:42"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await process.communicate()
+    assert process.returncode == 1
+    assert err.decode().strip() == (
+        f"pinbot: cannot read {huge}: it is {MAX_FILE_BYTES + 1:,} bytes, over the "
+        f"{MAX_FILE_BYTES:,} an import reads; to copy a whole store, use pinbot transfer"
+    )
