@@ -39,6 +39,7 @@ from storage.models import (
 PAGE_SIZE = 50
 SCAN_BATCH = 500  # scope keys read per query while filling a page
 SEARCH_RESULTS = 100
+MAX_SEARCH_READ = 64 * SEARCH_RESULTS  # matches read at most to fill one page of results
 MAX_MEMBERS = 1_000_000  # members counted per group: all of them
 TOP_ROWS = 50  # users and groups listed on the usage page
 MIN_SEARCH_CHARS = 2
@@ -430,10 +431,18 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
     prefixes = [prefix for prefix in within if prefix is not None]
     if not prefixes:
         return []
-    blocks = await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, within=prefixes)
-    return [
-        shown(block)
-        for block in blocks
-        if read_scope(block.scope) is not None
-        and (not block.sensitive or _found_as_shown(shown(block), text.strip()))
-    ]
+    # The store matches stored text, so sensitive blocks found only by what they hide are
+    # dropped here: read further (twice as far each time) until the page is full or nothing
+    # more matches, so they never crowd out blocks that are found.
+    limit = SEARCH_RESULTS
+    while True:
+        blocks = await store.search_blocks(text.strip(), limit=limit, within=prefixes)
+        kept = [
+            shown(block)
+            for block in blocks
+            if read_scope(block.scope) is not None
+            and (not block.sensitive or _found_as_shown(shown(block), text.strip()))
+        ]
+        if len(kept) >= SEARCH_RESULTS or len(blocks) < limit or limit >= MAX_SEARCH_READ:
+            return kept[:SEARCH_RESULTS]
+        limit *= 2

@@ -16,6 +16,7 @@ import pytest
 
 from bot.cli.importing import MAX_FILE_BYTES
 from bot.core.policy import RULE_TEXTS, Rule
+from bot.web import views
 from storage import Store
 from storage.models import (
     ABSENT,
@@ -301,3 +302,27 @@ async def test_a_sticky_file_with_impossible_times_or_too_large_is_refused(
         f"pinbot: cannot read {huge}: it is {MAX_FILE_BYTES + 1:,} bytes, over the "
         f"{MAX_FILE_BYTES:,} an import reads; to copy a whole store, use pinbot transfer"
     )
+
+
+async def test_web_search_fills_its_page_past_sensitive_blocks_found_only_by_what_they_hide(
+    serve: Serve, clock: FakeClock
+) -> None:
+    bot, session, base = await serve()
+    hidden = BlockState("API_KEY=needle42", Level.CONTEXT, State.ACTIVE, sensitive=True)
+    for number in range(views.SEARCH_RESULTS + 1):
+        label = f"s{number:03d}"
+        change = BlockChange(
+            GROUP, (Wanted(label, hidden),), Change("7", Channel.IMPORT), {label: ABSENT}
+        )
+        await bot.store.apply_change(change, now=clock(), limits=Limits(1000))
+    clock.advance(minutes=1)
+    plain = BlockState("a needle in the haystack", Level.CONTEXT, State.ACTIVE)
+    change = BlockChange(
+        GROUP, (Wanted("plain", plain),), Change("7", Channel.IMPORT), {"plain": ABSENT}
+    )
+    await bot.store.apply_change(change, now=clock(), limits=Limits(1000))
+    await bot.store.catch_up_search()
+    async with session.get(f"{base}/search?q=needle") as page:
+        shown = await page.text()
+    assert page.status == 200
+    assert "a needle in the haystack" in shown and "needle42" not in shown
