@@ -177,14 +177,9 @@ class ChangeStore(Protocol):
             return []
         found = kinds(before, after)
         op = new_op()
+        audited = change.audit_contents(before, after)
         entries = [
-            (
-                kind,
-                before.label if before else wanted.label,
-                change.audited_content(before),
-                change.audited_content(after),
-                detail,
-            )
+            (kind, before.label if before else wanted.label, *audited, detail)
             for kind, detail in found
         ]
         label = before.label if before else wanted.label
@@ -287,6 +282,8 @@ def _one_label(change: BlockChange) -> bool:
     if key not in change.seen:
         return False
     seen = change.seen[key]
+    if change.turns_sensitive(seen.block if seen else None, wanted.state):
+        return False  # the label's earlier audit entries are masked in its transaction
     if seen is not None:
         return seen.mark is not None
     return wanted.state is not None and wanted.created_at is None and wanted.updated_at is None
@@ -336,19 +333,9 @@ async def _apply_in(
                     found_kinds[0][1],
                 )
             )
-            before_content = entry.before.content if entry.before else None
-            after_content = entry.wanted.state.content if entry.wanted.state else None
-            if (
-                change.kind is not ChangeKind.IMPORT
-                or before_content != after_content
-                or entry.before is None
-                or entry.wanted.state is None
-            ):
-                audited = (
-                    change.audited_content(entry.before),
-                    change.audited_content(entry.wanted.state),
-                )
-                audit += [(kind, entry.label, *audited, detail) for kind, detail in found_kinds]
+            audit += _audit_entries(change, entry, found_kinds)
+            if change.turns_sensitive(entry.before, entry.wanted.state):
+                steps += await _mask_audit(tx, change, entry.label)
         steps.append(_write(scope, entry, now, calls, change.kind is ChangeKind.IMPORT))
     if change.undoes is not None:
         steps.append(
@@ -373,6 +360,42 @@ async def _apply_in(
         tx, [*steps, *recorded(versions, limits.versions), *_audit(change, now, audit)]
     )
     return [Applied(e.label, e.before, e.wanted.state) for e in plan if e.changed]
+
+
+def _audit_entries(
+    change: BlockChange, entry: _Entry, found: list[tuple[ChangeKind, str]]
+) -> list[tuple[Any, ...]]:
+    """The audit entries of one label's change (an import that keeps a block's content, only
+    its times or state, makes none)."""
+    before, after = entry.before, entry.wanted.state
+    if (
+        change.kind is ChangeKind.IMPORT
+        and before is not None
+        and after is not None
+        and before.content == after.content
+    ):
+        return []
+    audited = change.audit_contents(before, after)
+    return [(kind, entry.label, *audited, detail) for kind, detail in found]
+
+
+async def _mask_audit(tx: Executor, change: BlockChange, label: str) -> list[Step]:
+    """The label's earlier entries in its scope's audit trail, masked: a label made sensitive
+    keeps nothing of what it hid where every member reads the trail."""
+    key = models.label_key(label)
+    found = await tx.fetch(
+        "SELECT id, label, old_content, new_content FROM shared_audit WHERE group_scope = ?",
+        change.scope,
+    )
+    masked = [
+        (*(None if text is None else change.mask(text) for text in (old, new)), row_id)
+        for row_id, row_label, old, new in found
+        if models.label_key(row_label) == key
+    ]
+    if not masked:
+        return []
+    update = "UPDATE shared_audit SET old_content = ?, new_content = ? WHERE id = ?"
+    return [Step(update, masked, many=True)]
 
 
 def _plan(current: Mapping[str, Block], change: BlockChange) -> list[_Entry]:

@@ -132,6 +132,7 @@ class Seen:
     mark: str | None
 
 
+WITHHELD = "[sensitive content withheld]"  # a sensitive content, where no finer mask is given
 ABSENT = None  # what a BlockChange's `seen` says of a label that had no block when reviewed
 
 
@@ -148,7 +149,9 @@ class BlockChange:
     sends the change to the scope's audit trail (a group's shared blocks). kind names the
     whole change where one word does (clear, import); else each label's change is named by
     what differs. undoes marks an operation undone by this one; calls sets the scope's
-    model-call count and history replaces its kept versions (an import)."""
+    model-call count and history replaces its kept versions (an import). mask is how the audit
+    trail masks sensitive content: whether to is decided here (audit_contents), from the states,
+    never by the builder; the default withholds the content whole, the bot redacts it."""
 
     scope: str
     wanted: tuple[Wanted, ...]
@@ -159,15 +162,31 @@ class BlockChange:
     undoes: str | None = None
     calls: int | None = None
     history: tuple[Version, ...] | None = None
-    mask: Callable[[str], str] | None = None
+    mask: Callable[[str], str] = field(default=lambda content: WITHHELD)
 
-    def audited_content(self, state: Block | BlockState | None) -> str | None:
-        """What the audit trail keeps of a state's content (None: no block)."""
-        if state is None:
-            return None
-        if state.sensitive and self.mask is not None:
-            return self.mask(state.content)
-        return state.content
+    def audit_contents(
+        self, before: Block | BlockState | None, after: BlockState | None
+    ) -> tuple[str | None, str | None]:
+        """What the audit trail keeps of a label's content before and after the change (None:
+        no block): masked where the block is sensitive, and the content before also where the
+        change makes it sensitive (what it hid must not stay in the trail beside it). mask
+        masks; without one a builder chose, a sensitive content is withheld whole."""
+        hidden = after is not None and after.sensitive
+        old = None if before is None else before.content
+        if old is not None and (hidden or (before is not None and before.sensitive)):
+            old = self.mask(old)
+        new = None if after is None else (self.mask(after.content) if hidden else after.content)
+        return old, new
+
+    def turns_sensitive(self, before: Block | BlockState | None, after: BlockState | None) -> bool:
+        """Whether this change makes a label of an audited scope sensitive, so the label's
+        earlier audit entries must be masked with it."""
+        return (
+            self.audited
+            and after is not None
+            and after.sensitive
+            and (before is None or not before.sensitive)
+        )
 
     @property
     def proposal(self) -> int | None:

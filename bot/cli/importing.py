@@ -18,6 +18,10 @@ from bot.core.sticky_file import apply_sticky, is_sticky_file, plan_sticky
 from bot.core.transfer import apply_import, describe_changes, plan_import, read_document
 from storage.models import Level
 
+# An import is read whole into memory (several times its size once parsed): a file larger than
+# any export of a real store is refused before it is read.
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the JSON file to import")
@@ -76,6 +80,14 @@ async def _import(
     level: str | None = None,
 ) -> int:
     try:
+        size = Path(file).stat().st_size
+        if size > MAX_FILE_BYTES:
+            print(
+                f"pinbot: cannot read {file}: it is {size:,} bytes, over the {MAX_FILE_BYTES:,} "
+                "an import reads; to copy a whole store, use pinbot transfer",
+                file=sys.stderr,
+            )
+            return 1
         document, repeated = read_document(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         print(f"pinbot: cannot read {file}: {error}", file=sys.stderr)

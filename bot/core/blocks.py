@@ -25,6 +25,7 @@ from bot.core.policy import (
     refusal,
 )
 from bot.core.redact import redact
+from bot.core.sensitive import masked_note
 from storage import Store
 from storage.changes import Applied
 from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget, Stale
@@ -242,7 +243,9 @@ class BlockOps:
                 return outcome
             kept = ", pinned (kept until you remove it)" if pinned else ""
             if sensitive:
-                kept += ", sensitive (the model and listings see it redacted)"
+                kept += (
+                    f", sensitive (the model and listings see it redacted; {masked_note(content)})"
+                )
             return Done(f"Saved {level.value} block '{label}'{kept}.")
         return refusal(Rule.BUSY)
 
@@ -315,7 +318,8 @@ class BlockOps:
         if differs == ["sensitive"] and wanted.sensitive:
             return (
                 f"Block '{label}' is now sensitive: kept whole, but the model, the tools and "
-                f"listings see it redacted. {target.command('sensitive')} {label} off undoes this."
+                f"listings see it redacted ({masked_note(wanted.content)}). "
+                f"{target.command('sensitive')} {label} off undoes this."
             )
         if differs == ["sensitive"]:
             return f"Block '{label}' is no longer sensitive: the model reads it as it is."

@@ -61,7 +61,8 @@ class PinCommand:
     confirm: bool = False
     count: int | None = None  # LOG: entries; RESTORE: the version (None: the one before)
     priority: int | None = None
-    sensitive: bool = False  # ADD: add it sensitive; SENSITIVE: what the block becomes
+    # ADD: add it sensitive; EDIT: make it sensitive too; SENSITIVE: what the block becomes
+    sensitive: bool = False
     preview: bool = False  # STATUS: each block with its first characters (`/sticky`)
 
 
@@ -80,7 +81,7 @@ USAGE: dict[str, str] = {
     "priority": f"/pin priority <label> <n>  (n from {PRIORITY_MIN} to {PRIORITY_MAX})",
     "list": "/pin list",
     "status": "/pin status",
-    "edit": "/pin edit <label> <new content>",
+    "edit": "/pin edit <label> <new content> [--sensitive]",
     "remove": "/pin remove <label>",
     "idle": "/pin idle <label>",
     "activate": "/pin activate <label>",
@@ -185,19 +186,20 @@ def _flag(word: str) -> str | None:
     return folded if folded in FLAGS else None
 
 
-def meant_flags(word: str) -> tuple[str, ...]:
-    """The flags a `--word` that is none was probably meant to be: those it begins (`--prio`) or
-    is within two edits of (`--pined`); empty for any other word (`--verbose` is content)."""
+def meant_flags(word: str, allowed: tuple[str, ...] = FLAGS) -> tuple[str, ...]:
+    """The flags (of allowed) a `--word` that is none was probably meant to be: those it begins
+    (`--prio`) or is within two edits of (`--pined`); empty for any other word (`--verbose` is
+    content)."""
     if not _FLAG_LIKE.fullmatch(word) or _flag(word):
         return ()
     folded = word.casefold()
-    begun = tuple(flag for flag in FLAGS if flag.startswith(folded))
-    return begun or tuple(flag for flag in FLAGS if _edits(folded, flag) <= _MAX_EDITS)
+    begun = tuple(flag for flag in allowed if flag.startswith(folded))
+    return begun or tuple(flag for flag in allowed if _edits(folded, flag) <= _MAX_EDITS)
 
 
 @dataclass(frozen=True)
 class _Content:
-    """An add command's content and its trailing flags."""
+    """An add command's content and its flags."""
 
     text: str
     pinned: bool = False
@@ -207,7 +209,7 @@ class _Content:
 
 @dataclass(frozen=True)
 class _FlagProblem:
-    """Trailing flags that cannot be read: missing a value, repeated, or misspelled."""
+    """Flags that cannot be read: missing a value, repeated, misspelled, or inside the content."""
 
     problem: str
 
@@ -220,52 +222,108 @@ def _twice(flag: str) -> _FlagProblem:
     return _FlagProblem(f"{flag} is given twice; give each flag once.")
 
 
-def _trailing_flags(content: str) -> _Content | _FlagProblem:
+class _Flags:
+    """The flags read so far from either end of a command's content, each at most once."""
+
+    def __init__(self, allowed: tuple[str, ...]) -> None:
+        self.allowed = allowed
+        self.pinned = False
+        self.sensitive = False
+        self.priority: str | None = None
+
+    def flag(self, word: str) -> str | None:
+        """The allowed flag this word is, or None."""
+        flag = _flag(word)
+        return flag if flag in self.allowed else None
+
+    def take(self, flag: str, value: str | None = None) -> _FlagProblem | None:
+        """Record flag (--priority with its value), or the problem of giving it twice."""
+        if flag == PINNED_FLAG:
+            if self.pinned:
+                return _twice(flag)
+            self.pinned = True
+        elif flag == SENSITIVE_FLAG:
+            if self.sensitive:
+                return _twice(flag)
+            self.sensitive = True
+        else:
+            if self.priority is not None:
+                return _twice(flag)
+            self.priority = value
+        return None
+
+
+def _leading_flags(content: str, flags: _Flags) -> str | _FlagProblem:
+    """Take the flags off the start of content (right after the label), as _trailing_flags
+    does off its end: what is left, or the problem."""
+    while content:
+        first, after = _split_first(content)
+        flag, value = flags.flag(first), None
+        if flag == PRIORITY_FLAG:
+            value, after = _split_first(after)
+            if not _NUMBER_LIKE.fullmatch(value):
+                return _FlagProblem(f"{PRIORITY_FLAG} needs a number after it, e.g. --priority 5.")
+        elif flag is None:
+            if meant := meant_flags(first, flags.allowed):
+                return _misspelled(first, meant)
+            break
+        if problem := flags.take(flag, value):
+            return problem
+        content = after
+    return content
+
+
+def _trailing_flags(content: str, flags: _Flags) -> str | _FlagProblem:
     """Take the flags off the end of content, last first: `--pinned`, `--sensitive` and
-    `--priority <n>` in any order, each at most once. A `--priority` without its value, a
-    repeated flag and a misspelled one (see meant_flags) are problems; anything else ends the
-    flags and is content."""
-    pinned, sensitive, priority = False, False, None
+    `--priority <n>` (those allowed) in any order, each at most once. A `--priority` without
+    its value, a repeated flag and a misspelled one (see meant_flags) are problems; anything
+    else ends the flags and is content."""
     while content:
         head, last = _split_last(content)
-        flag = _flag(last)
-        if flag == PINNED_FLAG:
-            if pinned:
-                return _twice(PINNED_FLAG)
-            pinned, content = True, head
-            continue
-        if flag == SENSITIVE_FLAG:
-            if sensitive:
-                return _twice(SENSITIVE_FLAG)
-            sensitive, content = True, head
+        flag = flags.flag(last)
+        if flag in (PINNED_FLAG, SENSITIVE_FLAG):
+            if problem := flags.take(flag):
+                return problem
+            content = head
             continue
         if flag == PRIORITY_FLAG:
             return _FlagProblem(f"{PRIORITY_FLAG} needs a number after it, e.g. --priority 5.")
-        if meant := meant_flags(last):
+        if meant := meant_flags(last, flags.allowed):
             return _misspelled(last, meant)
         if not head:
             break
         rest, before = _split_last(head)
-        if _flag(before) == PRIORITY_FLAG:
-            if priority is not None:
-                return _twice(PRIORITY_FLAG)
-            priority, content = last, rest
+        if flags.flag(before) == PRIORITY_FLAG:
+            if problem := flags.take(PRIORITY_FLAG, last):
+                return problem
+            content = rest
             continue
-        if PRIORITY_FLAG in meant_flags(before) and _NUMBER_LIKE.fullmatch(last):
+        if PRIORITY_FLAG in meant_flags(before, flags.allowed) and _NUMBER_LIKE.fullmatch(last):
             return _misspelled(before, (PRIORITY_FLAG,))
         break
-    return _Content(content.strip(), pinned, priority, sensitive)
+    return content
 
 
-def _parse_content(rest: str, allow_flags: bool) -> _Content | _FlagProblem:
-    """Split content from its trailing flags (when allowed), honouring a leading `--` literal
-    marker after which everything is content."""
+def _parse_content(rest: str, allowed: tuple[str, ...] = FLAGS) -> _Content | _FlagProblem:
+    """Split content from its flags (those allowed), right after the label or at the end,
+    honouring a leading `--` literal marker after which everything is content. A
+    `--sensitive` left inside the content is a problem: the user meant the block to be masked,
+    and it would be saved as it is, with the word."""
     first, after = _split_first(rest)
     if first == LITERAL_MARK:
         return _Content(after.strip())
-    if not allow_flags:
-        return _Content(rest.strip())
-    return _trailing_flags(rest.strip())
+    flags = _Flags(allowed)
+    content = _leading_flags(rest.strip(), flags)
+    if isinstance(content, str):
+        content = _trailing_flags(content.strip(), flags)
+    if isinstance(content, _FlagProblem):
+        return content
+    if any(word.casefold() == SENSITIVE_FLAG for word in content.split()):
+        return _FlagProblem(
+            f"{SENSITIVE_FLAG} is inside the content, where it is not read as a flag; put it "
+            "right after the label or at the end."
+        )
+    return _Content(content.strip(), flags.pinned, flags.priority, flags.sensitive)
 
 
 def _priority(text: str) -> int | ParseError:
@@ -277,19 +335,22 @@ def _priority(text: str) -> int | ParseError:
     return value
 
 
+def _flag_error(name: str, shared: bool, flags: _FlagProblem) -> ParseError:
+    literal = _prefix(shared, f"/pin {name} <label> -- <content>")
+    return _usage_error(
+        name,
+        shared,
+        f"{flags.problem}\nTo save text like this as it is, put -- after the label: {literal}",
+    )
+
+
 def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
     if not label:
         return _usage_error(name, shared, "The block needs a label and content.")
-    content = _parse_content(after, allow_flags=True)
+    content = _parse_content(after)
     if isinstance(content, _FlagProblem):
-        literal = _prefix(shared, f"/pin {name} <label> -- <content>")
-        return _usage_error(
-            name,
-            shared,
-            f"{content.problem}\nTo save text that ends like this as it is, put -- after the "
-            f"label: {literal}",
-        )
+        return _flag_error(name, shared, content)
     priority = _priority(content.priority) if content.priority is not None else None
     if isinstance(priority, ParseError):
         return _usage_error(name, shared, priority.message)
@@ -352,11 +413,14 @@ def _parse_label_only(name: str, rest: str, shared: bool) -> PinCommand | ParseE
 
 def _parse_edit(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
-    parsed = _parse_content(after, allow_flags=False)
+    parsed = _parse_content(after, (SENSITIVE_FLAG,))
+    if label and isinstance(parsed, _FlagProblem):
+        return _flag_error(name, shared, parsed)
     content = parsed.text if isinstance(parsed, _Content) else ""
     if not label or not content:
         return _usage_error(name, shared, "edit needs a label and the new content.")
-    return PinCommand(Verb.EDIT, shared=shared, label=label, content=content)
+    sensitive = isinstance(parsed, _Content) and parsed.sensitive
+    return PinCommand(Verb.EDIT, shared=shared, label=label, content=content, sensitive=sensitive)
 
 
 def _parse_level(name: str, rest: str, shared: bool) -> PinCommand | ParseError:

@@ -21,7 +21,7 @@ message, in this chat only.
 /pin sensitive <label> [on|off]      Mask (or stop masking) addresses and secrets in it
 /pin list                            Show your blocks
 /pin status                          Each block sent, its characters and tokens; idle clean-up
-/pin edit <label> <new content>      Replace a block's content
+/pin edit <label> <new content> [--sensitive]  Replace a block's content
 /pin remove <label>                  Delete a block
 /pin idle|activate|pin|unpin <label> Pause, resume, keep or release a block
 /pin clear                           Count the blocks a clear would delete

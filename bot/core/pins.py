@@ -134,7 +134,10 @@ class PinService:
         if command.verb is Verb.REMOVE:
             return await ops.remove(target, label)
         if command.verb is Verb.EDIT:
-            return await ops.change(target, label, content=command.content or "")
+            sensitive = True if command.sensitive else None  # without the flag: as it is
+            return await ops.change(
+                target, label, content=command.content or "", sensitive=sensitive
+            )
         if command.verb is Verb.LEVEL:
             return await ops.change(target, label, level=command.level)
         return await ops.change(target, label, state=_STATE_VERBS[command.verb])
@@ -261,7 +264,7 @@ class PinService:
     async def _raw(self, context: MessageContext, target: Target, label: str) -> Reply:
         """A block of the speaker's as it is stored, sensitive or not: only in a DM, where
         nobody else reads the answer."""
-        if context.conversation.kind is ChatKind.GROUP:
+        if context.conversation.kind is not ChatKind.DIRECT:  # a channel or unknown chat too
             return Reply.refused(RAW_IN_GROUP)
         block = find_block(await self.ops.blocks(target), label)
         if block is None:

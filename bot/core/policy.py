@@ -21,6 +21,7 @@ from bot import metrics
 from bot.config import PinsConfig
 from bot.core.credentials import credential_kind
 from bot.core.permissions import Action, Speaker
+from bot.core.redact import has_placeholder
 from storage.models import Block, BlockChange, BlockState, Channel, Level, Limits, State, label_key
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
@@ -36,6 +37,8 @@ _DIRECTION_CONTROLS = frozenset(
 )
 _QUOTES = "\"'`“”‘’„«»「」『』"
 _DAY = timedelta(days=1)
+# Content the model wrote: it sees sensitive blocks only redacted.
+_MODEL_CHANNELS = frozenset({Channel.TOOL, Channel.PROPOSAL})
 MAX_RECORDED_CHARS = 200  # of an actor, an operation id or a detail that an import brings
 
 
@@ -58,6 +61,7 @@ class Rule(StrEnum):
     NOT_ALLOWED = "not-allowed"
     PINNED = "pinned"
     LOWERED = "lowered"
+    MASKED = "masked"
     TOO_MANY = "too-many"
     OVER_BUDGET = "over-budget"
     LABEL_TAKEN = "label-taken"
@@ -111,6 +115,12 @@ RULE_TEXTS: dict[Rule, str] = {
     Rule.LOWERED: (
         "Block '{label}' is {flag}. The model may mark a block pinned or sensitive but never "
         "take that back; only the user can, with {command}."
+    ),
+    Rule.MASKED: (
+        "Not saved: block '{label}' is sensitive, and the new content holds placeholders such "
+        "as [ip] or [secret] where its addresses and secrets are masked. You cannot see the "
+        "masked parts, so saving would replace them with the placeholders. Ask the user to "
+        "edit it with {pin} edit {label} <new content>."
     ),
     Rule.TOO_MANY: (
         "{Noun} would hold {count} blocks; the limit is {limit} "
@@ -412,6 +422,15 @@ class BlockPolicy:
             return problem
         if change.change.channel is Channel.TOOL and before and before.state is State.PINNED:
             return refusal(Rule.PINNED, where, label=before.label)
+        if (
+            change.change.channel in _MODEL_CHANNELS
+            and before is not None
+            and before.sensitive
+            and state is not None
+            and state.content != before.content
+            and has_placeholder(state.content)
+        ):
+            return refusal(Rule.MASKED, where, label=before.label)
         if state is None:
             return None
         if before is None:

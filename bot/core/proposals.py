@@ -19,6 +19,7 @@ from bot.core.permissions import Action
 from bot.core.policy import Rule, default_level, refusal, text_problem
 from bot.core.redact import redact
 from bot.core.replies import Button, Messenger, Reply, Sent
+from bot.core.sensitive import shown_content
 from storage.errors import AlreadyDecided, Stale
 from storage.models import (
     ABSENT,
@@ -111,8 +112,27 @@ class Proposals:
             return problem
         blocks, marks = await self._ops.scope_now(target)
         existing = find_block(blocks, label)
-        if existing is not None and existing.content == content and level in (None, existing.level):
+        # Against what the group sees: "already has this content" of a sensitive block's stored
+        # text would confirm a guess at what it hides.
+        if (
+            existing is not None
+            and shown_content(existing) == content
+            and level
+            in (
+                None,
+                existing.level,
+            )
+        ):
             return Refused(f"the shared block '{existing.label}' already has this content.")
+        # Unchanged content meets no content rule in the review; a right guess at a sensitive
+        # block must be answered as a wrong one is.
+        if (
+            existing is not None
+            and existing.sensitive
+            and existing.content == content
+            and (problem := policy.secret_problem(f"{existing.label} {content}", group=True))
+        ):
+            return problem
         change = _proposed(target, blocks, marks, label, content, level, priority)
         # Every rule of /pin shared add but the approver's rights, which count when approving.
         if problem := await policy.review(change, target.where, speaker=None, blocks=blocks):

@@ -26,9 +26,13 @@ SSH_TARGET = "[ssh-target]"
 EMAIL = "[email]"
 SECRET = "[secret]"
 TOKEN = "[token]"
+PLACEHOLDERS = (IP, HOST_PORT, SSH_TARGET, EMAIL, SECRET, TOKEN)
+_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}"
-_IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
+# An octet, zero-padded or not (192.168.001.001 is an address too).
+_OCTET = r"(?:25[0-5]|2[0-4]\d|[01]?\d?\d)"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 # Not part of a longer dotted number (a version such as 1.2.3.4.5) nor after a "v" (v1.2.3.4).
 _IPV4_ALONE = rf"(?<![\w.]){_IPV4}(?![\w]|\.\d)"
 _PORT = r"(?:6553[0-5]|655[0-2]\d|65[0-4]\d{2}|6[0-4]\d{3}|[1-5]\d{4}|[1-9]\d{0,3})"
@@ -38,6 +42,22 @@ _ENV_NAME = r"[A-Z](?:[A-Z0-9]|_(?=[A-Z0-9]))+"
 _SECRET_WORD = (
     r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
     r"access[_-]?token|auth[_-]?token|client[_-]?secret|private[_-]?key|credentials?)"
+)
+
+# A secret word alone or ending a name (DB_PASSWORD, db.pass, dbPassword), never inside a word
+# (Compass: north).
+_SECRET_NAME = rf"(?:[\w.-]*[_.-]|(?-i:[A-Za-z0-9]*[a-z0-9](?=[A-Z])))?{_SECRET_WORD}"
+
+# Words that follow "password is" in ordinary prose ("the password is required", "the secret is
+# to…") rather than a password: English function words and what is said of a password.
+_NOT_A_VALUE = (
+    r"(?:a|an|the|to|that|this|these|those|it|its|not|no|now|also|still|just|only|very|too|so|"
+    r"in|on|at|of|for|from|with|by|as|and|or|but|if|then|than|when|where|which|who|what|how|"
+    r"your|my|our|their|his|her|all|any|some|one|same|different|never|always|being|been|"
+    r"be|is|are|was|were|will|would|should|can|could|may|might|must|required|optional|"
+    r"needed|mandatory|wrong|incorrect|correct|right|invalid|valid|expired|missing|empty|"
+    r"weak|strong|long|short|secure|safe|new|old|changed|reset|set|stored|saved|encrypted|"
+    r"hashed|hidden|secret|unknown|case-sensitive|easy|hard|simple|important)"
 )
 
 
@@ -50,9 +70,10 @@ class _Kind:
     pattern: re.Pattern[str]
     replace: Callable[[re.Match[str]], str]
     sign: re.Pattern[str] | None = None
+    folded: bool = False  # the sign is looked for in the lower-cased text (much cheaper than (?i))
 
     def mask(self, text: str) -> str:
-        if self.sign is not None and not self.sign.search(text):
+        if self.sign is not None and not self.sign.search(text.lower() if self.folded else text):
             return text
         return self.pattern.sub(self.replace, text)
 
@@ -125,12 +146,36 @@ _KINDS: tuple[_Kind, ...] = (
         "secret assignment",
         re.compile(
             # Starts only where a name starts (not inside one), so a long text is read once.
-            rf"(?i)(?<![\w$.-])(?P<name>[\w.-]*{_SECRET_WORD})(?P<sep>\s*[:=]\s*)(?!\[)"
-            r"(?:\"[^\"\n]+\"|'[^'\n]+'|(?=[^\s\"',;]*[\d!@#$%^&*_+/~-])[^\s\"',;]{3,}"
-            r"|[^\s\"',;]{12,})"
+            rf"(?i)(?<![\w$.-])(?P<name>{_SECRET_NAME})(?P<sep>\s*[:=]\s*)(?!\[)"
+            # Any value: after a secret word and ':' or '=', even a plain word is the secret;
+            # not a function word after ':', which starts prose ("The secret: the…").
+            rf"(?:\"[^\"\n]+\"|'[^'\n]+'|(?!{_NOT_A_VALUE}\b)[^\s\"',;]+)"
         ),
         _keep_name(SECRET),
-        re.compile(rf"(?i){_SECRET_WORD}"),
+        re.compile(rf"{_SECRET_WORD}\s*[:=]"),
+        folded=True,
+    ),
+    _Kind(
+        "secret in a sentence",
+        re.compile(
+            # "my password is hunter2": one word after "is", unless prose goes on with it.
+            rf"(?i)(?<![\w$.-])(?P<name>{_SECRET_NAME})(?P<sep>\s+is\s+)(?!\[)"
+            rf"(?:\"[^\"\n]+\"|'[^'\n]+'|(?!{_NOT_A_VALUE}[\s.,;:!?]|{_NOT_A_VALUE}$)"
+            r"[^\s\"',;]+?)(?=[.,;:!?]?(?:\s|$))"
+        ),
+        _keep_name(SECRET),
+        re.compile(rf"{_SECRET_WORD}\s+is\s"),
+        folded=True,
+    ),
+    _Kind(
+        "user:password option",
+        re.compile(
+            # curl -u admin:hunter2, --user=admin:hunter2: the user and password both.
+            r"(?<!\S)(?P<name>-u|--user)(?P<sep>\s+|=)(?:\"[^\"\n:]*:[^\"\n]*\"|"
+            r"'[^'\n:]*:[^'\n]*'|[^\s:\"']+:\S+)"
+        ),
+        _keep_name(SECRET),
+        re.compile(r"(?:-u|--user)[\s=]+\S*:"),
     ),
     _Kind(
         "ssh target at an address",
@@ -189,3 +234,8 @@ def sensitive_kinds(text: str) -> list[str]:
             found.append(kind.name)
             text = redacted
     return found
+
+
+def has_placeholder(text: str) -> bool:
+    """Whether text holds a placeholder redaction puts in (text written from a redacted one)."""
+    return _PLACEHOLDER.search(text) is not None

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable
 
-from bot.core.redact import redact
+from bot.core.redact import redact, sensitive_kinds
 from storage.models import Block, BlockState
 
 PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
@@ -29,6 +30,29 @@ def shown(block: Block) -> Block:
     if not block.sensitive:
         return block
     return dataclasses.replace(block, content=_redacted(block.content))
+
+
+def shown_states(newest_first: Iterable[BlockState | None]) -> list[BlockState | None]:
+    """A label's states through time, newest first, as readers see them: each redacted when it,
+    or any newer state of the label (the block now included), is sensitive. Making a block
+    sensitive hides what it held before too; turning it off shows only what comes after."""
+    found: list[BlockState | None] = []
+    hidden = False
+    for state in newest_first:
+        hidden = hidden or (state is not None and state.sensitive)
+        if state is not None and hidden:
+            state = dataclasses.replace(state, content=_redacted(state.content))
+        found.append(state)
+    return found
+
+
+def masked_note(content: str) -> str:
+    """What making content sensitive masks, in words for the reply: the kinds found, or that
+    nothing is (so the user is not left believing a secret is hidden)."""
+    found = sensitive_kinds(content)
+    if not found:
+        return "nothing in it looks like an address or a secret; the model reads it as written"
+    return "masked: " + ", ".join(dict.fromkeys(found))
 
 
 def preview(block: Block, limit: int = PREVIEW_CHARS) -> str:

@@ -102,6 +102,18 @@ def _slot(
         if "updated" in item
         else created
     )
+    if created is not None and updated is not None:
+        if "created" in item and "updated" in item and updated < created:
+            plan.problems.append(
+                f"{here}: updated is before created; a slot changes after it is made"
+            )
+        for name in ("created", "updated"):
+            moment = created if name == "created" else updated
+            if name in item and moment > now:
+                plan.problems.append(
+                    f"{here}: {name} is in the future (now is {now.isoformat()}); "
+                    "fix the time or leave it out"
+                )
     if len(plan.problems) > before or created is None or updated is None:
         return None
     state = State.PINNED if pinned else State.ACTIVE

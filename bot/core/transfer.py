@@ -3,6 +3,7 @@ everything with /pin's rules and writes all of it in one transaction, or nothing
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import unicodedata
@@ -22,7 +23,7 @@ from bot.core.policy import (
     text_problem,
 )
 from bot.core.redact import redact
-from bot.core.sensitive import shown_content
+from bot.core.sensitive import shown_content, shown_states
 from storage import Store
 from storage.blocks import BlockStore
 from storage.errors import Conflict, LimitReached, OverBudget
@@ -120,9 +121,9 @@ def block_json(block: Block, *, raw: bool = True) -> dict[str, Any]:
     }
 
 
-def version_json(version: Version, *, raw: bool = True) -> dict[str, Any]:
-    """One kept version as it appears in an export made with history; without raw, the
-    content of a sensitive state redacted."""
+def version_json(version: Version) -> dict[str, Any]:
+    """One kept version as it appears in an export made with history (its state as given:
+    shown_history masks the ones a reader may not see)."""
     before = version.before
     return {
         "op": version.op,
@@ -136,7 +137,7 @@ def version_json(version: Version, *, raw: bool = True) -> dict[str, Any]:
         "before": None
         if before is None
         else {
-            "content": before.content if raw else shown_content(before),
+            "content": before.content,
             "level": before.level.value,
             "state": before.state.value,
             "priority": before.priority,
@@ -145,6 +146,23 @@ def version_json(version: Version, *, raw: bool = True) -> dict[str, Any]:
         "created_at": _time(version.created_at),
         "undone_by": version.undone_by,
     }
+
+
+def shown_history(blocks: Sequence[Block], kept: Sequence[Version]) -> list[Version]:
+    """A scope's kept versions (oldest first) as readers see them: each label's states
+    redacted where the label was sensitive then or since, the block now included
+    (shown_states)."""
+    now = {label_key(b.label): BlockState.of(b) for b in blocks}
+    by_label: dict[str, list[int]] = {}
+    for index, version in enumerate(kept):
+        by_label.setdefault(label_key(version.label), []).append(index)
+    found = list(kept)
+    for key, indexes in by_label.items():
+        newest = indexes[::-1]
+        states = shown_states([now.get(key), *(kept[i].before for i in newest)])
+        for index, state in zip(newest, states[1:], strict=True):
+            found[index] = dataclasses.replace(kept[index], before=state)
+    return found
 
 
 async def export_document(
@@ -167,8 +185,13 @@ async def export_document(
         redacted = redacted or any(b.sensitive for b in blocks)
         if with_history:
             kept = versions.get(scope, [])
-            body["history"] = [version_json(v, raw=raw) for v in kept]
-            redacted = redacted or any(v.before is not None and v.before.sensitive for v in kept)
+            shown = kept if raw else shown_history(blocks, kept)
+            body["history"] = [version_json(v) for v in shown]
+            redacted = (
+                redacted
+                or shown != kept
+                or any(v.before is not None and v.before.sensitive for v in kept)
+            )
         document[scope] = body
     top = {"format": FORMAT, "version": VERSION, "exported_at": _time(now)}
     return {**top, **({"redacted": True} if redacted and not raw else {}), "scopes": document}

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
 from bot.core.policy import BlockPolicy, Rule, refusal
-from bot.core.sensitive import shown_content
+from bot.core.sensitive import shown_states
 from storage.changes import Applied
 from storage.errors import Stale
 from storage.models import Block, BlockState, Channel, Version, Wanted, label_key
@@ -26,7 +26,7 @@ def _when(moment: datetime) -> str:
 def _shown(state: BlockState | None) -> str:
     if state is None:
         return "(no block)"
-    text = " ".join(shown_content(state).split())
+    text = " ".join(state.content.split())  # as shown_states gives it
     short = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
     sensitive = ", sensitive" if state.sensitive else ""
     return f"[{state.level.value}, {state.state.value}{sensitive}] {short}"
@@ -66,7 +66,8 @@ class BlockHistory:
             f"History of '{versions[0].label}' in {target.noun()}, newest first (kept "
             f"{pins.history_days} days, at most {pins.history_per_block} versions):"
         ]
-        for number, (state, made_by) in enumerate(states, start=1):
+        shown = shown_states(state for state, _ in states)
+        for number, (state, (_, made_by)) in enumerate(zip(shown, states, strict=True), start=1):
             made = (
                 f"{_when(made_by.at)} · {_who(made_by)} · {_what(made_by)}"
                 if made_by

@@ -8,7 +8,7 @@ import difflib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import quote
 
@@ -23,7 +23,7 @@ from bot.core.keys import (
     read_scope,
 )
 from bot.core.render import STRONG_TITLE, estimate
-from bot.core.sensitive import shown, shown_content
+from bot.core.sensitive import shown, shown_states
 from storage import Store
 from storage.models import (
     AuditEntry,
@@ -39,6 +39,7 @@ from storage.models import (
 PAGE_SIZE = 50
 SCAN_BATCH = 500  # scope keys read per query while filling a page
 SEARCH_RESULTS = 100
+MAX_SEARCH_READ = 64 * SEARCH_RESULTS  # matches read at most to fill one page of results
 MAX_MEMBERS = 1_000_000  # members counted per group: all of them
 TOP_ROWS = 50  # users and groups listed on the usage page
 MIN_SEARCH_CHARS = 2
@@ -185,16 +186,12 @@ def masked(blocks: Sequence[Block], raw: bool) -> list[Block]:
 
 
 def masked_states(numbered: Numbered, raw: bool) -> list[tuple[BlockState | None, Version | None]]:
-    """A history's versions as the page shows them: sensitive states redacted, unless raw."""
-    return [
-        (
-            replace(state, content=shown_content(state))
-            if state is not None and state.sensitive and not raw
-            else state,
-            made_by,
-        )
-        for state, made_by in numbered
-    ]
+    """A history's versions as the page shows them: redacted where the label was sensitive
+    then or since (shown_states), unless raw."""
+    if raw:
+        return list(numbered)
+    shown = shown_states(state for state, _ in numbered)
+    return [(state, made_by) for state, (_, made_by) in zip(shown, numbered, strict=True)]
 
 
 async def scope_view(
@@ -434,10 +431,18 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
     prefixes = [prefix for prefix in within if prefix is not None]
     if not prefixes:
         return []
-    blocks = await store.search_blocks(text.strip(), limit=SEARCH_RESULTS, within=prefixes)
-    return [
-        shown(block)
-        for block in blocks
-        if read_scope(block.scope) is not None
-        and (not block.sensitive or _found_as_shown(shown(block), text.strip()))
-    ]
+    # The store matches stored text, so sensitive blocks found only by what they hide are
+    # dropped here: read further (twice as far each time) until the page is full or nothing
+    # more matches, so they never crowd out blocks that are found.
+    limit = SEARCH_RESULTS
+    while True:
+        blocks = await store.search_blocks(text.strip(), limit=limit, within=prefixes)
+        kept = [
+            shown(block)
+            for block in blocks
+            if read_scope(block.scope) is not None
+            and (not block.sensitive or _found_as_shown(shown(block), text.strip()))
+        ]
+        if len(kept) >= SEARCH_RESULTS or len(blocks) < limit or limit >= MAX_SEARCH_READ:
+            return kept[:SEARCH_RESULTS]
+        limit *= 2

@@ -33,6 +33,13 @@ KINDS = [
     ("blob Zm9vYmFyLWJhei1xdXV4LTEyMzQ1Njc4OTBBQkNERUY=", "Zm9vYmFyLWJhei1xdXV4", SECRET),
     ("aws AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE", SECRET),
     ("-----BEGIN OPENSSH PRIVATE KEY-----", "BEGIN OPENSSH PRIVATE KEY", SECRET),
+    ("password: letmein", "letmein", "password: " + SECRET),
+    ("my password is hunter2", "hunter2", "my password is " + SECRET),
+    ("db pass = swordfish", "swordfish", "db pass = " + SECRET),
+    ("curl -u admin:hunter2 https://example.com", "admin:hunter2", "-u " + SECRET),
+    ("export api_key=abc", "abc", "api_key=" + SECRET),
+    ("open https://user:pw@host/x", "user:pw", SECRET),
+    ("the box is 192.168.001.001", "192.168.001.001", IP),
 ]
 
 
@@ -90,7 +97,22 @@ def _secrets(count_per_kind: int) -> list[tuple[str, str]]:
         lambda: word(44, b64) + "==",
         lambda: "2001:db8:" + ":".join(f"{rng.randint(0, 65535):x}" for _ in range(6)),
     ]
+    # Secrets as people tell them: (the text, the secret in it).
+    told = [
+        lambda: (f"password: {word(8)}", None),
+        lambda: (f"my password is {word(9)}", None),
+        lambda: (f"db pass = {word(9)}", None),
+        lambda: (f"export api_key={word(3)}", None),
+        lambda: (f"curl -u {word(5)}:{word(8)} {word(6)}.com", 2),
+        lambda: (".".join(f"{rng.randint(0, 255):03d}" for _ in range(4)), 0),
+    ]
     made = []
+    for tell in told:
+        for _ in range(count_per_kind):
+            text, part = tell()
+            words = text.split()
+            hidden = words[-1] if part is None else words[part] if part else text
+            made.append((f"Remember {text} for the deploy.", hidden))
     for maker in makers:
         for _ in range(count_per_kind):
             secret = maker()

@@ -58,8 +58,8 @@ async def test_each_kind_is_kept_whole_but_never_reaches_the_model_or_a_group(
 ) -> None:
     bot = await openai_bots(llm={"agent_tools": True, "tool_names": "sticky"}, pins=GROUPS)
     saved = text_of(await ask(bot, dm(), f"/pin add ops {text} --sensitive"))
-    assert saved == (
-        "Saved strong block 'ops', sensitive (the model and listings see it redacted)."
+    assert saved.startswith(
+        "Saved strong block 'ops', sensitive (the model and listings see it redacted; masked: "
     )
     (block,) = await bot.store.blocks(["console:direct:42"])
     assert block.content == text and block.sensitive  # the store keeps it whole
@@ -121,7 +121,8 @@ async def test_the_model_raises_pinned_and_sensitive_and_never_takes_them_back(
     raised = tool_results(fake_openai.requests[1])
     assert raised == [
         "Block 'host' is now sensitive: kept whole, but the model, the tools and listings see "
-        "it redacted. /pin sensitive host off undoes this. It applies from the next turn.",
+        "it redacted (masked: ipv4). /pin sensitive host off undoes this. It applies from the "
+        "next turn.",
         "Block 'task' is now pinned: sent to the model and kept until you remove it. It applies "
         "from the next turn.",
     ]
