@@ -122,20 +122,20 @@ _KINDS: tuple[_Kind, ...] = (
     # The Sticky Context design's tokens first (named as tokens), then every credential shape
     # whole (a private key block, a cloud key).
     _Kind(
-        "bearer token",
+        "a Bearer token",
         re.compile(r"\b(?P<name>Bearer)(?P<sep>\s+)[A-Za-z0-9._~+/=-]{8,}"),
         _keep_name(TOKEN),
         re.compile("Bearer"),
     ),
-    _Kind("sk- token", re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{12,}"), _fixed(TOKEN), _SK),
-    _Kind("ghp_ token", re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{12,}"), _fixed(TOKEN)),
+    _Kind("an sk- API key", re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{12,}"), _fixed(TOKEN), _SK),
+    _Kind("a GitHub token", re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{12,}"), _fixed(TOKEN)),
     *(
-        _Kind(f"credential: {name}", pattern, _fixed(SECRET))
+        _Kind(name, pattern, _fixed(SECRET))
         for name, pattern in credential_patterns()
         if name != "a password or secret assignment"
     ),
     _Kind(
-        "KEY=value",
+        "a KEY=value secret",
         re.compile(
             rf"(?<![\w$])(?P<name>{_ENV_NAME})(?P<sep>=)(?!\[)(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)"
         ),
@@ -143,7 +143,7 @@ _KINDS: tuple[_Kind, ...] = (
         re.compile(r"[A-Z0-9]="),
     ),
     _Kind(
-        "secret assignment",
+        "a password or secret",
         re.compile(
             # Starts only where a name starts (not inside one), so a long text is read once.
             rf"(?i)(?<![\w$.-])(?P<name>{_SECRET_NAME})(?P<sep>\s*[:=]\s*)(?!\[)"
@@ -156,7 +156,7 @@ _KINDS: tuple[_Kind, ...] = (
         folded=True,
     ),
     _Kind(
-        "secret in a sentence",
+        "a password or secret",
         re.compile(
             # "my password is hunter2": one word after "is", unless prose goes on with it.
             rf"(?i)(?<![\w$.-])(?P<name>{_SECRET_NAME})(?P<sep>\s+is\s+)(?!\[)"
@@ -168,7 +168,7 @@ _KINDS: tuple[_Kind, ...] = (
         folded=True,
     ),
     _Kind(
-        "user:password option",
+        "a user:password pair",
         re.compile(
             # curl -u admin:hunter2, --user=admin:hunter2: the user and password both.
             r"(?<!\S)(?P<name>-u|--user)(?P<sep>\s+|=)(?:\"[^\"\n:]*:[^\"\n]*\"|"
@@ -178,22 +178,22 @@ _KINDS: tuple[_Kind, ...] = (
         re.compile(r"(?:-u|--user)[\s=]+\S*:"),
     ),
     _Kind(
-        "ssh target at an address",
+        "an SSH target",
         re.compile(rf"\b{_USER}@{_IPV4}(?::{_PORT})?\b"),
         _fixed(SSH_TARGET),
         _AT,
     ),
-    _Kind("e-mail address", re.compile(rf"\b{_USER}@{_HOST}\b"), _fixed(EMAIL), _AT),
+    _Kind("an e-mail address", re.compile(rf"\b{_USER}@{_HOST}\b"), _fixed(EMAIL), _AT),
     _Kind(
-        "ssh target",
+        "an SSH target",
         re.compile(rf"(?<![\w@]){_USER}@[A-Za-z0-9][A-Za-z0-9-]*\b(?!\.\w)"),
         _fixed(SSH_TARGET),
         _AT,
     ),
-    _Kind("ipv4:port", re.compile(rf"{_IPV4_ALONE}:{_PORT}\b"), _fixed(HOST_PORT), _QUAD),
-    _Kind("ipv4", re.compile(_IPV4_ALONE), _fixed(IP), _QUAD),
+    _Kind("a host:port pair", re.compile(rf"{_IPV4_ALONE}:{_PORT}\b"), _fixed(HOST_PORT), _QUAD),
+    _Kind("an IP address", re.compile(_IPV4_ALONE), _fixed(IP), _QUAD),
     _Kind(
-        "ipv6",
+        "an IP address",
         re.compile(
             r"(?<![\w:])(?:\[(?P<addr>[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)\](?::(?P<port>\d{1,5}))?"
             r"|(?P<bare>(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}))(?![\w:])"
@@ -202,13 +202,13 @@ _KINDS: tuple[_Kind, ...] = (
         re.compile(r"[0-9A-Fa-f]:[0-9A-Fa-f]*:"),
     ),
     _Kind(
-        "host:port",
+        "a host:port pair",
         re.compile(rf"(?<![\w.@-])(?:{_HOST}|localhost):{_PORT}\b(?!\.\d)"),
         _fixed(HOST_PORT),
         re.compile(r"[A-Za-z]:\d"),
     ),
     _Kind(
-        "long hex or base64",
+        "a long hex or base64 secret",
         re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{32,}={0,2}(?![\w+/=-])"),
         _random_looking,
         re.compile(r"[A-Za-z0-9+/_-]{32}"),

@@ -121,8 +121,8 @@ async def test_the_model_raises_pinned_and_sensitive_and_never_takes_them_back(
     raised = tool_results(fake_openai.requests[1])
     assert raised == [
         "Block 'host' is now sensitive: kept whole, but the model, the tools and listings see "
-        "it redacted (masked: ipv4). /pin sensitive host off undoes this. It applies from the "
-        "next turn.",
+        "it redacted (masked: an IP address). /pin sensitive host off undoes this. It applies "
+        "from the next turn.",
         "Block 'task' is now pinned: sent to the model and kept until you remove it. It applies "
         "from the next turn.",
     ]

@@ -221,12 +221,12 @@ async def test_making_a_block_sensitive_says_what_is_masked_or_that_nothing_is(
     )
     assert text_of(await ask(bot, dm(), "/pin add db my password is hunter2 --sensitive")) == (
         "Saved strong block 'db', sensitive (the model and listings see it redacted; masked: "
-        "secret in a sentence)."
+        "a password or secret)."
     )
     await ask(bot, dm(), "/pin add box ssh root@192.168.001.001 then curl -u admin:pw x")
     assert text_of(await ask(bot, dm(), "/pin sensitive box on")) == (
         "Block 'box' is now sensitive: kept whole, but the model, the tools and listings see it "
-        "redacted (masked: user:password option, ssh target at an address). /pin sensitive box "
+        "redacted (masked: a user:password pair, an SSH target). /pin sensitive box "
         "off undoes this."
     )
     await ask(bot, dm(), "/pin add note plain words")
