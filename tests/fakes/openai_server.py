@@ -109,7 +109,9 @@ class Streamed:
 class FakeOpenAI:
     """Serves POST /v1/chat/completions; `requests` holds each JSON body received.
 
-    By default it answers "reply N". Queue answers in `script`, set `status` to answer with an
+    By default it answers "reply N" (and a call of the first tool when tool_choice is
+    "required"); `refuse` makes it answer 400 to requests carrying a field, and a `script` entry
+    {"status": ..., "error": ...} answers once with that failure. Queue answers in `script`, set `status` to answer with an
     error status, `release` to make it wait on an event the test controls, or `respond` for a
     custom body. A request with `stream: true` gets the answer as SSE chunks, at once unless
     `first_token_s` and `token_s` pace it like a real model (for the benchmark; tests leave them
@@ -127,6 +129,9 @@ class FakeOpenAI:
         self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
         self.usage: dict[str, Any] | None = None  # the usage every answer reports, if set
         self.reject_stream_options = False  # answer 400 to stream_options, as some servers do
+        # field -> message: a request carrying that field gets 400 with the message, as a server
+        # that does not take it answers (max_completion_tokens, tools...)
+        self.refuse: dict[str, str] = {}
         self.models: list[str] | None = ["fake-model"]  # None: no GET /models here (404)
         self.api_key: str | None = None  # when set, other keys get 401
         self.first_token_s = 0.0  # a stream's delay before its first chunk
@@ -173,10 +178,19 @@ class FakeOpenAI:
             return web.json_response(
                 {"error": {"message": message, "type": "invalid_request_error"}}, status=400
             )
+        refused = [message for field, message in self.refuse.items() if field in body]
+        if refused:
+            error = {"message": refused[0], "type": "invalid_request_error"}
+            return web.json_response({"error": error}, status=400)
         if self.script:
             answer = self.script.pop(0)
+            if "error" in answer:  # a scripted failure: {"status": 400, "error": {...}}
+                return web.json_response({"error": answer["error"]}, status=answer["status"])
         elif self.respond is not None:
             answer = self.respond(body)
+        elif body.get("tool_choice") == "required" and body.get("tools"):
+            # as OpenAI answers it: a call of a tool (the first), no text
+            answer = tool_calls((body["tools"][0]["function"]["name"], {}))
         else:
             answer = completion(f"reply {len(self.requests)}")
         if self.usage is not None:

@@ -199,9 +199,28 @@ async def test_check_config_online(
         lines["llm"] == "failed: the server does not list llm.model 'gpt-9' (it lists: fake-model)"
     )
     assert lines["telegram"] == "not configured" and lines["feishu"] == "not configured"
-    fake_openai.models = None  # a server without GET /models: one token of a completion
+    fake_openai.models = None  # a server without GET /models: the probe's calls tell as much
     code, lines, _ = await check(good)
-    assert code == 0 and lines["llm"] == "ok" and fake_openai.requests[-1]["max_tokens"] == 1
+    assert code == 0 and lines["llm"] == "ok"
+    assert {what: found for what, found in lines.items() if what.startswith("llm ")} == {
+        "llm completion limit": "max_completion_tokens",
+        "llm usage in streams": "yes",
+        "llm cached tokens": "not reported",
+        "llm tools": "yes",
+        "llm context window": "not stated",
+    }
+    # a server that ignores max_completion_tokens, takes no stream_options and refuses tools
+    fake_openai.usage = {"prompt_tokens": 9, "completion_tokens": 40, "total_tokens": 49}
+    fake_openai.reject_stream_options = True
+    fake_openai.refuse = {"tools": "This model does not support tools"}
+    code, lines, out = await check(good)
+    assert code == 0, out
+    assert lines["llm completion limit"] == (
+        "max_tokens (the server ignores max_completion_tokens: it wrote 40 tokens when allowed 2)"
+    )
+    assert lines["llm usage in streams"].startswith("rejected stream_options")
+    assert lines["llm tools"].startswith("refused")
+    assert fake_openai.requests[-1]["max_tokens"] == 32
 
 
 async def test_a_first_run_that_guides(tmp_path: Path) -> None:
