@@ -1,7 +1,8 @@
 """`pinbot check-config --online`: ask the servers the config sets up whether they accept it.
 
 One line per service: `ok`, `not configured` (its credentials are not set), or `failed: <status>
-<the server's own message>`. Secrets never appear in a line.
+<the server's own message>`; after the model server's `ok`, one line for each thing it supports
+or not (bot/llm/server.py). Secrets never appear in a line.
 """
 
 from __future__ import annotations
