@@ -57,6 +57,7 @@ LONGEST_FIRST = (
     # one worker runs the real model's group, one test after another (xdist_group)
     "tests/real_model/test_console.py",
     "tests/real_model/test_server.py",
+    "tests/real_model/test_streamed.py",
     "tests/integration/test_workers.py",
     "tests/adapters/test_markdown_properties.py",
     "tests/ops/test_crash_safety.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, cast
 
@@ -28,8 +29,20 @@ from bot.llm.server import ServerTraits, probe, stated_window
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Streamed:
+    """What a stream has brought so far."""
+
+    text: str = ""
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    usage: Usage | None = None
+    finished: bool = False
+    pieces: int = 0  # content chunks: about one token each, where usage does not count them
+
+
 class _EmptyStream(Exception):
-    """A stream ended before its first chunk, which no answer does."""
+    """A stream ended (or its connection dropped) before its first chunk, which no answer
+    does."""
 
 
 # A request is sent again at most this often after the server showed a difference (a field it
@@ -75,13 +88,14 @@ class OpenAIChatModel:
         outlasts `llm.stream_timeout_s` ends there: the reply is what arrived, `cut_off`."""
         await self._probe()
         streaming = self._config.stream and on_text is not None
+        client = self._client
         for attempt in range(MAX_ADAPTATIONS + 1):
             extra = self._extra(request)
             try:
                 if streaming and on_text is not None:
                     reply = await self._streamed(request.messages, extra, on_text, on_progress)
                 else:
-                    response = await self._client.chat.completions.create(
+                    response = await client.chat.completions.create(
                         model=self._config.model,
                         messages=request.messages,  # type: ignore[arg-type]
                         **extra,
@@ -93,6 +107,9 @@ class OpenAIChatModel:
                 # Asked again whole, the server answers with its reason (or the answer).
                 log.warning("a streamed answer ended before its first chunk; asking unstreamed")
                 streaming = False
+                # The server may have closed the connection the stream left in the pool: one
+                # retry (on a new connection) at least.
+                client = self._client.with_options(max_retries=max(1, self._config.max_retries))
             except openai.BadRequestError as error:
                 if attempt < MAX_ADAPTATIONS and self._adapted(error, extra):
                     continue
@@ -124,6 +141,16 @@ class OpenAIChatModel:
         if self.traits.limit_param in said and self.traits.switch_limit("rejects"):
             return True
         return "tools" in extra and "tool" in said and self.traits.tools_off("refuses")
+
+    def _overran(self, pieces: int) -> bool:
+        """Whether a stream has run past the limit (a token may come in two pieces): the server
+        ignores the limit's field, which is switched."""
+        if pieces <= self._config.max_completion_tokens + 1:
+            return False
+        return self.traits.switch_limit(
+            f"streamed past {self._config.max_completion_tokens} tokens when allowed as many: "
+            "it ignores"
+        )
 
     def _check_limit(self, completion_tokens: int) -> None:
         """A reply longer than the limit asked shows the server ignored the limit's field."""
@@ -164,14 +191,13 @@ class OpenAIChatModel:
     ) -> ModelReply:
         # timeout_s bounds each read only; a stream that trickles on is stopped here.
         deadline = self._clock() + timedelta(seconds=self._config.stream_timeout_s)
-        stream = await self._open_stream(messages, extra)
+        try:
+            stream = await self._open_stream(messages, extra)
+        except openai.APIConnectionError:
+            raise _EmptyStream from None  # asked again whole: a server that is down says so
         if on_progress is not None:
             await on_progress()
-        text = ""
-        calls: dict[int, dict[str, str]] = {}
-        usage: Usage | None = None
-        finished = False
-        pieces = 0  # content chunks: about one token each, where usage does not count them
+        got = _Streamed()
         try:
             # Both bounds: the clock's at each chunk (tests move it), the loop's for a stream
             # that sends nothing the client hands over (keep-alive comments, empty chunks).
@@ -179,26 +205,45 @@ class OpenAIChatModel:
                 async for chunk in stream:
                     if on_progress is not None:
                         await on_progress()
-                    if chunk.usage is not None:  # the last chunk, when usage was asked for
-                        usage = usage_of(chunk.usage)
-                    if chunk.choices and not finished:  # nothing is added after the finish
-                        finished = chunk.choices[0].finish_reason is not None
-                        text = self._add_chunk(chunk, text, calls)
-                        if chunk.choices[0].delta.content:
-                            pieces += 1
-                            await on_text(_text(text))
-                    if not finished and self._clock() >= deadline:
-                        return await self._cut_off(stream, text)
+                    await self._take(chunk, got, on_text)
+                    if not got.finished and self._overran(got.pieces):
+                        # The server ignores the limit: the answer ends here, as it should have.
+                        await stream.close()
+                        return ModelReply(_text(got.text), [], got.usage)
+                    if not got.finished and self._clock() >= deadline:
+                        return await self._cut_off(stream, got.text)
         except TimeoutError:
-            return await self._cut_off(stream, text)
+            return await self._cut_off(stream, got.text)
+        except openai.APIConnectionError:
+            if got.text or got.calls:
+                raise
+            raise _EmptyStream from None  # dropped before its first chunk: asked again whole
+        if not got.finished and not got.text and not got.calls:
+            # llama-cpp-python's server answers 200 and then ends the stream (or drops the
+            # connection) without a chunk when the request fails (an overflow of its context
+            # window among others).
+            raise _EmptyStream
+        return self._stream_ended(got.text, got.calls, got.usage, got.pieces)
+
+    async def _take(self, chunk: ChatCompletionChunk, got: _Streamed, on_text: TextSink) -> None:
+        """Add a chunk to what the stream brought; new text is shown to on_text."""
+        if chunk.usage is not None:  # the last chunk, when usage was asked for
+            got.usage = usage_of(chunk.usage)
+        if chunk.choices and not got.finished:  # nothing is added after the finish
+            got.finished = chunk.choices[0].finish_reason is not None
+            got.text = self._add_chunk(chunk, got.text, got.calls)
+            if chunk.choices[0].delta.content:
+                got.pieces += 1
+                await on_text(_text(got.text))
+
+    def _stream_ended(
+        self, text: str, calls: dict[int, dict[str, str]], usage: Usage | None, pieces: int
+    ) -> ModelReply:
+        """The reply of a stream that ended, and what it showed of the server."""
         if usage is None:
             self.traits.no_stream_usage(rejected=False)
         else:
             self.traits.stream_usage_seen = True
-        if not finished and not text and not calls:
-            # llama-cpp-python's server answers 200 and then ends the stream without a chunk
-            # when the request fails (an overflow of its context window among others).
-            raise _EmptyStream
         self._check_limit(usage.completion_tokens if usage else pieces)
         tool_calls = [
             ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())

@@ -168,7 +168,9 @@ class ServerReport:
 
 # The probe asks for more than it allows, so that a limit that is ignored shows.
 PROBE_LIMIT = 2
-COUNTING = [{"role": "user", "content": "Count from one to fifty in words, separated by commas."}]
+LIMIT_TRIES = 3
+# A count to go on with: chat models and base models alike answer it with more than a few tokens.
+COUNTING = [{"role": "user", "content": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"}]
 PING_TOOL = {
     "type": "function",
     "function": {
@@ -191,38 +193,61 @@ def _mentions(error: openai.APIStatusError, *words: str) -> bool:
     return any(word in said for word in words)
 
 
+async def _streamed_limit(
+    client: openai.AsyncOpenAI, model: str, param: LimitParam, options: bool
+) -> tuple[bool, bool]:
+    """Stream a count limited by param: (whether the server ignores the limit, whether a
+    stream carried usage). Streamed so that an ignored limit costs a few tokens, not an answer
+    that runs to the end of the context window: reading stops past the limit. An answer that
+    stops on its own before the limit shows nothing: the count is asked again, a few times."""
+    extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if options else {}
+    usage = False
+    for _ in range(LIMIT_TRIES):
+        stream = await _create(
+            client, model=model, messages=COUNTING, stream=True, **{param: PROBE_LIMIT}, **extra
+        )
+        pieces, finish = 0, None
+        async for chunk in stream:
+            usage = usage or chunk.usage is not None
+            for choice in chunk.choices:
+                pieces += 1 if choice.delta and choice.delta.content else 0
+                finish = choice.finish_reason or finish
+            if pieces > PROBE_LIMIT + 1:  # a token may come in two pieces; more is past it
+                await stream.close()
+                return True, usage
+        if finish == "length":
+            return False, usage
+    return False, usage
+
+
 async def _limit(
     client: openai.AsyncOpenAI, model: str, traits: ServerTraits
-) -> tuple[LimitParam, Literal["", "ignores", "rejects"], str, bool]:
+) -> tuple[LimitParam, Literal["", "ignores", "rejects"], str, Literal["yes", "no", "rejected"]]:
     """The field that limits replies here, what the server did with the other one (when it
-    is not the first asked) in a word and in words, and whether usage counts cached tokens."""
-    param, note = traits.limit_param, ""
-    try:
-        response = await _create(
-            client,
-            model=model,
-            messages=COUNTING,
-            **traits.limit(PROBE_LIMIT),
-        )
-    except openai.BadRequestError as error:
-        if traits.limit_fixed or not _mentions(error, param):
-            raise
-        param, note = _OTHER[param], f"the server rejects {param}"
-        response = await _create(
-            client,
-            model=model,
-            messages=COUNTING,
-            **{param: PROBE_LIMIT},
-        )
-        return param, "rejects", note, _cached(response)
-    usage = response.usage
-    if usage is not None and usage.completion_tokens > PROBE_LIMIT and not traits.limit_fixed:
-        note = (
-            f"the server ignores {param}: it wrote {usage.completion_tokens} tokens when "
-            f"allowed {PROBE_LIMIT}"
-        )
-        return _OTHER[param], "ignores", note, _cached(response)
-    return param, "", note, _cached(response)
+    is not the first asked) in a word and in words, and whether streams carry usage."""
+    param, options, usage = traits.limit_param, True, False
+    why: Literal["", "ignores", "rejects"] = ""
+    note = ""
+    for _ in range(3):
+        try:
+            ignored, usage = await _streamed_limit(client, model, param, options)
+        except openai.BadRequestError as error:
+            if options and _mentions(error, "stream_options", "include_usage"):
+                options = False
+                continue
+            if traits.limit_fixed or why or not _mentions(error, param):
+                raise
+            why, note, param = "rejects", f"the server rejects {param}", _OTHER[param]
+            continue
+        if ignored and not traits.limit_fixed and not why:
+            why = "ignores"
+            note = f"the server ignores {param}: it wrote past a limit of {PROBE_LIMIT} tokens"
+            param = _OTHER[param]
+        break
+    stream_usage: Literal["yes", "no", "rejected"] = (
+        "rejected" if not options else "yes" if usage else "no"
+    )
+    return param, why, note, stream_usage
 
 
 def _cached(response: Any) -> bool:
@@ -232,28 +257,6 @@ def _cached(response: Any) -> bool:
         getattr(details, "cached_tokens", None) is not None
         or getattr(usage, "prompt_cache_hit_tokens", None) is not None
     )
-
-
-async def _stream_usage(
-    client: openai.AsyncOpenAI, model: str, limit: dict[str, int]
-) -> Literal["yes", "no", "rejected"]:
-    try:
-        stream = await _create(
-            client,
-            model=model,
-            messages=COUNTING,
-            stream=True,
-            stream_options={"include_usage": True},
-            **limit,
-        )
-    except openai.BadRequestError as error:
-        if _mentions(error, "stream_options", "include_usage"):
-            return "rejected"
-        raise
-    found = False
-    async for chunk in stream:
-        found = found or chunk.usage is not None
-    return "yes" if found else "no"
 
 
 async def _tools(
@@ -287,9 +290,9 @@ async def _tools(
 async def probe(
     client: openai.AsyncOpenAI, model: str, traits: ServerTraits, window: int | None = None
 ) -> ServerReport:
-    """Ask the server what it supports, in three small calls (and a fourth where it rejects a
-    field): raises openai.OpenAIError when it fails for another reason."""
-    param, why, note, cached = await _limit(client, model, traits)
-    stream_usage = await _stream_usage(client, model, {param: PROBE_LIMIT})
+    """Ask the server what it supports, in three small calls (and one more for each field it
+    rejects): raises openai.OpenAIError when it fails for another reason."""
+    param, why, note, stream_usage = await _limit(client, model, traits)
+    counted = await _create(client, model=model, messages=COUNTING, **{param: PROBE_LIMIT})
     tools = await _tools(client, model, param)
-    return ServerReport(param, why, note, stream_usage, cached, tools, window)
+    return ServerReport(param, why, note, stream_usage, _cached(counted), tools, window)

@@ -16,7 +16,7 @@ import yaml
 
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.http import free_port
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.process import PINBOT, run_pinbot
 
@@ -210,13 +210,13 @@ async def test_check_config_online(
         "llm context window": "not stated",
     }
     # a server that ignores max_completion_tokens, takes no stream_options and refuses tools
-    fake_openai.usage = {"prompt_tokens": 9, "completion_tokens": 40, "total_tokens": 49}
+    fake_openai.respond = lambda body: completion("13, 14, 15, 16, 17, 18, 19, 20, 21, 22")
     fake_openai.reject_stream_options = True
     fake_openai.refuse = {"tools": "This model does not support tools"}
     code, lines, out = await check(good)
     assert code == 0, out
     assert lines["llm completion limit"] == (
-        "max_tokens (the server ignores max_completion_tokens: it wrote 40 tokens when allowed 2)"
+        "max_tokens (the server ignores max_completion_tokens: it wrote past a limit of 2 tokens)"
     )
     assert lines["llm usage in streams"].startswith("rejected stream_options")
     assert lines["llm tools"].startswith("refused")

@@ -156,15 +156,16 @@ async def test_probe_server_learns_before_the_first_call(
 ) -> None:
     # a server that ignores tools (answers with text) and the limit, and sends no stream usage
     fake_openai.respond = lambda body: {
-        **completion("text"),
+        **completion("a long answer that goes on and on"),
         "usage": {"prompt_tokens": 9, "completion_tokens": 20, "total_tokens": 29},
     }
     fake_openai.reject_stream_options = True
     bot = await openai_bots(llm={"probe_server": True, "agent_tools": True})
-    assert text_of(await ask(bot, dm(), "hello")) == "text"
-    assert text_of(await ask(bot, dm(), "again")) == "text"
+    assert text_of(await ask(bot, dm(), "hello")) == "a long answer that goes on and on"
+    assert text_of(await ask(bot, dm(), "again")) == "a long answer that goes on and on"
     probes, turns = fake_openai.requests[:-2], fake_openai.requests[-2:]
-    assert probes[0]["max_completion_tokens"] == 2 and probes[1]["max_tokens"] == 2
+    assert probes[0]["stream_options"] and "stream_options" not in probes[1]  # rejected
+    assert probes[1]["max_completion_tokens"] == 2 and probes[2]["max_tokens"] == 2
     assert any(p.get("tool_choice") == "required" for p in probes)
     assert all("tools" not in t and t["max_tokens"] == 1024 for t in turns)
     for said in ("ignores max_completion_tokens", "rejects stream_options", "ignored tools"):

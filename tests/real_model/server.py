@@ -22,7 +22,7 @@ import httpx
 from tests.pg import _free_port
 
 MODEL = "gemma-3-270m"  # the name the server lists the model under (--model_alias)
-CONTEXT_WINDOW = 1024  # tokens (--n_ctx): the overflow tests fill it with a long message
+CONTEXT_WINDOW = 2048  # tokens (--n_ctx): the overflow tests fill it with a long message
 READY_DEADLINE_S = 180  # loading the model takes seconds; this bounds a server that hangs
 STOP_DEADLINE_S = 30
 START_TRIES = 3  # another process may take the free port before the server binds it
@@ -62,10 +62,12 @@ class LlamaServer:
             str(self.port),
             "--n_ctx",
             str(CONTEXT_WINDOW),
+            # One thread: two spin-waiting OpenMP threads on a busy two-core machine (the other
+            # tests run beside this group) are slower than one.
             "--n_threads",
-            "2",
+            "1",
             "--n_threads_batch",
-            "2",
+            "1",
             "--seed",
             "7",  # the same answers from run to run (they are sampled)
             "--verbose",
@@ -84,7 +86,7 @@ class LlamaServer:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env={**os.environ, "OMP_NUM_THREADS": "2"},
+                    env={**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"},
                 )
             if self._ready():
                 return self

@@ -1,6 +1,7 @@
 """`pinbot console` against llama.cpp's OpenAI-compatible server and a real (tiny, base) model:
-personal strong and context blocks, streaming on and off, a conversation long enough to
-compact, an overflow of the context window, the agent tools, then /usage. Its answers are not
+personal strong and context blocks, a conversation long enough to compact, an overflow of the
+context window, the agent tools, then /usage (the console does not stream: test_streamed.py
+streams in process). Its answers are not
 judged; the turns (none fails for a server difference), the log lines and the accounting are."""
 
 from __future__ import annotations
@@ -23,8 +24,19 @@ PINBOT = str(Path(sys.executable).parent / "pinbot")
 KEY_ENV = "PINBOT_LLAMA_KEY"  # the server asks for no key; the client sends one all the same
 SAFETY_NET_S = 600  # a hung process, not a pause: the whole group takes a few minutes
 LIMIT = 8  # completion tokens: short answers keep the run short
-# What a failed turn says (bot/llm/openai_backend.py, bot/core/chat.py)
-FAILURES = ("Please try again", "misconfigured", "refused the request", "too long", "Cut off")
+# What a turn failed for a server difference would say (bot/llm/openai_backend.py,
+# bot/core/chat.py). A base model may also answer nothing at all ("The model returned an empty
+# answer"): that is the model's answer, not the server's reading of the wire.
+FAILURES = (
+    "busy or failing",
+    "could not be reached",
+    "did not answer in time",
+    "failed to answer",
+    "misconfigured",
+    "refused the request",
+    "too long",
+    "Cut off",
+)
 USAGE = re.compile(
     r"([\d,]+) call\(s\), ([\d,]+) prompt tokens \(([\d,]+) cached, \d+% cache hits\), "
     r"([\d,]+) completion tokens(?:; ([\d,]+) call\(s\) estimated)?"
@@ -80,7 +92,7 @@ BLOCKS = [
     "/pin add-strong tone Answer in one short sentence.",
     "/pin add-context proj pinbot is a chat bot that keeps pinned notes for each chat.",
 ]
-QUESTIONS = ["Hello there.", "What is pinbot?", "Name a colour.", "Name a fruit.", "Thanks."]
+QUESTIONS = ["Hello there.", "What is pinbot?", "Name a colour.", "Name a fruit."]
 
 
 async def test_a_conversation_with_blocks_compaction_and_tools(
@@ -90,7 +102,7 @@ async def test_a_conversation_with_blocks_compaction_and_tools(
         tmp_path,
         [*BLOCKS, *QUESTIONS, "/usage"],
         llm=llm(checked_server, probe_server=True, agent_tools=True),
-        chat={"history_max_turns": 3, "compaction_keep_turns": 1},
+        chat={"history_max_turns": 2, "compaction_keep_turns": 1},
     )
     assert "Saved strong block 'tone'." in out and "Saved context block 'proj'" in out
     assert not any(failure in out for failure in FAILURES), out
@@ -102,36 +114,22 @@ async def test_a_conversation_with_blocks_compaction_and_tools(
     ):
         assert err.count(said) == 1, (said, err)
     calls, prompt, cached, completion, estimated = usage(out)
-    assert calls == len(QUESTIONS) + 1  # and one summary when history passed three turns
+    assert calls == len(QUESTIONS) + 1  # and one summary when history passed two turns
     assert estimated == 0 and cached == 0  # usage reported; no cached-token field
     assert completion <= calls * LIMIT  # max_tokens honoured where max_completion_tokens was not
     assert prompt > calls * 100  # each request carried the system prompt and the blocks
 
 
-async def test_streamed_turns_learn_the_limit_and_estimate_usage(
+async def test_an_overflow_gets_a_clear_reply_and_the_chat_goes_on(
     tmp_path: Path, checked_server: LlamaServer
 ) -> None:
-    out, err = await console(
-        tmp_path,
-        [BLOCKS[0], "Hello there.", "Name a colour.", "/usage"],
-        llm=llm(checked_server, stream=True),
-    )
-    assert not any(failure in out for failure in FAILURES), out
-    assert err.count("ignores max_completion_tokens") == 1, err  # learned from the first answer
-    assert err.count("sends no usage in streams") == 1, err
-    calls, _, _, _, estimated = usage(out)
-    assert calls == 2 and estimated == 2
-
-
-@pytest.mark.parametrize("stream", [False, True])
-async def test_an_overflow_gets_a_clear_reply_and_the_chat_goes_on(
-    tmp_path: Path, checked_server: LlamaServer, stream: bool
-) -> None:
-    too_long = "Please read this. " * 400  # about 1,600 tokens; the window holds 1,024
+    # under the 8,000 characters a message may have, yet about 6,000 tokens (a digit is one
+    # token to Gemma's tokenizer); the window holds 2,048
+    too_long = "1234567890 " * 600
     out, err = await console(
         tmp_path,
         [BLOCKS[0], "Hello there.", too_long, "Name a colour."],
-        llm=llm(checked_server, stream=stream, completion_limit_param="max_tokens"),
+        llm=llm(checked_server, completion_limit_param="max_tokens"),
     )
     window = f"context window ({CONTEXT_WINDOW:,} tokens)"
     assert out.count(window) == 1, out  # the long message's reply says what to shorten

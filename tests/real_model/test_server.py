@@ -34,7 +34,7 @@ async def test_check_config_online_reports_what_the_server_supports(
     lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     assert lines["llm"] == "ok"
     assert lines["llm completion limit"].startswith(
-        "max_tokens (the server ignores max_completion_tokens: it wrote "
+        "max_tokens (the server ignores max_completion_tokens: it wrote past a limit of 2 tokens)"
     )
     assert lines["llm usage in streams"].startswith("no ")
     assert lines["llm cached tokens"] == "not reported"
