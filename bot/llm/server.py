@@ -290,8 +290,9 @@ async def _tools(
 async def probe(
     client: openai.AsyncOpenAI, model: str, traits: ServerTraits, window: int | None = None
 ) -> ServerReport:
-    """Ask the server what it supports, in three small calls (and one more for each field it
-    rejects): raises openai.OpenAIError when it fails for another reason."""
+    """Ask the server what it supports, in three to six calls of a few tokens (a count asked
+    again when it stops early, a field the server rejects asked without); raises
+    openai.OpenAIError when it fails for another reason."""
     param, why, note, stream_usage = await _limit(client, model, traits)
     counted = await _create(client, model=model, messages=COUNTING, **{param: PROBE_LIMIT})
     tools = await _tools(client, model, param)
