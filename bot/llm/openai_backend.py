@@ -143,13 +143,12 @@ class OpenAIChatModel:
         return "tools" in extra and "tool" in said and self.traits.tools_off("refuses")
 
     def _overran(self, pieces: int) -> bool:
-        """Whether a stream has run past the limit (a token may come in two pieces): the server
-        ignores the limit's field, which is switched."""
-        if pieces <= self._config.max_completion_tokens + 1:
+        """Whether a stream has run past the limit (twice past it: a token may come in two
+        pieces): the server ignores the limit's field, which is switched."""
+        if pieces <= 2 * self._config.max_completion_tokens:
             return False
         return self.traits.switch_limit(
-            f"streamed past {self._config.max_completion_tokens} tokens when allowed as many: "
-            "it ignores"
+            f"streamed twice the {self._config.max_completion_tokens} tokens allowed: it ignores"
         )
 
     def _check_limit(self, completion_tokens: int) -> None:

@@ -138,13 +138,13 @@ class ServerReport:
         limit = self.limit_param + (f" ({self.limit_note})" if self.limit_note else "")
         usage = {
             "yes": "yes",
-            "no": "no (pinbot estimates the usage of streamed answers)",
-            "rejected": "rejected stream_options (pinbot asks without it and estimates usage)",
+            "no": "no (the usage of streamed answers is estimated)",
+            "rejected": "rejected stream_options (asked without it; usage is estimated)",
         }[self.stream_usage]
         tools = {
             "yes": "yes",
-            "ignored": "ignored (answered with text; pinbot turns the agent tools off for it)",
-            "refused": "refused (pinbot turns the agent tools off for it)",
+            "ignored": "ignored (answered with text; the agent tools are turned off for it)",
+            "refused": "refused (the agent tools are turned off for it)",
         }[self.tools]
         window = f"{self.context_window} tokens" if self.context_window else "not stated"
         return [

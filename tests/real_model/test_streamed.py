@@ -56,15 +56,18 @@ async def test_streamed_turns_learn_the_limit_and_estimate_usage(
 
     await ask(streaming_bot, dm(), "/pin add-strong tone Answer in one short sentence.")
     too_long = "1234567890 " * 600  # about 6,000 tokens, under the 8,000 characters allowed
-    replies = []
-    for text in ("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "Name a colour.", too_long):
-        replies.append(await ask(streaming_bot, dm(), text, on_text=sink))
+    # A count to go on with, until an answer runs past the limit (the model may stop early)
+    for _ in range(3):
+        await ask(streaming_bot, dm(), "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", on_text=sink)
+        if "ignores max_completion_tokens" in caplog.text:
+            break
+    replies = [await ask(streaming_bot, dm(), text, on_text=sink) for text in ("Hi.", too_long)]
     said = caplog.text
-    assert said.count("ignores max_completion_tokens") == 1  # the first stream ran past 8
+    assert said.count("ignores max_completion_tokens") == 1  # a stream ran past the limit
     assert said.count("sends no usage in streams") == 1
     assert "asking unstreamed" in said  # the overflow's stream ended before its first chunk
-    assert outcome_of(replies[2]) is Result.FAILED
-    assert f"context window ({CONTEXT_WINDOW:,} tokens)" in text_of(replies[2])
+    assert outcome_of(replies[1]) is Result.FAILED
+    assert f"context window ({CONTEXT_WINDOW:,} tokens)" in text_of(replies[1])
     assert shown  # previews of the answers as they streamed
     calls, _, _, _, estimated = usage(text_of(await ask(streaming_bot, dm(), "/usage")))
     # the streamed answers' usage is estimated; the summary made when the overflow compacted
