@@ -137,6 +137,10 @@ class LlmConfig(_Section):
     tool_names: Literal["pin", "sticky"] = "pin"
     max_tool_rounds: Annotated[int, Field(ge=1, le=100)] = 4
     max_completion_tokens: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    # Which request field carries max_completion_tokens; auto: OpenAI's, until the server shows
+    # it rejects or ignores it, then max_tokens (bot/llm/server.py).
+    completion_limit_param: Literal["auto", "max_completion_tokens", "max_tokens"] = "auto"
+    probe_server: bool = False
 
 
 class PinsConfig(_Section):

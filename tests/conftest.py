@@ -74,6 +74,10 @@ def _logging_as_it_was() -> Iterator[None]:
 # are handed out first, so that no parallel worker is still running them when the others are
 # done. The order of everything else is as collected.
 LONGEST_FIRST = (
+    # one worker runs the real model's group, one test after another (xdist_group)
+    "tests/real_model/test_console.py",
+    "tests/real_model/test_server.py",
+    "tests/real_model/test_streamed.py",
     "tests/integration/test_workers.py",
     "tests/adapters/test_markdown_properties.py",
     "tests/ops/test_crash_safety.py",

@@ -1,7 +1,8 @@
 """`pinbot check-config --online`: ask the servers the config sets up whether they accept it.
 
 One line per service: `ok`, `not configured` (its credentials are not set), or `failed: <status>
-<the server's own message>`. Secrets never appear in a line.
+<the server's own message>`; after the model server's `ok`, one line for each thing it supports
+or not (bot/llm/server.py). Secrets never appear in a line.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import os
 from typing import Any
 
 import httpx
+import openai
 
 from bot.config import Config
+from bot.llm.server import ServerTraits, listed_window, probe
 from bot.logs import REDACTOR
 
 TIMEOUT_S = 10.0
@@ -49,28 +52,50 @@ async def _telegram(client: httpx.AsyncClient, config: Config) -> str:
     return _failed(response)
 
 
-async def _llm(client: httpx.AsyncClient, config: Config) -> str:
+async def _llm(client: httpx.AsyncClient, config: Config) -> list[tuple[str, str]]:
+    """The model server's line, and when it answers, what it supports (bot/llm/server.py)."""
     llm = config.llm
     if llm.backend != "openai":
-        return "not configured (the offline model needs no server)"
+        return [("llm", "not configured (the offline model needs no server)")]
     key = os.environ.get(llm.api_key_env, "")
     if not key:
-        return "not configured"
+        return [("llm", "not configured")]
     headers = {"Authorization": f"Bearer {key}"}
     base = llm.base_url.rstrip("/")
     response = await client.get(f"{base}/models", headers=headers)
+    window = None
     if response.status_code == httpx.codes.OK:
-        listed = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
-        if llm.model in listed:
-            return "ok"
-        shown = ", ".join(str(m) for m in listed[:LISTED_MODELS_SHOWN]) or "none"
-        return f"failed: the server does not list llm.model '{llm.model}' (it lists: {shown})"
-    if response.status_code not in (httpx.codes.NOT_FOUND, httpx.codes.METHOD_NOT_ALLOWED):
-        return _failed(response)
-    # No model listing here: one token of a completion tells as much.
-    body = {"model": llm.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-    response = await client.post(f"{base}/chat/completions", headers=headers, json=body)
-    return "ok" if response.status_code == httpx.codes.OK else _failed(response)
+        entries = [m for m in response.json().get("data", []) if isinstance(m, dict)]
+        listed = [m.get("id") for m in entries]
+        if llm.model not in listed:
+            shown = ", ".join(str(m) for m in listed[:LISTED_MODELS_SHOWN]) or "none"
+            return [
+                (
+                    "llm",
+                    f"failed: the server does not list llm.model '{llm.model}' (it lists: {shown})",
+                )
+            ]
+        window = listed_window(entries[listed.index(llm.model)])
+    elif response.status_code not in (httpx.codes.NOT_FOUND, httpx.codes.METHOD_NOT_ALLOWED):
+        return [("llm", _failed(response))]
+    return [("llm", "ok"), *await _supports(config, key, window)]
+
+
+async def _supports(config: Config, key: str, window: int | None) -> list[tuple[str, str]]:
+    """What the server makes of pinbot's requests, asked through the client pinbot uses."""
+    llm = config.llm
+    async with openai.AsyncOpenAI(
+        api_key=key, base_url=llm.base_url, timeout=TIMEOUT_S, max_retries=0
+    ) as model_client:
+        try:
+            report = await probe(
+                model_client, llm.model, ServerTraits.configured(llm.completion_limit_param), window
+            )
+        except openai.APIStatusError as error:
+            return [("llm", f"failed: {error.status_code} {error.message}")]
+        except openai.OpenAIError as error:
+            return [("llm", f"failed: {type(error).__name__}: {error}")]
+    return [(f"llm {what}", finding) for what, finding in report.lines()]
 
 
 async def _feishu(client: httpx.AsyncClient, config: Config) -> str:
@@ -118,13 +143,15 @@ async def online_checks(config: Config) -> list[tuple[str, str]]:
     async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
         for name, check in (("telegram", _telegram), ("llm", _llm), ("feishu", _feishu)):
             try:
-                result = await check(client, config)
+                found = await check(client, config)
             except httpx.HTTPError as error:
-                result = f"failed: cannot reach the server ({type(error).__name__}: {error})"
-            results.append((name, REDACTOR.redact(result)))
+                found = f"failed: cannot reach the server ({type(error).__name__}: {error})"
+            lines = [(name, found)] if isinstance(found, str) else found
+            results += [(what, REDACTOR.redact(result)) for what, result in lines]
     return results
 
 
 def passed(result: str) -> bool:
-    """Whether a check's result lets check-config exit 0."""
-    return result.startswith(("ok", "not configured"))
+    """Whether a check's result lets check-config exit 0: a failure, or a schema to migrate,
+    does not; what a server supports is a finding, not a failure."""
+    return not result.startswith(("failed", "schema"))

@@ -55,6 +55,17 @@ CUT_OFF_EMPTY = (
     "allows for one answer, and nothing had arrived. Please try again."
 )
 FENCE = "```"
+OVERFLOW = (
+    "Your message and the pinned blocks here are too long for the model's context "
+    "window{window}. Send a shorter message, or shorten or remove blocks (/pin status shows "
+    "what they cost)."
+)
+
+
+def _overflow_reply(window: int | None) -> str:
+    """The reply to a request that overflowed the model's context window with history
+    compacted (or none): what is left is the message and the blocks."""
+    return OVERFLOW.format(window=f" ({window:,} tokens)" if window else "")
 
 
 class _Answer(NamedTuple):
@@ -130,20 +141,30 @@ class ChatService:
         async with self._lock(session):
             rendered = await self.rendered_blocks(context, text)
             history = await self._compacted(context, session, await self._store.history(session))
-            request = ModelRequest(
-                self.build_messages(rendered, history, text),
-                blocks=tuple(
-                    SentBlock(item.block.label, item.block.level.value, item.scope_name)
-                    for item in rendered.blocks
-                ),
-                user_text=text,
-            )
             try:
-                answer, stopped, cut_off = await self._answer(context, request, on_text)
+                try:
+                    answer, stopped, cut_off = await self._answer(
+                        context, self._request(rendered, history, text), on_text
+                    )
+                except ModelError as error:
+                    if not (error.overflow and history):
+                        raise
+                    log.warning(
+                        "the request of %s overflowed the model's context window (%s); "
+                        "compacting its history and asking once more",
+                        session,
+                        error,
+                    )
+                    history = await self._compacted(context, session, history, force=True)
+                    answer, stopped, cut_off = await self._answer(
+                        context, self._request(rendered, history, text), on_text
+                    )
             except BudgetUsedUp as used_up:
                 return Reply.refused(used_up.message)  # and the model was not asked
             except ModelError as error:
                 log.warning("model call failed for %s: %s", session, error)
+                if error.overflow:
+                    return Reply.failed(_overflow_reply(error.context_window))
                 return Reply.failed(error.user_message)
             if not answer.strip():  # blank shows as nothing: no message at all on a platform
                 if stopped and not cut_off:
@@ -158,6 +179,19 @@ class ChatService:
             if stopped and not cut_off:  # what the model answered stands; the budget stopped it
                 return Reply(f"{answer}\n\n{stopped}", formatted=True)
             return Reply(answer, formatted=True)
+
+    def _request(
+        self, rendered: Rendered, history: Sequence[HistoryEntry], text: str
+    ) -> ModelRequest:
+        """The turn's request: the messages with blocks and history, and what it carries."""
+        return ModelRequest(
+            self.build_messages(rendered, history, text),
+            blocks=tuple(
+                SentBlock(item.block.label, item.block.level.value, item.scope_name)
+                for item in rendered.blocks
+            ),
+            user_text=text,
+        )
 
     async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
         """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
@@ -176,14 +210,23 @@ class ChatService:
         return render(ordered(shared, personal), text, pins.header_label)
 
     async def _compacted(
-        self, context: MessageContext, session: str, entries: list[HistoryEntry]
+        self,
+        context: MessageContext,
+        session: str,
+        entries: list[HistoryEntry],
+        *,
+        force: bool = False,
     ) -> list[HistoryEntry]:
         """History within budget: older turns summarised (or dropped, as `chat.compaction`
         says or when that fails), pins suggested from them on the way (bot.core.compaction);
-        the calls' usage counts to the turn's sender."""
+        the calls' usage counts to the turn's sender. force: every turn is compacted (the
+        request overflowed the model's context window)."""
         chat = self._config.chat
         plan = plan_history(
-            entries, chat.history_max_chars, chat.history_max_turns, chat.compaction_keep_turns
+            entries,
+            chat.history_max_chars,
+            0 if force else chat.history_max_turns,
+            chat.compaction_keep_turns,
         )
         if not plan.needs_compaction:
             return plan.kept

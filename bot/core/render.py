@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -145,9 +146,18 @@ def tokens_of(chars: int) -> int:
     return math.ceil(chars / CHARS_PER_TOKEN)
 
 
+def weighted_chars(text: str) -> int:
+    """The characters of text as the estimate counts them: a wide (CJK) character as
+    CHARS_PER_TOKEN of them, since tokenizers make about a token of each where they make one of
+    about four other characters (measured on a real model: docs/performance.md)."""
+    wide = sum(1 for char in text if unicodedata.east_asian_width(char) in ("W", "F"))
+    return len(text) + (CHARS_PER_TOKEN - 1) * wide
+
+
 @dataclass(frozen=True)
 class BlockCost:
-    """One block as a request carries it: its boundary lines and content, in characters."""
+    """One block as a request carries it: its boundary lines and content, in characters (wide
+    ones weighted: weighted_chars)."""
 
     item: ScopedBlock
     chars: int
@@ -202,7 +212,7 @@ def estimate(
     rendered = render(items, "", strong_title)
     strong, context = _levels(items)
     costs = [
-        BlockCost(item, len(_block_text(item, marker)) + len(_BLOCK_SEPARATOR))
+        BlockCost(item, weighted_chars(_block_text(item, marker)) + len(_BLOCK_SEPARATOR))
         for section, marker in (
             (strong, rendered.strong_marker),
             (context, rendered.context_marker),
@@ -210,7 +220,7 @@ def estimate(
         for item in section
     ]
     total = sum(
-        len(section) + len(SECTION_SEPARATOR)
+        weighted_chars(section) + len(SECTION_SEPARATOR)
         for section in (rendered.strong, rendered.context)
         if section
     )

@@ -14,11 +14,22 @@ Progress = Callable[[], Awaitable[None]]
 
 
 class ModelError(Exception):
-    """The model could not answer; `user_message` is the one short English line users see."""
+    """The model could not answer; `user_message` is the one short English line users see.
+    `overflow`: the request did not fit the model's context window (`context_window` tokens,
+    when the server said)."""
 
-    def __init__(self, user_message: str, detail: str = "") -> None:
+    def __init__(
+        self,
+        user_message: str,
+        detail: str = "",
+        *,
+        overflow: bool = False,
+        context_window: int | None = None,
+    ) -> None:
         super().__init__(detail or user_message)
         self.user_message = user_message
+        self.overflow = overflow
+        self.context_window = context_window
 
 
 class ToolsRefused(ModelError):

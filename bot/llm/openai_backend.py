@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import re
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, cast
 
@@ -25,19 +26,44 @@ from bot.llm.base import (
     ToolsRefused,
     Usage,
 )
+from bot.llm.server import ServerTraits, probe, stated_window
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Streamed:
+    """What a stream has brought so far."""
+
+    text: str = ""
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    usage: Usage | None = None
+    finished: bool = False
+    pieces: int = 0  # content chunks: about one token each, where usage does not count them
+
+
+class _EmptyStream(Exception):
+    """A stream ended (or its connection dropped) before its first chunk, which no answer
+    does."""
+
+
+# A request is sent again at most this often after the server showed a difference (a field it
+# rejects): each trait changes once, so this bounds the retries of one call.
+MAX_ADAPTATIONS = 3
+
+
 class OpenAIChatModel:
     """Calls `llm.base_url` with `llm.model`, a per-call timeout and a bounded retry count; a
-    streamed answer is cut off after `llm.stream_timeout_s` by the clock."""
+    streamed answer is cut off after `llm.stream_timeout_s` by the clock. It adapts to the
+    server's reading of the wire format (`traits`, bot/llm/server.py): a field the server
+    rejects is dropped and the call made again, never failed for it."""
 
     def __init__(self, config: LlmConfig, api_key: str, clock: Clock = utc_now) -> None:
         self._config = config
         self._clock = clock
-        # Whether to ask for usage in streams; turned off for good if the server rejects it.
-        self._stream_usage = True
+        self.traits = ServerTraits.configured(config.completion_limit_param)
+        self._probed = not config.probe_server
+        self._probe_lock = asyncio.Lock()
         self._client = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=config.base_url,
@@ -62,30 +88,111 @@ class OpenAIChatModel:
         is on and on_text is given; on_progress is awaited as the stream opens and as each chunk
         arrives); every failure becomes a ModelError with a short English line. A stream that
         outlasts `llm.stream_timeout_s` ends there: the reply is what arrived, `cut_off`."""
-        messages = request.messages
-        extra: dict[str, Any] = {"max_completion_tokens": self._config.max_completion_tokens}
-        if request.tools:
-            extra["tools"] = request.tools
-        if request.tools and request.tool_choice:
-            extra["tool_choice"] = request.tool_choice
-        try:
-            if self._config.stream and on_text is not None:
-                reply = await self._streamed(messages, extra, on_text, on_progress)
-            else:
-                response = await self._client.chat.completions.create(
-                    model=self._config.model,
-                    messages=messages,  # type: ignore[arg-type]
-                    **extra,
-                )
-                reply = _reply_of(response)
-        except openai.OpenAIError as error:
-            if request.tools and _about_tools(error):
-                detail = _server_message(error) if isinstance(error, openai.APIStatusError) else ""
-                raise ToolsRefused("The model server does not support tools.", detail) from error
-            raise _model_error(error) from error
+        await self._probe()
+        streaming = self._config.stream and on_text is not None
+        client = self._client
+        for attempt in range(MAX_ADAPTATIONS + 1):
+            extra = self._extra(request)
+            try:
+                if streaming and on_text is not None:
+                    reply = await self._streamed(request.messages, extra, on_text, on_progress)
+                else:
+                    response = await client.chat.completions.create(
+                        model=self._config.model,
+                        messages=request.messages,  # type: ignore[arg-type]
+                        **extra,
+                    )
+                    reply = _reply_of(response)
+                    self._check_limit(reply.usage.completion_tokens if reply.usage else 0)
+                break
+            except _EmptyStream:
+                # Asked again whole, the server answers with its reason (or the answer).
+                log.warning("a streamed answer ended before its first chunk; asking unstreamed")
+                streaming = False
+                # The server may have closed the connection the stream left in the pool: one
+                # retry (on a new connection) at least.
+                client = self._client.with_options(max_retries=max(1, self._config.max_retries))
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as error:
+                if attempt < MAX_ADAPTATIONS and self._adapted(error, extra):
+                    continue
+                raise self._model_error(error) from error
+            except openai.OpenAIError as error:
+                raise self._model_error(error) from error
         if not reply.text and not reply.tool_calls and not reply.cut_off:
             raise ModelError("The model returned an empty answer. Please try again.", "empty")
         return reply
+
+    def _extra(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's fields besides model and messages, as this server reads them."""
+        extra: dict[str, Any] = self.traits.limit(self._config.max_completion_tokens)
+        if request.tools and self.traits.tools:
+            extra["tools"] = request.tools
+            if request.tool_choice:
+                extra["tool_choice"] = request.tool_choice
+        elif request.tools and request.tool_choice == "required":
+            # A call that needs its tool (compaction's) is not worth making without it: the
+            # caller asks in its own way instead.
+            raise ToolsRefused("The model server does not support tools.", "")
+        return extra
+
+    def _adapted(self, error: openai.APIStatusError, extra: dict[str, Any]) -> bool:
+        """Whether the server refused a field pinbot can do without (asking for usage in
+        streams, the completion-limit field, tools); then it is dropped for good. ToolsRefused
+        when it refused the tools of a call that needs one."""
+        said = _server_message(error).casefold()
+        if "stream_options" in said or "include_usage" in said:
+            if self.traits.stream_usage:
+                self.traits.no_stream_usage(rejected=True)
+                return True
+            return False
+        if self.traits.limit_param in said and self.traits.switch_limit("rejects"):
+            return True
+        if "tools" not in extra or not _about_tools(error):
+            return False
+        self.traits.tools_off("refuses")
+        if extra.get("tool_choice") == "required":
+            # The call needs its tool (compaction's): its caller asks another way.
+            raise ToolsRefused("The model server does not support tools.", _server_message(error))
+        return True
+
+    def _overran(self, pieces: int) -> bool:
+        """Whether a stream has run past the limit (twice past it: a token may come in two
+        pieces): the server ignores the limit's field, which is switched."""
+        if pieces <= 2 * self._config.max_completion_tokens:
+            return False
+        return self.traits.switch_limit(
+            f"streamed twice the {self._config.max_completion_tokens} tokens allowed: it ignores"
+        )
+
+    def _check_limit(self, completion_tokens: int) -> None:
+        """A reply longer than the limit asked shows the server ignored the limit's field."""
+        if completion_tokens > self._config.max_completion_tokens:
+            self.traits.switch_limit(
+                f"wrote {completion_tokens} tokens when allowed "
+                f"{self._config.max_completion_tokens}: it ignores"
+            )
+
+    async def _probe(self) -> None:
+        """With llm.probe_server, ask the server what it supports before the first call."""
+        if self._probed:
+            return
+        async with self._probe_lock:
+            if self._probed:
+                return
+            try:
+                report = await probe(self._client, self._config.model, self.traits)
+            except openai.OpenAIError as error:
+                log.warning("probing the model server failed (%s); learning as it answers", error)
+            else:
+                report.apply(self.traits)
+            self._probed = True
+
+    def _model_error(self, error: openai.OpenAIError) -> ModelError:
+        """The ModelError of a failed call; a context window the server states is noted."""
+        failure = _model_error(error)
+        if failure.overflow:
+            self.traits.window(failure.context_window)
+        return failure
 
     async def _streamed(
         self,
@@ -96,13 +203,13 @@ class OpenAIChatModel:
     ) -> ModelReply:
         # timeout_s bounds each read only; a stream that trickles on is stopped here.
         deadline = self._clock() + timedelta(seconds=self._config.stream_timeout_s)
-        stream = await self._open_stream(messages, extra)
+        try:
+            stream = await self._open_stream(messages, extra)
+        except openai.APIConnectionError:
+            raise _EmptyStream from None  # asked again whole: a server that is down says so
         if on_progress is not None:
             await on_progress()
-        text = ""
-        calls: dict[int, dict[str, str]] = {}
-        usage: Usage | None = None
-        finished = False
+        got = _Streamed()
         try:
             # Both bounds: the clock's at each chunk (tests move it), the loop's for a stream
             # that sends nothing the client hands over (keep-alive comments, empty chunks).
@@ -110,17 +217,46 @@ class OpenAIChatModel:
                 async for chunk in stream:
                     if on_progress is not None:
                         await on_progress()
-                    if chunk.usage is not None:  # the last chunk, when usage was asked for
-                        usage = usage_of(chunk.usage)
-                    if chunk.choices and not finished:  # nothing is added after the finish
-                        finished = chunk.choices[0].finish_reason is not None
-                        text = self._add_chunk(chunk, text, calls)
-                        if chunk.choices[0].delta.content:
-                            await on_text(_text(text))
-                    if not finished and self._clock() >= deadline:
-                        return await self._cut_off(stream, text)
+                    await self._take(chunk, got, on_text)
+                    if not got.finished and self._overran(got.pieces):
+                        # The server ignores the limit: the answer ends here, as it should have.
+                        await stream.close()
+                        return ModelReply(_text(got.text), [], got.usage)
+                    if not got.finished and self._clock() >= deadline:
+                        return await self._cut_off(stream, got.text)
         except TimeoutError:
-            return await self._cut_off(stream, text)
+            return await self._cut_off(stream, got.text)
+        except openai.APIConnectionError:
+            if got.text or got.calls:
+                raise
+            raise _EmptyStream from None  # dropped before its first chunk: asked again whole
+        if not got.finished and not got.text and not got.calls:
+            # llama-cpp-python's server answers 200 and then ends the stream (or drops the
+            # connection) without a chunk when the request fails (an overflow of its context
+            # window among others).
+            raise _EmptyStream
+        return self._stream_ended(got.text, got.calls, got.usage, got.pieces)
+
+    async def _take(self, chunk: ChatCompletionChunk, got: _Streamed, on_text: TextSink) -> None:
+        """Add a chunk to what the stream brought; new text is shown to on_text."""
+        if chunk.usage is not None:  # the last chunk, when usage was asked for
+            got.usage = usage_of(chunk.usage)
+        if chunk.choices and not got.finished:  # nothing is added after the finish
+            got.finished = chunk.choices[0].finish_reason is not None
+            got.text = self._add_chunk(chunk, got.text, got.calls)
+            if chunk.choices[0].delta.content:
+                got.pieces += 1
+                await on_text(_text(got.text))
+
+    def _stream_ended(
+        self, text: str, calls: dict[int, dict[str, str]], usage: Usage | None, pieces: int
+    ) -> ModelReply:
+        """The reply of a stream that ended, and what it showed of the server."""
+        if usage is None:
+            self.traits.no_stream_usage(rejected=False)
+        else:
+            self.traits.stream_usage_seen = True
+        self._check_limit(usage.completion_tokens if usage else pieces)
         tool_calls = [
             ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
         ]
@@ -160,22 +296,9 @@ class OpenAIChatModel:
         self, messages: list[Message], extra: dict[str, Any]
     ) -> openai.AsyncStream[ChatCompletionChunk]:
         """Start a streamed completion, asking for usage in the stream unless the server has
-        rejected that option before; a server that rejects it is asked again without it."""
-        if self._stream_usage:
-            try:
-                return await self._create_stream(
-                    messages, {**extra, "stream_options": {"include_usage": True}}
-                )
-            except openai.BadRequestError as error:
-                if "stream_options" not in str(error) and "include_usage" not in str(error):
-                    raise
-                log.warning("the model server rejects stream_options; streams go without usage")
-                self._stream_usage = False
-        return await self._create_stream(messages, extra)
-
-    async def _create_stream(
-        self, messages: list[Message], extra: dict[str, Any]
-    ) -> openai.AsyncStream[ChatCompletionChunk]:
+        rejected that option before."""
+        if self.traits.stream_usage:
+            extra = {**extra, "stream_options": {"include_usage": True}}
         # The SDK's overloads cannot see `stream=True` through **extra, hence the cast.
         return cast(
             "openai.AsyncStream[ChatCompletionChunk]",
@@ -285,7 +408,16 @@ def _about_tools(error: openai.OpenAIError) -> bool:
     return _TOOLS_REFUSED.search(said) is not None
 
 
-_CONTEXT_LENGTH = ("context_length_exceeded", "context length", "maximum context", "too long")
+# OpenAI's and vLLM's wording, llama-cpp-python's ("exceed context window"), llama.cpp's own
+# server's ("exceeds the available context size").
+_CONTEXT_LENGTH = (
+    "context_length_exceeded",
+    "context length",
+    "maximum context",
+    "too long",
+    "context window",
+    "context size",
+)
 _CONTENT_FILTER = ("content_filter", "content_policy", "content management", "safety system")
 _MISCONFIGURED = {401, 403, 404}
 
@@ -311,6 +443,8 @@ def _status_error(error: openai.APIStatusError) -> ModelError:
             "This conversation is too long for the model. Send /reset to start a new one "
             "(your pinned blocks stay).",
             detail,
+            overflow=True,
+            context_window=stated_window(said),
         )
     if any(mark in lowered for mark in _CONTENT_FILTER):
         return ModelError(

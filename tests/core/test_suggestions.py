@@ -279,7 +279,7 @@ async def test_a_server_without_tools_gets_the_fallback_call_and_says_so_once(
     openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     bot, posted = await suggesting_bot(openai_bots)
-    fake_openai.refuse_tools = TOOLS_REFUSED
+    fake_openai.refuse["tools"] = TOOLS_REFUSED
     await chat_until_compaction(bot)
     alone = json.dumps({"suggestions": [DIET]})
     fake_openai.script = [
@@ -289,8 +289,11 @@ async def test_a_server_without_tools_gets_the_fallback_call_and_says_so_once(
     ]
     with caplog.at_level(logging.WARNING):
         assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
-    refused = [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    said = [r for r in caplog.records if "refuses tools" in r.getMessage()]
+    # One line for the agent tools (bot.llm.server), one for what compaction does instead.
+    refused = [r for r in said if r.name == "bot.core.compaction"]
     assert len(refused) == 1 and TOOLS_REFUSED in refused[0].getMessage()
+    assert [r.name for r in said] == ["bot.llm.server", "bot.core.compaction"]
     summary, suggestions = compaction_requests(fake_openai)[1:]
     assert summary["messages"][0]["content"].startswith(SUMMARY_INSTRUCTIONS)
     assert '{"suggestions": [' in suggestions["messages"][0]["content"]
@@ -318,7 +321,7 @@ async def test_the_budget_holds_the_suggestion_call(
     # when the suggestions' call of its own would start.
     fake_openai.usage = {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
     bot, posted = await suggesting_bot(openai_bots, budgets={"user_daily_tokens": 240})
-    fake_openai.refuse_tools = TOOLS_REFUSED
+    fake_openai.refuse["tools"] = TOOLS_REFUSED
     await chat_until_compaction(bot)
     fake_openai.script = [completion("They talked."), completion(json.dumps([DIET]))]
     with caplog.at_level(logging.WARNING):
@@ -394,14 +397,14 @@ async def test_an_error_that_is_not_about_tools_leaves_tools_on(
 ) -> None:
     bot, posted = await suggesting_bot(openai_bots)
     await chat_until_compaction(bot)
-    fake_openai.refuse_tools = said
+    fake_openai.refuse["tools"] = said
     fake_openai.script = [completion("answer 4")]
     with caplog.at_level(logging.WARNING):
         assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
     assert not [r for r in caplog.records if "refuses tools" in r.getMessage()]
     assert [r for r in caplog.records if "dropping old turns" in r.getMessage()]
     # The next compaction offers the tool again.
-    fake_openai.refuse_tools = None
+    fake_openai.refuse.pop("tools", None)
     await ask(bot, dm(), "message 5")
     fake_openai.script = [compacted(DIET), completion("answer 6")]
     await ask(bot, dm(), "message 6")
@@ -425,7 +428,7 @@ async def test_a_refusal_of_tools_turns_them_off_for_compaction(
 ) -> None:
     bot, posted = await suggesting_bot(openai_bots)
     await chat_until_compaction(bot)
-    fake_openai.refuse_tools = said
+    fake_openai.refuse["tools"] = said
     fake_openai.script = [
         completion("They talked."),
         completion(json.dumps([DIET])),
@@ -448,13 +451,14 @@ async def test_a_group_is_asked_for_the_groups_facts_and_a_dm_for_the_users(
     await chat_until_compaction(bot)
     await ask(bot, dm(), "message 4")
     # A server without tools: the group's call of its own says the same.
-    fake_openai.refuse_tools = TOOLS_REFUSED
+    fake_openai.refuse["tools"] = TOOLS_REFUSED
     await chat_until_compaction(bot, group("42", chat="-100999"))
     await ask(bot, group("42", chat="-100999"), "message 4")
     texts = [r["messages"][0]["content"] for r in compaction_requests(fake_openai)]
-    # The group's and the DM's combined calls; then the refused one, the summary alone, and
-    # the suggestions' call of its own.
-    in_group, in_dm, refused, _, group_alone = texts
+    # The group's and the DM's combined calls (each followed by the summary alone: the fake
+    # model calls the tool with no arguments, as a server told to call it may); then the
+    # refused one, the summary alone, and the suggestions' call of its own.
+    in_group, _, in_dm, _, refused, _, group_alone = texts
     assert group_alone.startswith("You read a chat")
     for text in (in_group, refused, group_alone):
         assert "the group's decisions, conventions" in text

@@ -109,12 +109,15 @@ class Streamed:
 class FakeOpenAI:
     """Serves POST /v1/chat/completions; `requests` holds each JSON body received.
 
-    By default it answers "reply N". Queue answers in `script`, set `status` to answer with an
-    error status, `release` to make it wait on an event the test controls, or `respond` for a
-    custom body. A request with `stream: true` gets the answer as SSE chunks, at once unless
-    `first_token_s` and `token_s` pace it like a real model (for the benchmark; tests leave them
-    at 0); `streamed` holds when each stream's content began and ended. `on_chunk` paces a
-    stream by the test's own events instead (a fake clock moved on, other messages sent).
+    By default it answers "reply N" (and a call of the first tool when tool_choice is
+    "required"); `refuse` makes it answer 400 to requests carrying a field, and a `script` entry
+    {"status": ..., "error": ...} answers once with that failure. Queue answers in `script`, set
+    `status` to answer with an error status, `release` to make it wait on an event the test
+    controls, or `respond` for a custom body. A request with `stream: true` gets the answer as
+    SSE chunks, at once unless `first_token_s` and `token_s` pace it like a real model (for the
+    benchmark; tests leave them at 0); `streamed` holds when each stream's content began and
+    ended. `on_chunk` paces a stream by the test's own events instead (a fake clock moved on,
+    other messages sent).
     """
 
     def __init__(self) -> None:
@@ -127,9 +130,9 @@ class FakeOpenAI:
         self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
         self.usage: dict[str, Any] | None = None  # the usage every answer reports, if set
         self.reject_stream_options = False  # answer 400 to stream_options, as some servers do
-        # When set, a request offering tools gets 400 with this message (a server without tool
-        # support, e.g. llama.cpp without --jinja).
-        self.refuse_tools: str | None = None
+        # field -> message: a request carrying that field gets 400 with the message, as a server
+        # that does not take it answers (max_completion_tokens, tools...)
+        self.refuse: dict[str, str] = {}
         self.models: list[str] | None = ["fake-model"]  # None: no GET /models here (404)
         self.api_key: str | None = None  # when set, other keys get 401
         self.first_token_s = 0.0  # a stream's delay before its first chunk
@@ -176,17 +179,9 @@ class FakeOpenAI:
             return web.json_response(
                 {"error": {"message": message, "type": "invalid_request_error"}}, status=400
             )
-        if self.refuse_tools is not None and body.get("tools"):
-            return web.json_response(
-                {"error": {"message": self.refuse_tools, "type": "invalid_request_error"}},
-                status=400,
-            )
-        if self.script:
-            answer = self.script.pop(0)
-        elif self.respond is not None:
-            answer = self.respond(body)
-        else:
-            answer = completion(f"reply {len(self.requests)}")
+        answer = self._answer(body)
+        if isinstance(answer, web.Response):
+            return answer
         if self.usage is not None:
             answer = {**answer, "usage": self.usage}
         if not body.get("stream"):
@@ -200,6 +195,24 @@ class FakeOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    def _answer(self, body: dict[str, Any]) -> dict[str, Any] | web.Response:
+        """The answer to a request (a body to send or stream), or the failure it gets."""
+        refused = [message for field, message in self.refuse.items() if field in body]
+        if refused:
+            error = {"message": refused[0], "type": "invalid_request_error"}
+            return web.json_response({"error": error}, status=400)
+        if self.script:
+            answer = self.script.pop(0)
+            if "error" in answer:  # a scripted failure: {"status": 400, "error": {...}}
+                return web.json_response({"error": answer["error"]}, status=answer["status"])
+            return answer
+        if self.respond is not None:
+            return dict(self.respond(body))
+        if body.get("tool_choice") == "required" and body.get("tools"):
+            # as OpenAI answers it: a call of a tool (the first), no text
+            return tool_calls((body["tools"][0]["function"]["name"], {}))
+        return completion(f"reply {len(self.requests)}")
 
     async def _stream(
         self, response: web.StreamResponse, index: int, chunks: list[dict[str, Any]]

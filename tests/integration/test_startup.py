@@ -16,7 +16,7 @@ import yaml
 
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.http import free_port
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.process import PINBOT, run_pinbot
 
@@ -199,9 +199,28 @@ async def test_check_config_online(
         lines["llm"] == "failed: the server does not list llm.model 'gpt-9' (it lists: fake-model)"
     )
     assert lines["telegram"] == "not configured" and lines["feishu"] == "not configured"
-    fake_openai.models = None  # a server without GET /models: one token of a completion
+    fake_openai.models = None  # a server without GET /models: the probe's calls tell as much
     code, lines, _ = await check(good)
-    assert code == 0 and lines["llm"] == "ok" and fake_openai.requests[-1]["max_tokens"] == 1
+    assert code == 0 and lines["llm"] == "ok"
+    assert {what: found for what, found in lines.items() if what.startswith("llm ")} == {
+        "llm completion limit": "max_completion_tokens",
+        "llm usage in streams": "yes",
+        "llm cached tokens": "not reported",
+        "llm tools": "yes",
+        "llm context window": "not stated",
+    }
+    # a server that ignores max_completion_tokens, takes no stream_options and refuses tools
+    fake_openai.respond = lambda body: completion("13, 14, 15, 16, 17, 18, 19, 20, 21, 22")
+    fake_openai.reject_stream_options = True
+    fake_openai.refuse = {"tools": "This model does not support tools"}
+    code, lines, out = await check(good)
+    assert code == 0, out
+    assert lines["llm completion limit"] == (
+        "max_tokens (the server ignores max_completion_tokens: it wrote past a limit of 2 tokens)"
+    )
+    assert lines["llm usage in streams"].startswith("rejected stream_options")
+    assert lines["llm tools"].startswith("refused")
+    assert fake_openai.requests[-1]["max_tokens"] == 32
 
 
 async def test_a_first_run_that_guides(tmp_path: Path) -> None:

@@ -221,7 +221,7 @@ async def test_history_budget_drops_oldest_turns(
                 "message": "This model's maximum context length is 8192 tokens",
                 "code": "context_length_exceeded",
             },
-            "/reset",
+            "too long for the model's context window (8,192 tokens)",
         ),
         (400, {"message": "filtered", "code": "content_filter"}, "content filter"),
     ],
