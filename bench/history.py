@@ -156,12 +156,14 @@ def add_versions_sqlite(path: Path) -> None:
 async def add_versions_postgres(url: str, blocks_from: Path) -> None:
     """Store in the PostgreSQL database at url the versions add_versions_sqlite stores (its
     blocks are the same as blocks_from's)."""
-    from storage.rows import TABLES
+    from storage.versions import INSERT
 
+    # The columns in the order version_row makes them: the write path's own INSERT's.
+    columns = INSERT.split("(", 1)[1].split(")", 1)[0].split(", ")
     connection = await asyncpg.connect(url)
     try:
         await connection.copy_records_to_table(
-            TABLE, records=version_rows(blocks_from), columns=TABLES[TABLE][0].split(", ")
+            TABLE, records=version_rows(blocks_from), columns=columns
         )
     finally:
         await connection.close()

@@ -23,13 +23,11 @@ from bot.core.render import ScopedBlock, injected, render
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
 from storage.models import Block, Level, State
-from storage.rows import block_from_row
+from storage.rows import BLOCK_COLUMNS, block_from_row
 
 TEXT = "What should I do next?"
-SELECT = (
-    "SELECT id, scope, label, content, level, state, priority, created_at, updated_at, "
-    "idle_since, idle_calls, rev FROM blocks WHERE scope = ?"
-)
+# The store's own columns, so block_from_row reads them in any tree (a release's or this one).
+SELECT = f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope = ?"
 
 
 def _picks(scopes: int, count: int, seed: int) -> list[int]:
