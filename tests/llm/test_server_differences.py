@@ -170,3 +170,33 @@ async def test_probe_server_learns_before_the_first_call(
     assert all("tools" not in t and t["max_tokens"] == 1024 for t in turns)
     for said in ("ignores max_completion_tokens", "rejects stream_options", "ignored tools"):
         assert len(warnings(caplog, said)) == 1, said
+
+
+async def test_a_message_that_overflows_on_its_own_keeps_history_as_it_was(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots()
+    for text in ("first", "second"):
+        await ask(bot, dm(), text)
+    # the turn overflows, the summary works, and the retry overflows all the same
+    fake_openai.script = [OVERFLOW_400, completion("summary of two turns"), OVERFLOW_400]
+    reply = await ask(bot, dm(), "a message too long on its own")
+    assert outcome_of(reply) is Result.FAILED and "too long" in text_of(reply)
+    await ask(bot, dm(), "short")
+    contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
+    assert contents[1:] == ["first", "reply 1", "second", "reply 2", "short"]
+
+
+async def test_a_summary_that_overflows_too_drops_no_history(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots()
+    for text in ("first", "second"):
+        await ask(bot, dm(), text)
+    fake_openai.script = [OVERFLOW_400, OVERFLOW_400]
+    reply = await ask(bot, dm(), "a message too long on its own")
+    assert outcome_of(reply) is Result.FAILED and "too long" in text_of(reply)
+    assert len(fake_openai.requests) == 4  # the turn and its summary; no retry without history
+    await ask(bot, dm(), "short")
+    contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
+    assert contents[1:] == ["first", "reply 1", "second", "reply 2", "short"]
