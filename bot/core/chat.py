@@ -68,6 +68,19 @@ def _overflow_reply(window: int | None) -> str:
     return OVERFLOW.format(window=f" ({window:,} tokens)" if window else "")
 
 
+class _AfterTools(ModelError):
+    """A model call failed after tools ran in the turn: asking the turn again would run its
+    tools (and their changes) twice."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(
+            error.user_message,
+            str(error),
+            overflow=error.overflow,
+            context_window=error.context_window,
+        )
+
+
 class _Answer(NamedTuple):
     """What a turn's model calls answered ('' for nothing), and why they stopped early, if they
     did: a budget (refused) or the stream's time limit (cut_off)."""
@@ -184,7 +197,7 @@ class ChatService:
             answer = await self._answer(context, self._request(rendered, history, text), on_text)
             return answer, None
         except ModelError as error:
-            if not (error.overflow and history):
+            if not (error.overflow and history) or isinstance(error, _AfterTools):
                 raise
             log.warning(
                 "the request of %s overflowed the model's context window (%s); "
@@ -324,6 +337,10 @@ class ChatService:
                 if round_number == 0:
                     raise
                 return _Answer("\n\n".join(said), used_up.message)
+            except ModelError as error:
+                if round_number == 0:
+                    raise
+                raise _AfterTools(error) from error
             if reply.cut_off:
                 said += [reply.text] if reply.text.strip() else []
                 note = CUT_OFF.format(limit=llm.stream_timeout_s)

@@ -11,7 +11,7 @@ import pytest
 
 from bot.core.replies import Result
 from tests.conftest import OpenAIBots, ask, dm, outcome_of, text_of
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
 LIMIT = 16
 OVERFLOW_400 = {
@@ -200,3 +200,20 @@ async def test_a_summary_that_overflows_too_drops_no_history(
     await ask(bot, dm(), "short")
     contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
     assert contents[1:] == ["first", "reply 1", "second", "reply 2", "short"]
+
+
+async def test_an_overflow_after_a_tool_ran_is_not_asked_again(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots(llm={"agent_tools": True})
+    await ask(bot, dm(), "first")
+    pin = {"label": "note", "content": "remember this"}
+    fake_openai.script = [tool_calls(("pin_set", pin)), OVERFLOW_400]
+    reply = await ask(bot, dm(), "pin it")
+    assert outcome_of(reply) is Result.FAILED and "too long" in text_of(reply)
+    assert len(fake_openai.requests) == 3  # no summary, no second run of the tool
+    blocks = await bot.store.blocks(["console:direct:42"])
+    assert [(b.label, b.content) for b in blocks] == [("note", "remember this")]
+    await ask(bot, dm(), "short")
+    contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
+    assert contents[1:3] == ["first", "reply 1"]
