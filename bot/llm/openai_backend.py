@@ -26,7 +26,7 @@ from bot.llm.base import (
     ToolsRefused,
     Usage,
 )
-from bot.llm.server import ServerTraits, probe, stated_window
+from bot.llm.server import ServerTraits, probe, refuses_field, stated_window
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class OpenAIChatModel:
                 self.traits.no_stream_usage(rejected=True)
                 return True
             return False
-        if self.traits.limit_param in said and self.traits.switch_limit("rejects"):
+        if refuses_field(said, self.traits.limit_param) and self.traits.switch_limit("rejects"):
             return True
         if "tools" not in extra or not _about_tools(error):
             return False

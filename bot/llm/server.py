@@ -36,6 +36,34 @@ _WINDOW = re.compile(
 _WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "n_ctx")
 
 
+# How servers say they do not take a field at all (OpenAI's "Unsupported parameter", Azure's
+# "Unrecognized request argument", vLLM's pydantic "Extra inputs are not permitted", others'
+# "unknown field"), as against refusing its value.
+_UNSUPPORTED = (
+    "unsupported",
+    "unrecognized",
+    "unrecognised",
+    "unknown",
+    "not supported",
+    "extra inputs are not permitted",
+    "extra fields not permitted",
+)
+# Words of a refused value: a limit too large for the model or its context window is still
+# the right field.
+_ABOUT_SIZE = ("too large", "maximum context", "context length", "context window", "exceed")
+
+
+def refuses_field(said: str, field: str) -> bool:
+    """Whether a server's error message says it does not take the field at all (so that
+    another field may do its job), never when it only refuses the field's value."""
+    said = said.casefold()
+    return (
+        field in said
+        and any(word in said for word in _UNSUPPORTED)
+        and not any(word in said for word in _ABOUT_SIZE)
+    )
+
+
 def stated_window(text: str) -> int | None:
     """The context window an error message states, if it does."""
     match = _WINDOW.search(text)
@@ -188,8 +216,12 @@ async def _create(client: openai.AsyncOpenAI, **fields: Any) -> Any:
     return await cast(Any, client.chat.completions.create)(**fields)
 
 
+def _said(error: openai.APIStatusError) -> str:
+    return str(error.body if error.body is not None else error.message).casefold()
+
+
 def _mentions(error: openai.APIStatusError, *words: str) -> bool:
-    said = str(error.body if error.body is not None else error.message).casefold()
+    said = _said(error)
     return any(word in said for word in words)
 
 
@@ -235,7 +267,7 @@ async def _limit(
             if options and _mentions(error, "stream_options", "include_usage"):
                 options = False
                 continue
-            if traits.limit_fixed or why or not _mentions(error, param):
+            if traits.limit_fixed or why or not refuses_field(_said(error), param):
                 raise
             why, note, param = "rejects", f"the server rejects {param}", _OTHER[param]
             continue

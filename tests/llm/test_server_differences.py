@@ -217,3 +217,36 @@ async def test_an_overflow_after_a_tool_ran_is_not_asked_again(
     await ask(bot, dm(), "short")
     contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
     assert contents[1:3] == ["first", "reply 1"]
+
+
+TOO_LARGE = [
+    # OpenAI's
+    "max_completion_tokens is too large: 100000. This model supports at most 4096 completion "
+    "tokens, whereas you provided 100000.",
+    # vLLM's
+    "'max_tokens' or 'max_completion_tokens' is too large: 1024. This model's maximum context "
+    "length is 512 tokens and your request has 100 input tokens (1024 > 512 - 100).",
+]
+
+
+@pytest.mark.parametrize("message", TOO_LARGE)
+async def test_a_limit_refused_as_too_large_keeps_its_field(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, message: str
+) -> None:
+    bot = await openai_bots()
+    fake_openai.script = [{"status": 400, "error": {"message": message}}]
+    assert outcome_of(await ask(bot, dm(), "one")) is Result.FAILED
+    assert text_of(await ask(bot, dm(), "two")) == "reply 2"
+    assert [r.get("max_completion_tokens") for r in fake_openai.requests] == [1024, 1024]
+    assert all("max_tokens" not in r for r in fake_openai.requests)
+
+
+@pytest.mark.parametrize("message", TOO_LARGE)
+async def test_the_probe_keeps_a_limit_field_refused_as_too_large(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, message: str
+) -> None:
+    bot = await openai_bots(llm={"probe_server": True})
+    fake_openai.script = [{"status": 400, "error": {"message": message}}]
+    assert text_of(await ask(bot, dm(), "one")) == "reply 2"
+    assert "max_tokens" not in fake_openai.requests[-1]
+    assert fake_openai.requests[-1]["max_completion_tokens"] == 1024
