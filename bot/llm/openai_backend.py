@@ -93,6 +93,9 @@ class OpenAIChatModel:
         client = self._client
         for attempt in range(MAX_ADAPTATIONS + 1):
             extra = self._extra(request)
+            # What this request asks for, for _adapted: the traits may change before it fails
+            # (a concurrent request refused for the same field).
+            asked_usage = streaming and self.traits.stream_usage
             try:
                 if streaming and on_text is not None:
                     reply = await self._streamed(request.messages, extra, on_text, on_progress)
@@ -113,7 +116,7 @@ class OpenAIChatModel:
                 # retry (on a new connection) at least.
                 client = self._client.with_options(max_retries=max(1, self._config.max_retries))
             except (openai.BadRequestError, openai.UnprocessableEntityError) as error:
-                if attempt < MAX_ADAPTATIONS and self._adapted(error, extra):
+                if attempt < MAX_ADAPTATIONS and self._adapted(error, extra, asked_usage):
                     continue
                 raise self._model_error(error) from error
             except openai.OpenAIError as error:
@@ -135,17 +138,26 @@ class OpenAIChatModel:
             raise ToolsRefused("The model server does not support tools.", "")
         return extra
 
-    def _adapted(self, error: openai.APIStatusError, extra: dict[str, Any]) -> bool:
-        """Whether the server refused a field pinbot can do without (asking for usage in
-        streams, the completion-limit field, tools); then it is dropped for good. ToolsRefused
+    def _adapted(
+        self, error: openai.APIStatusError, extra: dict[str, Any], asked_usage: bool
+    ) -> bool:
+        """Whether the server refused a field of this request (extra, and usage in streams
+        when asked_usage) pinbot can do without: asking for usage in streams, the
+        completion-limit field, tools; then it is dropped for good (or was already, by a
+        concurrent request refused for it), and the request is worth asking again. ToolsRefused
         when it refused the tools of a call that needs one."""
         said = _server_message(error).casefold()
         if "stream_options" in said or "include_usage" in said:
+            if not asked_usage:
+                return False
             if self.traits.stream_usage:
                 self.traits.no_stream_usage(rejected=True)
-                return True
-            return False
-        if refuses_field(said, self.traits.limit_param) and self.traits.switch_limit("rejects"):
+            return True
+        sent = "max_tokens" if "max_tokens" in extra else "max_completion_tokens"
+        # Switched already when a concurrent request was refused for it since this one was made.
+        if refuses_field(said, sent) and (
+            self.traits.limit_param != sent or self.traits.switch_limit("rejects")
+        ):
             return True
         if "tools" not in extra or not _about_tools(error):
             return False

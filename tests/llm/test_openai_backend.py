@@ -3,6 +3,7 @@ messages array the model receives, history, and every kind of failure."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from bot.config import ConfigError
 from bot.core.render import CONTEXT_RULES, STRONG_RULES
 from bot.llm import build_model
+from bot.llm.base import ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, make_config, text_of
@@ -284,3 +286,20 @@ def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     config = make_config(llm={"backend": "openai", "api_key_env": "PINBOT_TEST_KEY"})
     with pytest.raises(ConfigError, match="PINBOT_TEST_KEY"):
         build_model(config.llm)
+
+
+async def test_concurrent_requests_refused_for_the_same_field_are_both_answered(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.refuse = {
+        "max_completion_tokens": "Unsupported parameter: 'max_completion_tokens' is not supported"
+    }
+    fake_openai.release = asyncio.Event()
+    model = OpenAIChatModel.from_config(make_config(llm=llm(fake_openai)).llm)
+    request = ModelRequest([{"role": "user", "content": "hi"}])
+    both = asyncio.gather(model.complete(request), model.complete(request))
+    await fake_openai.wait_for_requests(2)  # both asked before either is refused
+    fake_openai.release.set()
+    replies = await both
+    assert sorted(reply.text for reply in replies) == ["reply 3", "reply 4"]
+    assert ["max_tokens" in r for r in fake_openai.requests] == [False, False, True, True]
