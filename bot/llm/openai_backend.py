@@ -91,7 +91,9 @@ class OpenAIChatModel:
         await self._probe()
         streaming = self._config.stream and on_text is not None
         client = self._client
-        for attempt in range(MAX_ADAPTATIONS + 1):
+        adaptations = 0
+        # One more than the adaptations: the one re-ask of a stream that ended empty.
+        for _ in range(MAX_ADAPTATIONS + 2):
             extra = self._extra(request)
             # What this request asks for, for _adapted: the traits may change before it fails
             # (a concurrent request refused for the same field).
@@ -116,11 +118,14 @@ class OpenAIChatModel:
                 # retry (on a new connection) at least.
                 client = self._client.with_options(max_retries=max(1, self._config.max_retries))
             except (openai.BadRequestError, openai.UnprocessableEntityError) as error:
-                if attempt < MAX_ADAPTATIONS and self._adapted(error, extra, asked_usage):
+                if adaptations < MAX_ADAPTATIONS and self._adapted(error, extra, asked_usage):
+                    adaptations += 1
                     continue
                 raise self._model_error(error) from error
             except openai.OpenAIError as error:
                 raise self._model_error(error) from error
+        else:  # not reached (the re-ask is unstreamed): a bound, never an unbound reply
+            raise ModelError("The model server refused the request. Please try again.", "retries")
         if not reply.text and not reply.tool_calls and not reply.cut_off:
             raise ModelError("The model returned an empty answer. Please try again.", "empty")
         return reply

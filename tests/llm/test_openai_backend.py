@@ -17,7 +17,7 @@ from bot.llm.base import ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, make_config, text_of
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion
 
 SYSTEM = "You are a test assistant."
 
@@ -303,3 +303,26 @@ async def test_concurrent_requests_refused_for_the_same_field_are_both_answered(
     replies = await both
     assert sorted(reply.text for reply in replies) == ["reply 3", "reply 4"]
     assert ["max_tokens" in r for r in fake_openai.requests] == [False, False, True, True]
+
+
+async def test_three_adaptations_then_an_empty_stream_still_answer(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.reject_stream_options = True
+    fake_openai.refuse = {
+        "max_completion_tokens": "Unrecognized request argument supplied: max_completion_tokens",
+        "tools": "this model does not support tools",
+    }
+    empty = completion("")
+    empty["choices"][0]["finish_reason"] = None  # a stream that ends without a chunk of answer
+    fake_openai.script = [empty, completion("the answer")]
+    model = OpenAIChatModel.from_config(make_config(llm=llm(fake_openai, stream=True)).llm)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    request = ModelRequest([{"role": "user", "content": "hi"}], tools=[tool])
+
+    async def sink(text: str) -> None:
+        pass
+
+    reply = await model.complete(request, on_text=sink)
+    assert reply.text == "the answer"
+    assert [bool(r.get("stream")) for r in fake_openai.requests] == [True] * 4 + [False]
