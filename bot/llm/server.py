@@ -158,7 +158,7 @@ class ServerReport:
     limit_note: str  # in words, for the report ("" when the first field asked worked)
     stream_usage: Literal["yes", "no", "rejected"]
     cached_tokens: bool
-    tools: Literal["yes", "ignored", "refused"]
+    tools: Literal["yes", "ignored", "refused", "unknown"]
     context_window: int | None = None
 
     def lines(self) -> list[tuple[str, str]]:
@@ -173,6 +173,7 @@ class ServerReport:
             "yes": "yes",
             "ignored": "ignored (answered with text; the agent tools are turned off for it)",
             "refused": "refused (the agent tools are turned off for it)",
+            "unknown": "not known (the test answer ran out of tokens; the agent tools stay on)",
         }[self.tools]
         window = f"{self.context_window} tokens" if self.context_window else "not stated"
         return [
@@ -189,7 +190,7 @@ class ServerReport:
             traits.switch_limit(self.limit_why or "ignores")
         if self.stream_usage != "yes":
             traits.no_stream_usage(rejected=self.stream_usage == "rejected")
-        if self.tools != "yes":
+        if self.tools in ("ignored", "refused"):
             traits.tools_off(self.tools)
         traits.window(self.context_window)
 
@@ -208,7 +209,8 @@ PING_TOOL = {
     },
 }
 CALL_PING = [{"role": "user", "content": "Call the ping tool now."}]
-TOOL_CALL_LIMIT = 32  # room for a call of ping with no arguments
+# Room for a call of ping with no arguments, and for a reasoning model's thinking before it.
+TOOL_CALL_LIMIT = 256
 
 
 async def _create(client: openai.AsyncOpenAI, **fields: Any) -> Any:
@@ -293,9 +295,10 @@ def _cached(response: Any) -> bool:
 
 async def _tools(
     client: openai.AsyncOpenAI, model: str, param: LimitParam
-) -> Literal["yes", "ignored", "refused"]:
+) -> Literal["yes", "ignored", "refused", "unknown"]:
     """Whether the server calls a tool it is told to call (tool_choice "required", or without
-    tool_choice where that is refused)."""
+    tool_choice where that is refused); unknown when the answer ran out of tokens before any
+    call (a reasoning model still thinking), which shows nothing."""
     choice: dict[str, Any] = {"tool_choice": "required"}
     for _ in range(2):
         try:
@@ -314,8 +317,12 @@ async def _tools(
             if _mentions(error, "tool"):
                 return "refused"
             raise
-        message = response.choices[0].message if response.choices else None
-        return "yes" if message is not None and message.tool_calls else "ignored"
+        choice_made = response.choices[0] if response.choices else None
+        if choice_made is not None and choice_made.message.tool_calls:
+            return "yes"
+        if choice_made is not None and choice_made.finish_reason == "length":
+            return "unknown"
+        return "ignored"
     return "refused"
 
 

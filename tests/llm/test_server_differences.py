@@ -6,6 +6,7 @@ fake server that behaves as each kind of server is documented to."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,21 @@ async def test_the_probe_keeps_a_limit_field_refused_as_too_large(
     assert text_of(await ask(bot, dm(), "one")) == "reply 2"
     assert "max_tokens" not in fake_openai.requests[-1]
     assert fake_openai.requests[-1]["max_completion_tokens"] == 1024
+
+
+async def test_a_tool_probe_cut_at_its_length_keeps_the_tools_on(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a reasoning model still thinking when the probe's tokens run out: no call, "length"
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        answer = completion("Hmm")
+        answer["choices"][0]["finish_reason"] = "length"
+        return answer
+
+    fake_openai.respond = respond
+    bot = await openai_bots(llm={"probe_server": True, "agent_tools": True})
+    await ask(bot, dm(), "hello")
+    (tool_probe,) = [r for r in fake_openai.requests[:-1] if r.get("tools")]
+    assert tool_probe["max_completion_tokens"] == 256
+    assert "tools" in fake_openai.requests[-1]
+    assert not warnings(caplog, "tools")
