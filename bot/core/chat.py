@@ -68,6 +68,19 @@ def _overflow_reply(window: int | None) -> str:
     return OVERFLOW.format(window=f" ({window:,} tokens)" if window else "")
 
 
+class _AfterTools(ModelError):
+    """A model call failed after tools ran in the turn: asking the turn again would run its
+    tools (and their changes) twice."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(
+            error.user_message,
+            str(error),
+            overflow=error.overflow,
+            context_window=error.context_window,
+        )
+
+
 class _Answer(NamedTuple):
     """What a turn's model calls answered ('' for nothing), and why they stopped early, if they
     did: a budget (refused) or the stream's time limit (cut_off)."""
@@ -142,23 +155,9 @@ class ChatService:
             rendered = await self.rendered_blocks(context, text)
             history = await self._compacted(context, session, await self._store.history(session))
             try:
-                try:
-                    answer, stopped, cut_off = await self._answer(
-                        context, self._request(rendered, history, text), on_text
-                    )
-                except ModelError as error:
-                    if not (error.overflow and history):
-                        raise
-                    log.warning(
-                        "the request of %s overflowed the model's context window (%s); "
-                        "compacting its history and asking once more",
-                        session,
-                        error,
-                    )
-                    history = await self._compacted(context, session, history, force=True)
-                    answer, stopped, cut_off = await self._answer(
-                        context, self._request(rendered, history, text), on_text
-                    )
+                (answer, stopped, cut_off), pending = await self._ask(
+                    context, session, rendered, history, text, on_text
+                )
             except BudgetUsedUp as used_up:
                 return Reply.refused(used_up.message)  # and the model was not asked
             except ModelError as error:
@@ -175,10 +174,43 @@ class ChatService:
                 answer += f"\n{FENCE}"
             if cut_off:  # kept with its note: the next turn sees the answer was cut short
                 answer = f"{answer}\n\n{stopped}"
+            if pending is not None:  # the compaction the answer was asked with stands now
+                await pending()
             await self._store.append_turn(session, text, answer, now=self._clock())
             if stopped and not cut_off:  # what the model answered stands; the budget stopped it
                 return Reply(f"{answer}\n\n{stopped}", formatted=True)
             return Reply(answer, formatted=True)
+
+    async def _ask(
+        self,
+        context: MessageContext,
+        session: str,
+        rendered: Rendered,
+        history: list[HistoryEntry],
+        text: str,
+        on_text: TextSink | None,
+    ) -> tuple[_Answer, Callable[[], Awaitable[None]] | None]:
+        """The turn's answer; a request that overflows the model's context window is asked once
+        more with its history summarised, and then comes with what stores that summary, for
+        the caller to run once the answer stands."""
+        try:
+            answer = await self._answer(context, self._request(rendered, history, text), on_text)
+            return answer, None
+        except ModelError as error:
+            if not (error.overflow and history) or isinstance(error, _AfterTools):
+                raise
+            log.warning(
+                "the request of %s overflowed the model's context window (%s); "
+                "compacting its history and asking once more",
+                session,
+                error,
+            )
+            forced = await self._compaction(context, session, history, force=True)
+            if forced is None:  # history stays as it was: the turn fails on its own
+                raise
+        history, pending = forced
+        answer = await self._answer(context, self._request(rendered, history, text), on_text)
+        return answer, pending
 
     def _request(
         self, rendered: Rendered, history: Sequence[HistoryEntry], text: str
@@ -210,17 +242,30 @@ class ChatService:
         return render(ordered(shared, personal), text, pins.header_label)
 
     async def _compacted(
+        self, context: MessageContext, session: str, entries: list[HistoryEntry]
+    ) -> list[HistoryEntry]:
+        """History within budget: older turns summarised (or dropped, as `chat.compaction`
+        says or when that fails), pins suggested from them on the way (bot.core.compaction);
+        the calls' usage counts to the turn's sender. Stored at once."""
+        compacted = await self._compaction(context, session, entries, force=False)
+        assert compacted is not None  # an unforced compaction always has a result
+        history, store = compacted
+        if store is not None:
+            await store()
+        return history
+
+    async def _compaction(
         self,
         context: MessageContext,
         session: str,
         entries: list[HistoryEntry],
         *,
-        force: bool = False,
-    ) -> list[HistoryEntry]:
-        """History within budget: older turns summarised (or dropped, as `chat.compaction`
-        says or when that fails), pins suggested from them on the way (bot.core.compaction);
-        the calls' usage counts to the turn's sender. force: every turn is compacted (the
-        request overflowed the model's context window)."""
+        force: bool,
+    ) -> tuple[list[HistoryEntry], Callable[[], Awaitable[None]] | None] | None:
+        """The history to ask with and what stores it (None: nothing to store). force: every
+        turn is summarised (the request overflowed the model's context window); then a failed
+        summary drops nothing and there is no result (None), since the history may not be
+        what overflowed, and the caller stores the result only once the model answers."""
         chat = self._config.chat
         plan = plan_history(
             entries,
@@ -229,24 +274,38 @@ class ChatService:
             chat.compaction_keep_turns,
         )
         if not plan.needs_compaction:
-            return plan.kept
+            return plan.kept, None
         summary = None
         try:
             older = [(e.role, e.content) for e in plan.older]
             summary = await self.compaction.summary(context, older) or None
         except (ModelError, BudgetUsedUp) as error:
-            log.warning("summarising history of %s failed (%s); dropping old turns", session, error)
+            log.warning(
+                "summarising history of %s failed (%s); %s",
+                session,
+                error,
+                "keeping it as it is" if force else "dropping old turns",
+            )
+        now = self._clock()
         if summary is None:
+            if force:
+                return None
             turns = [e.id for e in plan.older if e.role != SUMMARY_ROLE]
-            await self._store.compact_history(session, turns, None, now=self._clock())
-            metrics.compacted("dropped")
+
+            async def drop() -> None:
+                await self._store.compact_history(session, turns, None, now=now)
+                metrics.compacted("dropped")
+
             kept_summary = [e for e in plan.older if e.role == SUMMARY_ROLE]
-            return kept_summary + plan.kept
-        await self._store.compact_history(
-            session, [e.id for e in plan.older], summary, now=self._clock()
-        )
-        metrics.compacted("summarized")
-        return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept]
+            return kept_summary + plan.kept, drop
+        older_ids = [e.id for e in plan.older]
+        text = summary
+
+        async def summarise() -> None:
+            await self._store.compact_history(session, older_ids, text, now=now)
+            metrics.compacted("summarized")
+
+        return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept], summarise
 
     async def _answer(
         self, context: MessageContext, request: ModelRequest, on_text: TextSink | None
@@ -278,6 +337,10 @@ class ChatService:
                 if round_number == 0:
                     raise
                 return _Answer("\n\n".join(said), used_up.message)
+            except ModelError as error:
+                if round_number == 0:
+                    raise
+                raise _AfterTools(error) from error
             if reply.cut_off:
                 said += [reply.text] if reply.text.strip() else []
                 note = CUT_OFF.format(limit=llm.stream_timeout_s)

@@ -31,7 +31,7 @@ from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.keys import parse_scope
 from bot.core.permissions import Role
-from bot.core.render import tokens_of
+from bot.core.render import tokens_of, weighted_chars
 from bot.llm.base import ModelReply, ModelRequest, Progress, Usage
 from storage.errors import BudgetSpent
 from storage.models import Budget, Hold, UsageRow, UsageTotals
@@ -55,9 +55,11 @@ class BudgetUsedUp(Exception):
 
 
 def estimated_usage(request: ModelRequest, reply: ModelReply) -> Usage:
-    """Usage for a server that reported none, at about 4 characters a token, flagged."""
+    """Usage for a server that reported none, at about 4 characters a token (a wide, CJK one
+    as a token: weighted_chars), flagged."""
     answer = reply.text + "".join(call.name + call.arguments for call in reply.tool_calls)
-    return Usage(tokens_of(len(_sent(request))), tokens_of(len(answer)), 0, estimated=True)
+    sent, said = weighted_chars(_sent(request)), weighted_chars(answer)
+    return Usage(tokens_of(sent), tokens_of(said), 0, estimated=True)
 
 
 def _sent(request: ModelRequest) -> str:

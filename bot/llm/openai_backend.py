@@ -26,7 +26,7 @@ from bot.llm.base import (
     ToolsRefused,
     Usage,
 )
-from bot.llm.server import ServerTraits, probe, stated_window
+from bot.llm.server import ServerTraits, probe, refuses_field, stated_window
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,13 @@ class OpenAIChatModel:
         await self._probe()
         streaming = self._config.stream and on_text is not None
         client = self._client
-        for attempt in range(MAX_ADAPTATIONS + 1):
+        adaptations = 0
+        # One more than the adaptations: the one re-ask of a stream that ended empty.
+        for _ in range(MAX_ADAPTATIONS + 2):
             extra = self._extra(request)
+            # What this request asks for, for _adapted: the traits may change before it fails
+            # (a concurrent request refused for the same field).
+            asked_usage = streaming and self.traits.stream_usage
             try:
                 if streaming and on_text is not None:
                     reply = await self._streamed(request.messages, extra, on_text, on_progress)
@@ -113,11 +118,14 @@ class OpenAIChatModel:
                 # retry (on a new connection) at least.
                 client = self._client.with_options(max_retries=max(1, self._config.max_retries))
             except (openai.BadRequestError, openai.UnprocessableEntityError) as error:
-                if attempt < MAX_ADAPTATIONS and self._adapted(error, extra):
+                if adaptations < MAX_ADAPTATIONS and self._adapted(error, extra, asked_usage):
+                    adaptations += 1
                     continue
                 raise self._model_error(error) from error
             except openai.OpenAIError as error:
                 raise self._model_error(error) from error
+        else:  # not reached (the re-ask is unstreamed): a bound, never an unbound reply
+            raise ModelError("The model server refused the request. Please try again.", "retries")
         if not reply.text and not reply.tool_calls and not reply.cut_off:
             raise ModelError("The model returned an empty answer. Please try again.", "empty")
         return reply
@@ -135,17 +143,26 @@ class OpenAIChatModel:
             raise ToolsRefused("The model server does not support tools.", "")
         return extra
 
-    def _adapted(self, error: openai.APIStatusError, extra: dict[str, Any]) -> bool:
-        """Whether the server refused a field pinbot can do without (asking for usage in
-        streams, the completion-limit field, tools); then it is dropped for good. ToolsRefused
+    def _adapted(
+        self, error: openai.APIStatusError, extra: dict[str, Any], asked_usage: bool
+    ) -> bool:
+        """Whether the server refused a field of this request (extra, and usage in streams
+        when asked_usage) pinbot can do without: asking for usage in streams, the
+        completion-limit field, tools; then it is dropped for good (or was already, by a
+        concurrent request refused for it), and the request is worth asking again. ToolsRefused
         when it refused the tools of a call that needs one."""
         said = _server_message(error).casefold()
         if "stream_options" in said or "include_usage" in said:
+            if not asked_usage:
+                return False
             if self.traits.stream_usage:
                 self.traits.no_stream_usage(rejected=True)
-                return True
-            return False
-        if self.traits.limit_param in said and self.traits.switch_limit("rejects"):
+            return True
+        sent = "max_tokens" if "max_tokens" in extra else "max_completion_tokens"
+        # Switched already when a concurrent request was refused for it since this one was made.
+        if refuses_field(said, sent) and (
+            self.traits.limit_param != sent or self.traits.switch_limit("rejects")
+        ):
             return True
         if "tools" not in extra or not _about_tools(error):
             return False

@@ -36,6 +36,34 @@ _WINDOW = re.compile(
 _WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "n_ctx")
 
 
+# How servers say they do not take a field at all (OpenAI's "Unsupported parameter", Azure's
+# "Unrecognized request argument", vLLM's pydantic "Extra inputs are not permitted", others'
+# "unknown field"), as against refusing its value.
+_UNSUPPORTED = (
+    "unsupported",
+    "unrecognized",
+    "unrecognised",
+    "unknown",
+    "not supported",
+    "extra inputs are not permitted",
+    "extra fields not permitted",
+)
+# Words of a refused value: a limit too large for the model or its context window is still
+# the right field.
+_ABOUT_SIZE = ("too large", "maximum context", "context length", "context window", "exceed")
+
+
+def refuses_field(said: str, field: str) -> bool:
+    """Whether a server's error message says it does not take the field at all (so that
+    another field may do its job), never when it only refuses the field's value."""
+    said = said.casefold()
+    return (
+        field in said
+        and any(word in said for word in _UNSUPPORTED)
+        and not any(word in said for word in _ABOUT_SIZE)
+    )
+
+
 def stated_window(text: str) -> int | None:
     """The context window an error message states, if it does."""
     match = _WINDOW.search(text)
@@ -130,7 +158,7 @@ class ServerReport:
     limit_note: str  # in words, for the report ("" when the first field asked worked)
     stream_usage: Literal["yes", "no", "rejected"]
     cached_tokens: bool
-    tools: Literal["yes", "ignored", "refused"]
+    tools: Literal["yes", "ignored", "refused", "unknown"]
     context_window: int | None = None
 
     def lines(self) -> list[tuple[str, str]]:
@@ -145,6 +173,7 @@ class ServerReport:
             "yes": "yes",
             "ignored": "ignored (answered with text; the agent tools are turned off for it)",
             "refused": "refused (the agent tools are turned off for it)",
+            "unknown": "not known (the test answer ran out of tokens; the agent tools stay on)",
         }[self.tools]
         window = f"{self.context_window} tokens" if self.context_window else "not stated"
         return [
@@ -161,7 +190,7 @@ class ServerReport:
             traits.switch_limit(self.limit_why or "ignores")
         if self.stream_usage != "yes":
             traits.no_stream_usage(rejected=self.stream_usage == "rejected")
-        if self.tools != "yes":
+        if self.tools in ("ignored", "refused"):
             traits.tools_off(self.tools)
         traits.window(self.context_window)
 
@@ -180,7 +209,8 @@ PING_TOOL = {
     },
 }
 CALL_PING = [{"role": "user", "content": "Call the ping tool now."}]
-TOOL_CALL_LIMIT = 32  # room for a call of ping with no arguments
+# Room for a call of ping with no arguments, and for a reasoning model's thinking before it.
+TOOL_CALL_LIMIT = 256
 
 
 async def _create(client: openai.AsyncOpenAI, **fields: Any) -> Any:
@@ -188,8 +218,12 @@ async def _create(client: openai.AsyncOpenAI, **fields: Any) -> Any:
     return await cast(Any, client.chat.completions.create)(**fields)
 
 
+def _said(error: openai.APIStatusError) -> str:
+    return str(error.body if error.body is not None else error.message).casefold()
+
+
 def _mentions(error: openai.APIStatusError, *words: str) -> bool:
-    said = str(error.body if error.body is not None else error.message).casefold()
+    said = _said(error)
     return any(word in said for word in words)
 
 
@@ -235,7 +269,7 @@ async def _limit(
             if options and _mentions(error, "stream_options", "include_usage"):
                 options = False
                 continue
-            if traits.limit_fixed or why or not _mentions(error, param):
+            if traits.limit_fixed or why or not refuses_field(_said(error), param):
                 raise
             why, note, param = "rejects", f"the server rejects {param}", _OTHER[param]
             continue
@@ -261,9 +295,10 @@ def _cached(response: Any) -> bool:
 
 async def _tools(
     client: openai.AsyncOpenAI, model: str, param: LimitParam
-) -> Literal["yes", "ignored", "refused"]:
+) -> Literal["yes", "ignored", "refused", "unknown"]:
     """Whether the server calls a tool it is told to call (tool_choice "required", or without
-    tool_choice where that is refused)."""
+    tool_choice where that is refused); unknown when the answer ran out of tokens before any
+    call (a reasoning model still thinking), which shows nothing."""
     choice: dict[str, Any] = {"tool_choice": "required"}
     for _ in range(2):
         try:
@@ -282,8 +317,12 @@ async def _tools(
             if _mentions(error, "tool"):
                 return "refused"
             raise
-        message = response.choices[0].message if response.choices else None
-        return "yes" if message is not None and message.tool_calls else "ignored"
+        choice_made = response.choices[0] if response.choices else None
+        if choice_made is not None and choice_made.message.tool_calls:
+            return "yes"
+        if choice_made is not None and choice_made.finish_reason == "length":
+            return "unknown"
+        return "ignored"
     return "refused"
 
 

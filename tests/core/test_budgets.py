@@ -17,6 +17,8 @@ import pytest
 from bot.core.bot import Pinbot
 from bot.core.conversation import ChatKind, Conversation
 from bot.core.replies import Result
+from bot.core.usage import estimated_usage
+from bot.llm.base import ModelReply, ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from storage.errors import BudgetSpent
@@ -252,3 +254,11 @@ async def test_a_cancelled_call_releases_its_hold(open_bot: Any, fake_openai: Fa
     fake_openai.release.set()
     assert outcome_of(await ask(bot, group(chat="-5"), "next")) is Result.DONE
     assert await bot.store.forget_holds_before(bot.usage._clock() + timedelta(days=1)) == 0
+
+
+def test_an_estimate_counts_a_wide_character_as_a_token() -> None:
+    # servers without stream usage: a CJK turn is not undercounted at 4 characters a token
+    request = ModelRequest([{"role": "user", "content": "你好世界" * 10}])
+    usage = estimated_usage(request, ModelReply("谢谢你的问题" * 10))
+    assert usage.estimated and usage.completion_tokens == 60
+    assert usage.prompt_tokens >= 40

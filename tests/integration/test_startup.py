@@ -220,7 +220,7 @@ async def test_check_config_online(
     )
     assert lines["llm usage in streams"].startswith("rejected stream_options")
     assert lines["llm tools"].startswith("refused")
-    assert fake_openai.requests[-1]["max_tokens"] == 32
+    assert fake_openai.requests[-1]["max_tokens"] == 256
 
 
 async def test_a_first_run_that_guides(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ messages array the model receives, history, and every kind of failure."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 from typing import Any
@@ -12,10 +13,11 @@ import pytest
 from bot.config import ConfigError
 from bot.core.render import CONTEXT_RULES, STRONG_RULES
 from bot.llm import build_model
+from bot.llm.base import ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, make_config, text_of
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, completion
 
 SYSTEM = "You are a test assistant."
 
@@ -284,3 +286,43 @@ def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     config = make_config(llm={"backend": "openai", "api_key_env": "PINBOT_TEST_KEY"})
     with pytest.raises(ConfigError, match="PINBOT_TEST_KEY"):
         build_model(config.llm)
+
+
+async def test_concurrent_requests_refused_for_the_same_field_are_both_answered(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.refuse = {
+        "max_completion_tokens": "Unsupported parameter: 'max_completion_tokens' is not supported"
+    }
+    fake_openai.release = asyncio.Event()
+    model = OpenAIChatModel.from_config(make_config(llm=llm(fake_openai)).llm)
+    request = ModelRequest([{"role": "user", "content": "hi"}])
+    both = asyncio.gather(model.complete(request), model.complete(request))
+    await fake_openai.wait_for_requests(2)  # both asked before either is refused
+    fake_openai.release.set()
+    replies = await both
+    assert sorted(reply.text for reply in replies) == ["reply 3", "reply 4"]
+    assert ["max_tokens" in r for r in fake_openai.requests] == [False, False, True, True]
+
+
+async def test_three_adaptations_then_an_empty_stream_still_answer(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.reject_stream_options = True
+    fake_openai.refuse = {
+        "max_completion_tokens": "Unrecognized request argument supplied: max_completion_tokens",
+        "tools": "this model does not support tools",
+    }
+    empty = completion("")
+    empty["choices"][0]["finish_reason"] = None  # a stream that ends without a chunk of answer
+    fake_openai.script = [empty, completion("the answer")]
+    model = OpenAIChatModel.from_config(make_config(llm=llm(fake_openai, stream=True)).llm)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    request = ModelRequest([{"role": "user", "content": "hi"}], tools=[tool])
+
+    async def sink(text: str) -> None:
+        pass
+
+    reply = await model.complete(request, on_text=sink)
+    assert reply.text == "the answer"
+    assert [bool(r.get("stream")) for r in fake_openai.requests] == [True] * 4 + [False]

@@ -6,12 +6,13 @@ fake server that behaves as each kind of server is documented to."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
 from bot.core.replies import Result
 from tests.conftest import OpenAIBots, ask, dm, outcome_of, text_of
-from tests.fakes.openai_server import FakeOpenAI, completion
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 
 LIMIT = 16
 OVERFLOW_400 = {
@@ -170,3 +171,101 @@ async def test_probe_server_learns_before_the_first_call(
     assert all("tools" not in t and t["max_tokens"] == 1024 for t in turns)
     for said in ("ignores max_completion_tokens", "rejects stream_options", "ignored tools"):
         assert len(warnings(caplog, said)) == 1, said
+
+
+async def test_a_message_that_overflows_on_its_own_keeps_history_as_it_was(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots()
+    for text in ("first", "second"):
+        await ask(bot, dm(), text)
+    # the turn overflows, the summary works, and the retry overflows all the same
+    fake_openai.script = [OVERFLOW_400, completion("summary of two turns"), OVERFLOW_400]
+    reply = await ask(bot, dm(), "a message too long on its own")
+    assert outcome_of(reply) is Result.FAILED and "too long" in text_of(reply)
+    await ask(bot, dm(), "short")
+    contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
+    assert contents[1:] == ["first", "reply 1", "second", "reply 2", "short"]
+
+
+async def test_a_summary_that_overflows_too_drops_no_history(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots()
+    for text in ("first", "second"):
+        await ask(bot, dm(), text)
+    fake_openai.script = [OVERFLOW_400, OVERFLOW_400]
+    reply = await ask(bot, dm(), "a message too long on its own")
+    assert outcome_of(reply) is Result.FAILED and "too long" in text_of(reply)
+    assert len(fake_openai.requests) == 4  # the turn and its summary; no retry without history
+    await ask(bot, dm(), "short")
+    contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
+    assert contents[1:] == ["first", "reply 1", "second", "reply 2", "short"]
+
+
+async def test_an_overflow_after_a_tool_ran_is_not_asked_again(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots(llm={"agent_tools": True})
+    await ask(bot, dm(), "first")
+    pin = {"label": "note", "content": "remember this"}
+    fake_openai.script = [tool_calls(("pin_set", pin)), OVERFLOW_400]
+    reply = await ask(bot, dm(), "pin it")
+    assert outcome_of(reply) is Result.FAILED and "too long" in text_of(reply)
+    assert len(fake_openai.requests) == 3  # no summary, no second run of the tool
+    blocks = await bot.store.blocks(["console:direct:42"])
+    assert [(b.label, b.content) for b in blocks] == [("note", "remember this")]
+    await ask(bot, dm(), "short")
+    contents = [m["content"] for m in fake_openai.requests[-1]["messages"]]
+    assert contents[1:3] == ["first", "reply 1"]
+
+
+TOO_LARGE = [
+    # OpenAI's
+    "max_completion_tokens is too large: 100000. This model supports at most 4096 completion "
+    "tokens, whereas you provided 100000.",
+    # vLLM's
+    "'max_tokens' or 'max_completion_tokens' is too large: 1024. This model's maximum context "
+    "length is 512 tokens and your request has 100 input tokens (1024 > 512 - 100).",
+]
+
+
+@pytest.mark.parametrize("message", TOO_LARGE)
+async def test_a_limit_refused_as_too_large_keeps_its_field(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, message: str
+) -> None:
+    bot = await openai_bots()
+    fake_openai.script = [{"status": 400, "error": {"message": message}}]
+    assert outcome_of(await ask(bot, dm(), "one")) is Result.FAILED
+    assert text_of(await ask(bot, dm(), "two")) == "reply 2"
+    assert [r.get("max_completion_tokens") for r in fake_openai.requests] == [1024, 1024]
+    assert all("max_tokens" not in r for r in fake_openai.requests)
+
+
+@pytest.mark.parametrize("message", TOO_LARGE)
+async def test_the_probe_keeps_a_limit_field_refused_as_too_large(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, message: str
+) -> None:
+    bot = await openai_bots(llm={"probe_server": True})
+    fake_openai.script = [{"status": 400, "error": {"message": message}}]
+    assert text_of(await ask(bot, dm(), "one")) == "reply 2"
+    assert "max_tokens" not in fake_openai.requests[-1]
+    assert fake_openai.requests[-1]["max_completion_tokens"] == 1024
+
+
+async def test_a_tool_probe_cut_at_its_length_keeps_the_tools_on(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a reasoning model still thinking when the probe's tokens run out: no call, "length"
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        answer = completion("Hmm")
+        answer["choices"][0]["finish_reason"] = "length"
+        return answer
+
+    fake_openai.respond = respond
+    bot = await openai_bots(llm={"probe_server": True, "agent_tools": True})
+    await ask(bot, dm(), "hello")
+    (tool_probe,) = [r for r in fake_openai.requests[:-1] if r.get("tools")]
+    assert tool_probe["max_completion_tokens"] == 256
+    assert "tools" in fake_openai.requests[-1]
+    assert not warnings(caplog, "tools")
