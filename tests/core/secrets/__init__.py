@@ -1,0 +1,1 @@
+"""Tests of bot.core.secrets, the one recogniser of secrets."""
