@@ -24,7 +24,7 @@ from bot.core.policy import (
     default_level,
     refusal,
 )
-from bot.core.redact import redact
+from bot.core.secrets import redact
 from bot.core.sensitive import masked_note
 from storage import Store
 from storage.changes import Applied

@@ -9,7 +9,7 @@ from bot import metrics
 from bot.core.clock import Clock, utc_now
 from bot.core.keys import is_shared_scope
 from bot.core.policy import BlockPolicy
-from bot.core.redact import redact
+from bot.core.secrets import redact
 from storage import Store
 from storage.errors import Conflict
 from storage.models import Block, BlockChange, Change, Channel, Seen, State, Wanted, label_key

@@ -19,9 +19,8 @@ from typing import Any
 
 from bot import metrics
 from bot.config import PinsConfig
-from bot.core.credentials import credential_kind
 from bot.core.permissions import Action, Speaker
-from bot.core.redact import has_placeholder
+from bot.core.secrets import credential_kind, has_placeholder
 from storage.models import Block, BlockChange, BlockState, Channel, Level, Limits, State, label_key
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000

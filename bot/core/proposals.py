@@ -17,8 +17,8 @@ from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
 from bot.core.permissions import Action
 from bot.core.policy import Rule, default_level, refusal, text_problem
-from bot.core.redact import redact
 from bot.core.replies import Button, Messenger, Reply, Sent
+from bot.core.secrets import redact
 from bot.core.sensitive import shown_content
 from storage.errors import AlreadyDecided, Stale
 from storage.models import (

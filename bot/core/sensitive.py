@@ -1,6 +1,6 @@
 """What is seen of a sensitive block: the store keeps it whole, and everything that shows or sends
 it — the model's request, the tools' reads, listings, the web page, exports — goes through here
-and gets it redacted (bot.core.redact). Only `/sticky raw` in a DM, the operator's raw view of
+and gets it redacted (bot.core.secrets). Only `/sticky raw` in a DM, the operator's raw view of
 the web page and `pinbot export --raw` read the stored text."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
-from bot.core.redact import redact, sensitive_kinds
+from bot.core.secrets import hidden_kinds, redact
 from storage.models import Block, BlockState
 
 PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
@@ -49,7 +49,7 @@ def shown_states(newest_first: Iterable[BlockState | None]) -> list[BlockState |
 def masked_note(content: str) -> str:
     """What making content sensitive masks, in words for the reply: the kinds found, or that
     nothing is (so the user is not left believing a secret is hidden)."""
-    found = sensitive_kinds(content)
+    found = hidden_kinds(content)
     if not found:
         return "nothing in it looks like an address or a secret; the model reads it as written"
     return "masked: " + ", ".join(dict.fromkeys(found))

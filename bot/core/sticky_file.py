@@ -12,7 +12,7 @@ from typing import Any
 from bot.core.blocks import BlockOps
 from bot.core.keys import is_group_scope, is_shared_scope, read_scope
 from bot.core.policy import BlockPolicy, Refused, Rule, Where, default_level, refusal
-from bot.core.redact import redact
+from bot.core.secrets import redact
 from bot.core.transfer import (
     IMPORT,
     SCOPE_EXAMPLES,

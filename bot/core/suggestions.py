@@ -28,10 +28,10 @@ from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
 from bot.core.clock import Clock, utc_now
 from bot.core.context import MessageContext
 from bot.core.conversation import ChatKind
-from bot.core.credentials import credential_kind
 from bot.core.policy import default_level, text_problem
 from bot.core.proposals import MAX_REASON_CHARS, Proposals
 from bot.core.replies import Button, Messenger, Reply, Sent
+from bot.core.secrets import credential_kind
 from bot.llm.suggest import Candidate
 from storage import Store
 from storage.models import label_key

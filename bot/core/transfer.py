@@ -22,7 +22,7 @@ from bot.core.policy import (
     priority_problem,
     text_problem,
 )
-from bot.core.redact import redact
+from bot.core.secrets import redact
 from bot.core.sensitive import shown_content, shown_states
 from storage import Store
 from storage.blocks import BlockStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.redact import EMAIL, HOST_PORT, IP, SECRET, SSH_TARGET, TOKEN, redact
+from bot.core.secrets import EMAIL, HOST_PORT, IP, SECRET, SSH_TARGET, TOKEN, redact
 
 CORPUS = Path(__file__).parent / "data" / "ordinary_sentences.txt"
 
@@ -23,7 +23,7 @@ KINDS = [
     ("the link is fe80::1ff:fe23:4567:890a here", "fe80::1ff:fe23:4567:890a", IP),
     ("the proxy is [2001:db8::1]:443", "2001:db8::1", HOST_PORT),
     ("export API_KEY=abc123 first", "abc123", "API_KEY=" + SECRET),
-    ('set DB_PASSWORD="hunter two" there', "hunter two", "DB_PASSWORD=" + SECRET),
+    ('set DB_PASSWORD="hunter two" there', "hunter two", 'DB_PASSWORD="' + SECRET),
     ("password: hunter2", "hunter2", "password: " + SECRET),
     ("my key is sk-proj-abcdefghijklmnop1234", "sk-proj-abcdefghijklmnop1234", TOKEN),
     ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnopqrst", TOKEN),

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bot.core.policy import Rule
-from bot.core.redact import redact
+from bot.core.secrets import redact
 from bot.core.sensitive import PREVIEW_CHARS
 from storage.models import ChangeKind, State
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of

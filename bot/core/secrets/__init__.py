@@ -1,0 +1,145 @@
+"""The one recogniser of secrets: everything that asks "is there a secret here?" asks `find`.
+
+Built on detect-secrets' provider plugins (their patterns, run by RE2 so that every rule is linear
+in the text) and our own rules for what scanners of source files do not read: secrets in English
+and Chinese prose, text glued to CJK characters, invisible characters inside a token, whole private
+key blocks, the user's own `||marks||`, and, for sensitive blocks, addresses.
+
+- `credential_kind(text)`: why a group must not see text (a credential), or None.
+- `redact(text)`: the text with every secret, mark and address replaced by a placeholder naming
+  its kind (`[secret]`, `[token]`, `[ip]`, `[host:port]`, `[ssh-target]`, `[email]`, `[hidden]`);
+  redacting twice changes nothing.
+- `hidden_kinds(text)`: what `redact` hides, in words, for honest replies.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from bot.core.secrets._addresses import address_rules
+from bot.core.secrets._keys import key_spans
+from bot.core.secrets._phrasing import phrasing_rules
+from bot.core.secrets._providers import provider_rules
+from bot.core.secrets._rule import (
+    EMAIL,
+    HIDDEN,
+    HOST_PORT,
+    IP,
+    PLACEHOLDERS,
+    SECRET,
+    SSH_TARGET,
+    TOKEN,
+    Rule,
+    Span,
+    compile_re2,
+)
+from bot.core.secrets._text import fold
+
+__all__ = [
+    "EMAIL",
+    "HIDDEN",
+    "HOST_PORT",
+    "IP",
+    "MARK_KIND",
+    "PLACEHOLDERS",
+    "SECRET",
+    "SSH_TARGET",
+    "TOKEN",
+    "Finding",
+    "credential_kind",
+    "find",
+    "has_marks",
+    "has_placeholder",
+    "hidden_kinds",
+    "redact",
+]
+
+MARK_KIND = "a part marked ||secret||"
+_MARK = compile_re2(r"\|\|[^|]+\|\|")
+_PLACEHOLDER = compile_re2(
+    "|".join(p.replace("[", r"\[").replace("]", r"\]") for p in PLACEHOLDERS)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One secret in a text: its kind in words, where it is (offsets of the text as given),
+    whether it is a credential (refused where a group sees it) and what stands in its place."""
+
+    kind: str
+    start: int
+    end: int
+    credential: bool
+    placeholder: str
+
+
+@functools.cache
+def _rules() -> tuple[Rule, ...]:
+    marks = Rule(MARK_KIND, _MARK, credential=False, placeholder=HIDDEN, sign="||")
+    return (marks, *provider_rules(), *phrasing_rules(), *address_rules())
+
+
+def find(text: str) -> tuple[Finding, ...]:
+    """Every secret, mark and address in text, in order of where they start (linear in the
+    length of text)."""
+    folded = fold(text)
+    lowered = folded.text.lower()
+    spans: list[Span] = list(key_spans(folded.text))
+    for rule in _rules():
+        spans.extend(rule.spans(folded.text, lowered))
+    found = []
+    for span in spans:
+        start, end = folded.original(span.start, span.end)
+        found.append(Finding(span.kind, start, end, span.credential, span.placeholder))
+    found.sort(key=lambda finding: (finding.start, -finding.end))
+    return tuple(found)
+
+
+def credential_kind(text: str) -> str | None:
+    """What kind of credential text holds (in words, "a GitHub token"), or None: what keeps text
+    out of a place a group sees."""
+    return next((finding.kind for finding in find(text) if finding.credential), None)
+
+
+def redact(text: str) -> str:
+    """The text with each secret, mark and address replaced by its placeholder; text without one
+    comes back as it is."""
+    findings = find(text)
+    if not findings:
+        return text
+    parts: list[str] = []
+    position = 0
+    for placeholder, start, end in _merged(findings):
+        parts.append(text[position:start])
+        parts.append(placeholder)
+        position = end
+    parts.append(text[position:])
+    return "".join(parts)
+
+
+def _merged(findings: tuple[Finding, ...]) -> list[tuple[str, int, int]]:
+    """Overlapping findings as one span, shown by the placeholder of the one that starts first."""
+    merged: list[tuple[str, int, int]] = []
+    for finding in findings:
+        if merged and finding.start < merged[-1][2]:
+            placeholder, start, end = merged[-1]
+            merged[-1] = (placeholder, start, max(end, finding.end))
+        else:
+            merged.append((finding.placeholder, finding.start, finding.end))
+    return merged
+
+
+def hidden_kinds(text: str) -> list[str]:
+    """The kinds `redact` hides in text, each once, in order of appearance."""
+    return list(dict.fromkeys(finding.kind for finding in find(text)))
+
+
+def has_marks(text: str) -> bool:
+    """Whether text holds a part the user marked secret with `||…||`."""
+    return "||" in text and _MARK.search(text) is not None
+
+
+def has_placeholder(text: str) -> bool:
+    """Whether text holds a placeholder redaction puts in (text written from a redacted one)."""
+    return "[" in text and _PLACEHOLDER.search(text) is not None

@@ -1,0 +1,754 @@
+"""Secrets as people write them, which no scanner of source files reads: a secret word and its
+value in English or Chinese prose, env lines, YAML and JSON (`DB_PASSWORD=…`, `"password": "…"`,
+`my password was …`, `密码：…`, `我的密码是…`, `the PIN is 4821`), Authorization headers, `curl -u`,
+connection URLs with a password, and the provider shapes detect-secrets has no plugin for."""
+
+from __future__ import annotations
+
+import re
+
+from bot.core.secrets._rule import SECRET, TOKEN, Match, Rule, compile_re2
+
+# Longer names first: at one place the first that fits is taken ("secret access key", not
+# "secret" with "access" as its value).
+_ENGLISH_WORDS = (
+    r"(?:aws[ _-]?)?secret[ _-]?access[ _-]?key|client[ _-]?secret|private[ _-]?key|"
+    r"secret[ _-]?key|access[ _-]?key|access[ _-]?token|auth[ _-]?token|refresh[ _-]?token|"
+    r"api[ _-]?key|apikey|pass(?:word|wd|phrase|code)?|pwd|secret|token|credentials?"
+)
+_CHINESE_WORDS = r"密码|口令|密钥|秘钥|令牌|私钥|验证码|授权码|通行码"
+# A separator after the word: `=`, `:` (`：` is folded to it), `=>`, ` - `, "is"/"was" (with
+# "set to"), Chinese 是/为/改成, or none at all (then the value must look like a secret; in
+# Chinese the value may follow the word directly).
+_SEPARATOR = (
+    r"(?P<sep>\s*(?:=>|:=|[:=])\s*|\s+-+\s+|\s+(?:is|was|are|were)\s+(?:(?:set\s+to|now)\s+)?|"
+    r"\s*(?:(?:已经|已)?(?:改成了?|改为|换成了?|设为|设置为|设置成|更新为)|是|为|為)\s*|\s*)"
+)
+# A value: quoted, or a run of printable ASCII without quotes, commas or semicolons (Chinese
+# around it is not part of it). Bounded, so no match runs far past its value.
+_VALUE = (
+    r"(?P<value>\"[^\"\n]{1,300}\"|'[^'\n]{1,300}'|"
+    r"[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{1,300})"
+)
+
+# Words that follow a secret word in ordinary prose ("the password is required", "token: use the
+# one from the vault") rather than a secret.
+_PROSE = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "to",
+        "that",
+        "this",
+        "these",
+        "those",
+        "it",
+        "its",
+        "not",
+        "no",
+        "now",
+        "also",
+        "still",
+        "just",
+        "only",
+        "very",
+        "too",
+        "so",
+        "in",
+        "on",
+        "at",
+        "of",
+        "for",
+        "from",
+        "with",
+        "by",
+        "as",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "than",
+        "when",
+        "where",
+        "which",
+        "who",
+        "what",
+        "how",
+        "your",
+        "my",
+        "our",
+        "their",
+        "his",
+        "her",
+        "all",
+        "any",
+        "some",
+        "one",
+        "same",
+        "different",
+        "never",
+        "always",
+        "being",
+        "been",
+        "be",
+        "is",
+        "are",
+        "was",
+        "were",
+        "will",
+        "would",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "required",
+        "optional",
+        "needed",
+        "mandatory",
+        "wrong",
+        "incorrect",
+        "correct",
+        "right",
+        "invalid",
+        "valid",
+        "expired",
+        "missing",
+        "empty",
+        "weak",
+        "strong",
+        "long",
+        "short",
+        "secure",
+        "safe",
+        "new",
+        "old",
+        "changed",
+        "reset",
+        "set",
+        "stored",
+        "saved",
+        "encrypted",
+        "hashed",
+        "hidden",
+        "secret",
+        "unknown",
+        "case-sensitive",
+        "easy",
+        "hard",
+        "simple",
+        "important",
+        "use",
+        "see",
+        "ask",
+        "check",
+        "get",
+        "find",
+        "read",
+        "look",
+        "contact",
+        "call",
+        "request",
+        "rotate",
+        "change",
+        "update",
+        "send",
+        "keep",
+        "store",
+        "put",
+        "please",
+        "none",
+        "null",
+        "nil",
+        "true",
+        "false",
+        "yes",
+        "tbd",
+        "todo",
+        "here",
+        "there",
+        "below",
+        "above",
+        "same",
+        "sent",
+        "given",
+        "shared",
+        "generated",
+        "provided",
+        "revoked",
+        "rotated",
+        "limits",
+        "limit",
+        "per",
+        "each",
+        "every",
+        "counts",
+        "count",
+        "usage",
+        "used",
+        "more",
+        "less",
+        "free",
+        "paid",
+        "manager",
+        "vault",
+        "file",
+        "env",
+        "environment",
+        "variable",
+        "variables",
+        "config",
+        "settings",
+        "setting",
+        "field",
+        "fields",
+        "string",
+        "value",
+        "values",
+        "length",
+        "format",
+        "type",
+    ]
+)
+_REFERENCE_STARTS = ("$", "<", "{{", "%(", "*", "…", "...", "[")
+_COUNT = re.compile(r"[\d,._]+[kKmM]?")
+_SIGN_CHARACTERS = frozenset("0123456789!#$%&*+/=?@^_~-")
+
+
+def looks_secret(value: str) -> bool:
+    """Whether a word reads as a password rather than as a word: a digit or symbol in it, or
+    capitals after its first letter (hunter2, Tr0ub4dor, s3cr3t!, xKq9Lm)."""
+    if any(character in _SIGN_CHARACTERS for character in value):
+        return True
+    return any(character.isupper() for character in value[1:]) and not value.isupper()
+
+
+def _prefix_allowed(prefix: str, word: str) -> bool:
+    """The secret word ends a name (DB_PASSWORD, db.pass, dbPassword), never sits inside a word
+    (Compass, bypass)."""
+    if not prefix:
+        return True
+    return prefix[-1] in "_.-" or (
+        (prefix[-1].islower() or prefix[-1].isdigit()) and word[0].isupper()
+    )
+
+
+def _next_word(text: str, end: int) -> str | None:
+    """The word right after a value, or None when its clause ends there (a line end,
+    punctuation, a non-word, Chinese): "password: letmein" ends, "Secret= santa gifts" goes on."""
+    rest = text[end : end + 40]
+    if rest[:1] in (" ", "\t") and rest[1:2].isascii() and rest[1:2].isalpha():
+        word = rest[1:].split(None, 1)[0] if rest[1:].strip() else ""
+        return "".join(character for character in word if character.isalpha()).lower() or None
+    return None
+
+
+# Words that end a value's noun phrase rather than continue prose ("password: vtctvxuq for the
+# deploy"): after one of them the value stands alone.
+_CONNECTIVES = frozenset(
+    [
+        "for",
+        "to",
+        "in",
+        "on",
+        "at",
+        "and",
+        "or",
+        "when",
+        "if",
+        "from",
+        "with",
+        "then",
+        "but",
+        "so",
+        "please",
+        "until",
+        "before",
+        "after",
+        "via",
+        "is",
+        "are",
+        "was",
+        "were",
+        "as",
+        "because",
+        "since",
+        "unless",
+    ]
+)
+# The commonest letter pairs of English: a value made mostly of them reads as a word.
+_BIGRAMS = frozenset(
+    [
+        "th",
+        "he",
+        "in",
+        "er",
+        "an",
+        "re",
+        "on",
+        "at",
+        "en",
+        "nd",
+        "ti",
+        "es",
+        "or",
+        "te",
+        "of",
+        "ed",
+        "is",
+        "it",
+        "al",
+        "ar",
+        "st",
+        "to",
+        "nt",
+        "ng",
+        "se",
+        "ha",
+        "as",
+        "ou",
+        "io",
+        "le",
+        "ve",
+        "co",
+        "me",
+        "de",
+        "hi",
+        "ri",
+        "ro",
+        "ic",
+        "ne",
+        "ea",
+        "ra",
+        "ce",
+        "li",
+        "ch",
+        "ll",
+        "be",
+        "ma",
+        "si",
+        "om",
+        "ur",
+        "ca",
+        "el",
+        "ta",
+        "la",
+        "ns",
+        "di",
+        "fo",
+        "ho",
+        "pe",
+        "ec",
+        "pr",
+        "no",
+        "ct",
+        "us",
+        "ac",
+        "ot",
+        "il",
+        "tr",
+        "ly",
+        "nc",
+        "et",
+        "ut",
+        "ss",
+        "so",
+        "rs",
+        "un",
+        "lo",
+        "wa",
+        "ge",
+        "ie",
+        "wh",
+        "ee",
+        "wi",
+        "em",
+        "ad",
+        "ol",
+        "rt",
+        "po",
+        "we",
+        "na",
+        "ul",
+        "ni",
+        "ts",
+        "mo",
+        "ow",
+        "pa",
+        "im",
+        "mi",
+        "ai",
+        "sh",
+        "ir",
+        "su",
+        "id",
+        "os",
+        "iv",
+        "ia",
+        "am",
+        "fi",
+        "ci",
+        "vi",
+        "pl",
+        "ig",
+        "tu",
+        "ev",
+        "ld",
+        "ry",
+        "mp",
+        "fe",
+        "bl",
+        "ab",
+        "gh",
+        "ty",
+        "op",
+        "wo",
+        "sa",
+        "ay",
+        "ex",
+        "ke",
+        "fr",
+        "oo",
+        "av",
+        "ag",
+        "if",
+        "ap",
+        "gr",
+        "od",
+        "bo",
+        "sp",
+        "rd",
+        "do",
+        "uc",
+        "bu",
+        "ei",
+        "ov",
+        "by",
+        "rm",
+        "ep",
+        "tt",
+        "oc",
+        "fa",
+        "ef",
+        "cu",
+        "rn",
+        "sc",
+        "gi",
+        "da",
+        "yo",
+        "cr",
+        "cl",
+        "du",
+        "ga",
+        "qu",
+        "ue",
+        "ff",
+        "ba",
+        "ey",
+        "ls",
+        "va",
+        "um",
+        "pp",
+        "ua",
+        "up",
+        "lu",
+        "go",
+        "ht",
+        "ru",
+        "ug",
+        "ds",
+        "lt",
+        "pi",
+        "rc",
+        "rr",
+        "eg",
+        "au",
+        "ck",
+        "ew",
+        "mu",
+        "br",
+        "bi",
+        "pt",
+        "ak",
+        "pu",
+        "ui",
+        "rg",
+        "ib",
+        "tl",
+        "ny",
+        "ki",
+        "rk",
+        "ys",
+        "ob",
+        "mm",
+        "fu",
+        "ph",
+        "og",
+        "ms",
+        "ye",
+        "ud",
+        "mb",
+        "ip",
+        "ub",
+        "oi",
+        "rl",
+        "gu",
+        "dr",
+        "hr",
+        "cc",
+        "tw",
+        "ft",
+        "wn",
+        "nu",
+        "af",
+        "hu",
+        "nn",
+        "eo",
+        "vo",
+        "rv",
+        "nf",
+        "xp",
+        "gn",
+        "sm",
+        "fl",
+        "iz",
+        "ok",
+        "nl",
+        "my",
+        "gl",
+        "aw",
+        "ju",
+        "oa",
+        "eq",
+        "sy",
+        "sl",
+        "ps",
+        "jo",
+        "lf",
+        "nv",
+        "je",
+        "nk",
+        "kn",
+        "gs",
+        "dy",
+        "hy",
+        "ze",
+        "ks",
+        "xt",
+        "bs",
+        "ik",
+        "dd",
+        "cy",
+        "rp",
+        "sk",
+        "xi",
+        "oe",
+        "oy",
+        "ws",
+        "lv",
+        "dl",
+        "rf",
+        "eu",
+        "dg",
+        "wr",
+        "xa",
+        "yi",
+        "nm",
+        "eb",
+        "rb",
+        "tm",
+        "xc",
+        "eh",
+        "tc",
+        "gy",
+    ]
+)
+
+
+def wordlike(value: str) -> bool:
+    """Whether a run of letters reads as an English word (most of its letter pairs are common
+    ones), not as random letters."""
+    letters = value.lower()
+    pairs = [letters[i : i + 2] for i in range(len(letters) - 1)]
+    if not pairs:
+        return True
+    return sum(pair in _BIGRAMS for pair in pairs) >= 0.75 * len(pairs)
+
+
+def _accept_keyword(match: Match, text: str) -> bool:
+    word = match.group("word")
+    if not _prefix_allowed(match.group("prefix") or "", word):
+        return False
+    value = match.group("value")
+    if value[0] in "\"'":
+        inner = value[1:-1].strip()
+        return bool(inner) and not inner.startswith(_REFERENCE_STARTS)
+    bare = value.rstrip(".,!?:)")
+    if not bare or bare.startswith(_REFERENCE_STARTS) or bare.lower() in _PROSE:
+        return False
+    separator = match.group("sep").strip()
+    if not match.group("sep"):  # "tokens2fa": the word runs on into the value
+        return False
+    if _COUNT.fullmatch(bare) and (word.lower().endswith("token") or len(bare) < 4):
+        return False  # "token: 4096", "password: 8 characters" are counts, not secrets
+    if looks_secret(bare):
+        return True
+    if not separator:  # "wifi passcode tulip": a plain word right after the word is prose
+        return False
+    following = _next_word(text, match.end() - (len(value) - len(bare)))
+    return following is None or following in _CONNECTIVES or not wordlike(bare)
+
+
+def _accept_pin(match: Match, text: str) -> bool:
+    start = match.start()
+    return start == 0 or text[start - 1] != "/"
+
+
+def _accept_secretish(match: Match, text: str) -> bool:
+    value: str = match.group("value").rstrip(".,!?:)")
+    return looks_secret(value) and not value.startswith(_REFERENCE_STARTS)
+
+
+def _accept_url(match: Match, text: str) -> bool:
+    password = match.group("value").partition(":")[2]
+    return bool(password) and not password.startswith(_REFERENCE_STARTS)
+
+
+def _rule(kind: str, pattern: str, **options: object) -> Rule:
+    return Rule(kind, compile_re2(pattern), **options)  # type: ignore[arg-type]
+
+
+def phrasing_rules() -> list[Rule]:
+    """Our rules for secrets in prose, headers, URLs, and provider shapes detect-secrets lacks."""
+    return [
+        _rule(
+            "a password or secret",
+            rf"(?i)(?P<name>(?P<prefix>[A-Za-z0-9_.-]*?)(?P<word>{_ENGLISH_WORDS})|"
+            rf"(?P<zh>{_CHINESE_WORDS}))[\"'\]]?{_SEPARATOR}{_VALUE}",
+            credential=True,
+            placeholder=SECRET,
+            group="value",
+            trim=True,
+            accept=_accept_chinese_or_keyword,
+        ),
+        _rule(
+            "a password or secret",
+            rf"(?i)(?:{_ENGLISH_WORDS}|pin)\s+(?:for|of|to|on)\s+(?:[A-Za-z0-9_.'-]+\s+){{0,5}}?"
+            r"(?:is|was|=|:)\s+(?P<value>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{4,300})",
+            credential=True,
+            group="value",
+            word_before=True,
+            trim=True,
+            accept=_accept_secretish,
+        ),
+        _rule(
+            "a password or secret",
+            r"(?i)use\s+(?P<value>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{4,300})\s+as\s+"
+            rf"(?:the\s+|my\s+|your\s+|our\s+|a\s+)?(?:new\s+)?(?:{_ENGLISH_WORDS}|pin)",
+            credential=True,
+            group="value",
+            word_before=True,
+            accept=_accept_secretish,
+        ),
+        _rule(
+            "a PIN",
+            r"(?P<name>PIN(?:\s*(?:code|number|码))?|(?i:pin)\s*(?:code|number|码)|pin码)"
+            r"(?P<sep>\s*(?:=|:|是|为)\s*|\s+(?:is|was)\s+|\s+)(?P<value>\d{4,8})",
+            credential=True,
+            group="value",
+            word_before=True,
+            word_after=True,
+            accept=_accept_pin,
+        ),
+        _rule(
+            "an Authorization header",
+            r"(?i)(?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest|bot)\s+)?"
+            r"(?P<value>[A-Za-z0-9._~+/=:-]{8,})",
+            credential=True,
+            placeholder=TOKEN,
+            group="value",
+            word_before=True,
+        ),
+        _rule(
+            "a Bearer token",
+            r"(?i)bearer\s+(?P<value>[A-Za-z0-9._~+/=-]{12,})",
+            credential=True,
+            placeholder=TOKEN,
+            group="value",
+            word_before=True,
+            accept=_accept_secretish,
+            sign="bearer",
+            folded_sign=True,
+        ),
+        _rule(
+            "a Basic credential",
+            r"Basic\s+(?P<value>[A-Za-z0-9+/]{12,}={0,2})",
+            credential=True,
+            placeholder=TOKEN,
+            group="value",
+            word_before=True,
+            word_after=True,
+            accept=_accept_secretish,
+            sign="Basic",
+        ),
+        _rule(
+            "a user:password pair",
+            r"(?:^|\s)(?:-u|--user)(?:\s+|=)(?P<value>\"[^\"\n:]*:[^\"\n]+\"|'[^'\n:]*:[^'\n]+'|"
+            r"[^\s:\"']+:[^\s\"']+)",
+            credential=True,
+            group="value",
+        ),
+        _rule(
+            "a URL with a password",
+            r"[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<value>[^\s/:@\[\]]{0,200}:[^\s/@\[\]]{1,300})@",
+            credential=True,
+            group="value",
+            word_before=True,
+            accept=_accept_url,
+            sign="://",
+        ),
+        _rule(
+            "an Azure key or signature",
+            r"(?i)(?:AccountKey|SharedAccessKey|SharedAccessSignature|[?&;]sig)="
+            r"(?P<value>[A-Za-z0-9%+/=_-]{20,})",
+            credential=True,
+            group="value",
+        ),
+        *(
+            _rule(
+                kind,
+                pattern,
+                credential=True,
+                placeholder=TOKEN,
+                word_before=True,
+                whole_token=True,
+            )
+            for kind, pattern in _PROVIDER_SHAPES
+        ),
+    ]
+
+
+def _accept_chinese_or_keyword(match: Match, text: str) -> bool:
+    if match.group("zh"):
+        value = match.group("value")
+        bare = value.strip("\"'").rstrip(".,!?:)")
+        return bool(bare) and not bare.startswith(_REFERENCE_STARTS) and bare.lower() not in _PROSE
+    return _accept_keyword(match, text)
+
+
+# Provider shapes detect-secrets 1.5 has no plugin for (or only an older form of).
+_PROVIDER_SHAPES = (
+    ("an Anthropic API key", r"sk-ant-[A-Za-z0-9_-]{20,}"),
+    ("an OpenAI API key", r"sk-(?:proj-|svcacct-|admin-|live-|test-)?[A-Za-z0-9_-]{20,}"),
+    ("a Google API key", r"AIza[0-9A-Za-z_-]{35}"),
+    ("a GitHub token", r"(?:github_pat_[A-Za-z0-9_]{22,}|gh[pousr]_[A-Za-z0-9]{30,})"),
+    ("an npm token", r"npm_[A-Za-z0-9]{36}"),
+    ("a Stripe key", r"(?:(?:sk|rk)_(?:live|test)_[0-9a-zA-Z]{16,}|whsec_[A-Za-z0-9]{24,})"),
+    ("a Slack token", r"xox[abposre]-[A-Za-z0-9-]{10,}"),
+    ("a Hugging Face token", r"hf_[A-Za-z0-9]{30,}"),
+    ("a Shopify token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+    ("a DigitalOcean token", r"do[opr]_v1_[a-f0-9]{64}"),
+)

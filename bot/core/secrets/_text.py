@@ -1,0 +1,42 @@
+"""The text the rules read: full-width forms folded to ASCII and invisible characters dropped, with
+a way back to the offsets of the text as written (so a mask covers what the user typed)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Characters that render as nothing: typed inside a token, they must not split it in two.
+INVISIBLE = frozenset("\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff")
+
+# Full-width ASCII (as Chinese and Japanese keyboards type it: `：`, `＝`, `ＡＫＩＡ`) and the
+# ideographic space read as their ASCII selves; each stays one character, so offsets hold.
+_FOLD = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+_DROP = {ord(character): None for character in INVISIBLE}
+_ANY_INVISIBLE = re.compile("[" + "".join(sorted(INVISIBLE)) + "]")
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """Text as the rules read it, and where each of its characters stands in the original."""
+
+    text: str
+    origin: list[int] | None  # the original offset of each folded character; None: the same
+
+    def original(self, start: int, end: int) -> tuple[int, int]:
+        """The span [start, end) of the folded text as a span of the original (invisible
+        characters inside it included)."""
+        if self.origin is None or start >= end:
+            return start, end
+        return self.origin[start], self.origin[end - 1] + 1
+
+
+def fold(text: str) -> Folded:
+    """The text the rules read (linear in its length)."""
+    if text.isascii():
+        return Folded(text, None)
+    folded = text.translate(_FOLD)
+    if _ANY_INVISIBLE.search(folded) is None:
+        return Folded(folded, None)
+    origin = [i for i, character in enumerate(folded) if character not in INVISIBLE]
+    return Folded(folded.translate(_DROP), origin)
