@@ -53,18 +53,27 @@ class Candidate:
     """A recogniser to score: `refuses(line)` is what keeps a line out of a group block,
     `redact(line)` is what a sensitive block shows. `session()` is entered once around the
     whole scoring (a library whose settings are process-wide sets them there), so its cost is
-    not counted per line."""
+    not counted per line. A candidate whose refusal and redaction come from one scan (a
+    library's: refused when anything is found) may give `judge(line)`, both answers from one
+    call, which scoring then uses instead of the two; it must answer as they do."""
 
     name: str
     refuses: Callable[[str], bool]
     redact: Callable[[str], str]
     session: Callable[[], AbstractContextManager[Any]] = field(default=_no_session)
+    judge: Callable[[str], tuple[bool, str]] | None = None
+
+    def judged(self, line: str) -> tuple[bool, str]:
+        """Whether the line is refused, and the line redacted."""
+        if self.judge is not None:
+            return self.judge(line)
+        return self.refuses(line), self.redact(line)
 
 
 @dataclass(frozen=True)
 class Figures:
     """A candidate's score on one corpus. Counts with their totals, the failing entries (for
-    messages), and the mean time of one `refuses` and one `redact` call over every line."""
+    messages), and the mean time to judge a line (refusal and redaction) over every line."""
 
     name: str
     credentials: int
@@ -74,8 +83,7 @@ class Figures:
     ordinary: int
     ordinary_refused: int
     ordinary_changed: int
-    us_per_line_refuses: float
-    us_per_line_redact: float
+    us_per_line: float
     not_refused: tuple[SecretEntry, ...] = ()
     not_hidden: tuple[SecretEntry, ...] = ()
     refused_ordinary: tuple[OrdinaryEntry, ...] = ()
@@ -122,8 +130,7 @@ class Figures:
             "ordinary_refused_pct": round(self.ordinary_refused_pct, 1),
             "ordinary_changed": self.ordinary_changed,
             "ordinary_changed_pct": round(self.ordinary_changed_pct, 1),
-            "us_per_line_refuses": round(self.us_per_line_refuses, 1),
-            "us_per_line_redact": round(self.us_per_line_redact, 1),
+            "us_per_line": round(self.us_per_line, 1),
             "not_refused": shown(self.not_refused),
             "not_hidden": shown(self.not_hidden),
             "refused_ordinary": shown(self.refused_ordinary),
@@ -181,12 +188,12 @@ def score(
     secrets: Sequence[SecretEntry],
     ordinary: Sequence[OrdinaryEntry],
 ) -> Figures:
-    """Run the candidate on every line once with `refuses` and once with `redact`, inside its
+    """Judge every line once (`refuses` and `redact`, or `judge`), inside the candidate's
     session, and count: credential entries refused (addresses are not counted: a group may
     show them), secret entries (addresses too) with none of `hidden` left in the redacted line,
-    ordinary lines refused, and ordinary lines that redaction changed. The µs per line are
-    means over every line of the corpus, each call timed on its own."""
-    refusing, redacting = _Clock(), _Clock()
+    ordinary lines refused, and ordinary lines that redaction changed. The µs per line is the
+    mean over every line of the corpus, each line timed on its own."""
+    clock = _Clock()
     not_refused: list[SecretEntry] = []
     not_hidden: list[SecretEntry] = []
     refused_ordinary: list[OrdinaryEntry] = []
@@ -194,10 +201,8 @@ def score(
     credentials = 0
     with candidate.session():
         for secret in secrets:
-            with refusing.timing():
-                refused = candidate.refuses(secret.line)
-            with redacting.timing():
-                redacted = candidate.redact(secret.line)
+            with clock.timing():
+                refused, redacted = candidate.judged(secret.line)
             if secret.credential:
                 credentials += 1
                 if not refused:
@@ -205,10 +210,8 @@ def score(
             if any(part in redacted for part in secret.hidden):
                 not_hidden.append(secret)
         for entry in ordinary:
-            with refusing.timing():
-                refused = candidate.refuses(entry.line)
-            with redacting.timing():
-                redacted = candidate.redact(entry.line)
+            with clock.timing():
+                refused, redacted = candidate.judged(entry.line)
             if refused:
                 refused_ordinary.append(entry)
             if redacted != entry.line:
@@ -222,8 +225,7 @@ def score(
         ordinary=len(ordinary),
         ordinary_refused=len(refused_ordinary),
         ordinary_changed=len(changed_ordinary),
-        us_per_line_refuses=refusing.mean_us(),
-        us_per_line_redact=redacting.mean_us(),
+        us_per_line=clock.mean_us(),
         not_refused=tuple(not_refused),
         not_hidden=tuple(not_hidden),
         refused_ordinary=tuple(refused_ordinary),

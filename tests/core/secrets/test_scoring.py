@@ -123,7 +123,7 @@ def test_an_empty_corpus_scores_as_nothing_missed_and_nothing_wrongly_refused() 
     assert figures.secrets_hidden_pct == 100.0
     assert figures.ordinary_refused_pct == 0.0
     assert figures.ordinary_changed_pct == 0.0
-    assert figures.us_per_line_redact == 0.0
+    assert figures.us_per_line == 0.0
 
 
 def test_every_line_is_timed_once_per_call_inside_the_session() -> None:
@@ -151,8 +151,26 @@ def test_every_line_is_timed_once_per_call_inside_the_session() -> None:
     assert sorted(calls) == sorted(
         [*(("refuses", x) for x in lines), *(("redact", x) for x in lines)]
     )
-    assert figures.us_per_line_refuses > 0
-    assert figures.us_per_line_redact > 0
+    assert figures.us_per_line > 0
+
+
+def test_a_judge_answers_for_both_in_one_call() -> None:
+    def never(line: str) -> bool:
+        raise AssertionError("judge was given: refuses and redact are not called")
+
+    judged: list[str] = []
+
+    def judge(line: str) -> tuple[bool, str]:
+        judged.append(line)
+        return "password" in line, line.replace("hunter2xyz", "[secret]")
+
+    one_call = Candidate("one call", never, lambda line: str(never(line)), judge=judge)
+    figures = score(one_call, SECRETS, ORDINARY)
+    assert judged == [e.line for e in (*SECRETS, *ORDINARY)]
+    assert figures.credentials_refused == 1
+    assert figures.secrets_hidden == 1
+    assert figures.ordinary_refused == 1  # "passwords must be long"
+    assert figures.ordinary_changed == 0
 
 
 def test_json_and_failures_show_the_failing_lines() -> None:
