@@ -34,6 +34,7 @@ from bench import (
     workers,
 )
 from bench import compaction as compaction_cost
+from bench import secrets as secret_recognisers
 from bench.stats import median_of
 from tests.pg import PgCluster
 
@@ -423,6 +424,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
             f"min {report['cache_prefix']['ours']['min_pct']}%",
         ),
         *_streaming_targets(report),
+        *secret_recognisers.targets(report["secrets"]),
     ]
 
 
@@ -609,6 +611,7 @@ def print_table(report: dict[str, Any]) -> None:
             else ""
         )
     )
+    secret_recognisers.print_section(report["secrets"])
     print("\nTargets")
     for name, met, figure in targets(report):
         print(f"  [{'met' if met else 'MISSED'}] {name}: {figure}")
@@ -679,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         report["cache_prefix"] = prefix.run()
         report["compaction"] = compaction_cost.run()
         report["streaming"] = streaming.run(settings["streaming"])
+        report["secrets"] = secret_recognisers.measure(args.quick)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["targets"] = [{"target": t, "met": met, "figure": f} for t, met, f in targets(report)]
     print_table(report)
