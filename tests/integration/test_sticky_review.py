@@ -226,7 +226,7 @@ async def test_making_a_block_sensitive_says_what_is_masked_or_that_nothing_is(
     await ask(bot, dm(), "/pin add box ssh root@192.168.001.001 then curl -u admin:pw x")
     assert text_of(await ask(bot, dm(), "/pin sensitive box on")) == (
         "Block 'box' is now sensitive: kept whole, but the model, the tools and listings see it "
-        "redacted (masked: a user:password pair, an SSH target). /pin sensitive box "
+        "redacted (masked: an SSH target, a user:password pair). /pin sensitive box "
         "off undoes this."
     )
     await ask(bot, dm(), "/pin add note plain words")

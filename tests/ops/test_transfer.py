@@ -102,7 +102,7 @@ async def test_import_reports_every_problem_and_writes_nothing(store: Store) -> 
         "block 'when': created_at 'yesterday'",
         "block 'idle': an idle block needs idle_since",
         "block 'extra': unknown key 'colour'",
-        "looks like an OpenAI-style API key",
+        "looks like an OpenAI API key",
         "scope 'nonsense': not a scope key",
     ):
         assert fragment in text, fragment

@@ -26,41 +26,15 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _USER = r"[A-Za-z_][A-Za-z0-9_.+-]{0,63}"
 
 # Words before a dotted quad that make it a version, not an address.
-_VERSION_WORDS = ("version", "ver", "release", "build", "firmware", "版本", "rev", "patch")
+_VERSION_WORDS = frozenset(
+    ("version", "ver", "release", "build", "firmware", "版本", "rev", "patch", "v", "ver.")
+)
 # Single words before `:digits` that are not hosts (Step:2, page:12, room:101).
 _NOT_HOSTS = frozenset(
-    [
-        "step",
-        "page",
-        "room",
-        "chapter",
-        "line",
-        "rule",
-        "item",
-        "note",
-        "part",
-        "level",
-        "stage",
-        "round",
-        "table",
-        "row",
-        "col",
-        "column",
-        "section",
-        "figure",
-        "fig",
-        "verse",
-        "act",
-        "scene",
-        "ratio",
-        "score",
-        "issue",
-        "ticket",
-        "pr",
-        "slide",
-        "day",
-        "week",
-    ]
+    """
+    step page room chapter line rule item note part level stage round table row col column
+    section figure fig verse act scene ratio score issue ticket pr slide day week
+    """.split()  # noqa: SIM905
 )
 
 
@@ -79,8 +53,8 @@ def _alone(match: Match, text: str) -> bool:
 def _ipv4(match: Match, text: str) -> bool:
     if not _alone(match, text):
         return False
-    before = text[max(0, match.start() - 12) : match.start()].lower().rstrip(" :#")
-    return not before.endswith(_VERSION_WORDS)
+    words = text[max(0, match.start() - 16) : match.start()].lower().rstrip(" :#").split()
+    return not words or words[-1] not in _VERSION_WORDS
 
 
 def _ipv6(match: Match, text: str) -> bool:
