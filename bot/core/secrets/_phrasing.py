@@ -40,8 +40,8 @@ _PROSE = frozenset(
     their his her all any some one same different never always being been be is are was were
     will would should can could may might must required optional needed mandatory wrong
     incorrect correct right invalid valid expired missing empty weak strong long short secure
-    safe new old changed reset set stored saved encrypted hashed hidden secret unknown case-sensitive
-    easy hard simple important use see ask check get find read look contact call
+    safe new old changed reset set stored saved encrypted hashed hidden secret unknown
+    easy hard simple important use see ask check get find read look contact call case-sensitive
     request rotate change update send keep store put please none null nil true false yes tbd
     todo here there below above same sent given shared generated provided revoked rotated limits
     limit per each every counts count usage used more less free paid manager vault file env
