@@ -22,8 +22,8 @@ from bot.core.secrets._rule import (
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|0\d\d|[1-9]?\d)"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_USER = r"[A-Za-z_][A-Za-z0-9_.+-]{0,63}"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_USER = r"[A-Za-z_][A-Za-z0-9_.+-]*"
 
 # Words before a dotted quad that make it a version, not an address.
 _VERSION_WORDS = frozenset(
@@ -42,7 +42,7 @@ def _alone(match: Match, text: str) -> bool:
     """Not part of a longer dotted number or name: no word character, dot or colon-digit right
     before or after."""
     start, end = match.start(), match.end()
-    if start > 0 and (is_word(text[start - 1]) or text[start - 1] in ".:@-"):
+    if start > 0 and (is_word(text[start - 1]) or text[start - 1] in ".:-"):
         return False
     after = text[end : end + 2]
     if after[:1] and (is_word(after[0]) or after[0] == "-"):
@@ -95,6 +95,8 @@ def _email(match: Match, text: str) -> bool:
     # mailbox.
     if text[max(0, match.start() - 3) : match.start()] == "://":
         return False
+    if match.start() > 0 and text[match.start() - 1] == ":":  # a URL's user:password@host
+        return False
     after = text[match.end() : match.end() + 2]
     return not (after[:1] == ":" and after[1:2] not in ("", " ") and not after[1:2].isdigit())
 
@@ -108,14 +110,17 @@ def _random_looking(match: Match, text: str) -> bool:
     """A long run of letters and digits is a secret when it looks random: hex with digits and
     letters, or all of lower, upper and digits over many symbols (paths and words are not)."""
     core = match.group(0).rstrip("=")
-    if all(character in "0123456789abcdefABCDEF" for character in core):
-        return any(c.isdigit() for c in core) and any(c.isalpha() for c in core)
-    classes = (
-        any(c.islower() for c in core),
-        any(c.isupper() for c in core),
-        any(c.isdigit() for c in core),
-    )
+    symbols = set(core)
+    if symbols <= _HEX:
+        return bool(symbols & _DIGITS) and bool(symbols - _DIGITS)
+    classes = symbols & _LOWER, symbols & _UPPER, symbols & _DIGITS
     return all(classes) and _entropy(core) >= 4.0
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_DIGITS = frozenset("0123456789")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def _rule(kind: str, pattern: str, placeholder: str, **options: object) -> Rule:
@@ -145,7 +150,7 @@ def address_rules() -> list[Rule]:
         ),
         _rule(
             "an e-mail address",
-            rf"[A-Za-z0-9._%+-]{{1,64}}@(?:{_LABEL}\.){{1,8}}[A-Za-z]{{2,24}}",
+            rf"[A-Za-z0-9._%+-]+@(?:{_LABEL}\.)+[A-Za-z]{{2,24}}",
             EMAIL,
             word_before=True,
             word_after=True,
@@ -176,7 +181,7 @@ def address_rules() -> list[Rule]:
         ),
         _rule(
             "a host:port pair",
-            rf"(?P<host>{_LABEL}(?:\.{_LABEL}){{0,10}}):(?P<port>\d{{2,5}})",
+            rf"(?P<host>{_LABEL}(?:\.{_LABEL})*):(?P<port>\d{{2,5}})",
             HOST_PORT,
             accept=_host_port,
             sign=":",

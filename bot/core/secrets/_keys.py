@@ -11,9 +11,9 @@ from bot.core.secrets._rule import SECRET, Span, compile_re2
 
 KIND = "a private key"
 _BEGIN = compile_re2(
-    r"-{3,}\s*BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?\s*-{3,}|PuTTY-User-Key-File-\d"
+    r"-{3,}\s*BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?\s*-{3,}|PuTTY-User-Key-File-\d"
 )
-_END = compile_re2(r"-{3,}\s*END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?\s*-{3,}")
+_END = compile_re2(r"-{3,}\s*END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?\s*-{3,}")
 _BODY_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 

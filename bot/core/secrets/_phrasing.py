@@ -27,8 +27,8 @@ _SEPARATOR = (
 # A value: quoted, or a run of printable ASCII without quotes, commas or semicolons (Chinese
 # around it is not part of it). Bounded, so no match runs far past its value.
 _VALUE = (
-    r"(?P<value>\"[^\"\n]{1,300}\"|'[^'\n]{1,300}'|"
-    r"[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{1,300})"
+    r"(?P<value>\"[^\"\n]+\"|'[^'\n]+'|"
+    r"[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]+)"
 )
 
 # Words that follow a secret word in ordinary prose ("the password is required", "token: use the
@@ -187,7 +187,7 @@ def phrasing_rules() -> list[Rule]:
         _rule(
             "a password or secret",
             rf"(?i)(?:{_ENGLISH_WORDS}|pin)\s+(?:for|of|to|on)\s+(?:[A-Za-z0-9_.'-]+\s+){{0,5}}?"
-            r"(?:is|was|=|:)\s+(?P<value>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{4,300})",
+            r"(?:is|was|=|:)\s+(?P<value>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{4,})",
             credential=True,
             group="value",
             word_before=True,
@@ -196,7 +196,7 @@ def phrasing_rules() -> list[Rule]:
         ),
         _rule(
             "a password or secret",
-            r"(?i)use\s+(?P<value>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{4,300})\s+as\s+"
+            r"(?i)use\s+(?P<value>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]{4,})\s+as\s+"
             rf"(?:the\s+|my\s+|your\s+|our\s+|a\s+)?(?:new\s+)?(?:{_ENGLISH_WORDS}|pin)",
             credential=True,
             group="value",
@@ -253,7 +253,7 @@ def phrasing_rules() -> list[Rule]:
         ),
         _rule(
             "a URL with a password",
-            r"[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<value>[^\s/:@\[\]]{0,200}:[^\s/@\[\]]{1,300})@",
+            r"[A-Za-z][A-Za-z0-9+.-]+://(?P<value>[^\s/:@\[\]]*:[^\s/@\[\]]+)@",
             credential=True,
             group="value",
             word_before=True,

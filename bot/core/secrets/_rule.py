@@ -84,6 +84,8 @@ class Rule:
                 continue
             if self.word_before and match.start() > 0 and is_word(text[match.start() - 1]):
                 continue
+            if _in_placeholder(text, match.start()):
+                continue
             if self.word_after and match.end() < len(text) and is_word(text[match.end()]):
                 continue
             if self.accept is not None and not self.accept(match, text):
@@ -116,3 +118,10 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     while end > start and text[end - 1] in _SEPARATORS:
         end -= 1
     return start, end
+
+
+def _in_placeholder(text: str, start: int) -> bool:
+    """Whether a match starts inside a placeholder redaction put there ("[secret]" is no secret
+    word with a value after it)."""
+    opening = text.rfind("[", max(0, start - 12), start)
+    return opening >= 0 and any(text.startswith(p, opening) for p in PLACEHOLDERS)

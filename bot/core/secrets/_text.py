@@ -3,6 +3,7 @@ a way back to the offsets of the text as written (so a mask covers what the user
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -16,27 +17,35 @@ _DROP = {ord(character): None for character in INVISIBLE}
 _ANY_INVISIBLE = re.compile("[" + "".join(sorted(INVISIBLE)) + "]")
 
 
+_FULL_WIDTH = re.compile("[\uff01-\uff5e\u3000]")
+
+
 @dataclass(frozen=True, slots=True)
 class Folded:
     """Text as the rules read it, and where each of its characters stands in the original."""
 
     text: str
-    origin: list[int] | None  # the original offset of each folded character; None: the same
+    # For each invisible character dropped, how many characters were kept before it, ascending.
+    drops: list[int]
 
     def original(self, start: int, end: int) -> tuple[int, int]:
         """The span [start, end) of the folded text as a span of the original (invisible
         characters inside it included)."""
-        if self.origin is None or start >= end:
+        if not self.drops or start >= end:
             return start, end
-        return self.origin[start], self.origin[end - 1] + 1
+        return self._at(start), self._at(end - 1) + 1
+
+    def _at(self, index: int) -> int:
+        return index + bisect.bisect_right(self.drops, index)
 
 
 def fold(text: str) -> Folded:
     """The text the rules read (linear in its length)."""
     if text.isascii():
-        return Folded(text, None)
-    folded = text.translate(_FOLD)
-    if _ANY_INVISIBLE.search(folded) is None:
-        return Folded(folded, None)
-    origin = [i for i, character in enumerate(folded) if character not in INVISIBLE]
-    return Folded(folded.translate(_DROP), origin)
+        return Folded(text, [])
+    if _FULL_WIDTH.search(text) is not None:
+        text = text.translate(_FOLD)
+    dropped = [match.start() for match in _ANY_INVISIBLE.finditer(text)]
+    if not dropped:
+        return Folded(text, [])
+    return Folded(text.translate(_DROP), [at - kept for kept, at in enumerate(dropped)])
