@@ -499,7 +499,7 @@ class TelegramFrontend:
     def _incoming(self, message: Message) -> Incoming:
         """What Telegram says about a message, as the core takes it."""
         conversation = conversation_of(message)
-        text = message.text
+        text = with_spoiler_marks(message)
         return Incoming(
             conversation,
             None if text is None else self._without_mention(text),
@@ -788,3 +788,31 @@ def _chat_id(update: dict[str, Any]) -> int | None:
         if isinstance(chat, dict) and isinstance(chat.get("id"), int):
             return int(chat["id"])
     return None
+
+
+def with_spoiler_marks(message: Message) -> str | None:
+    """A command's text with each spoiler Telegram drew in it written back as `||…||`, the mark
+    the core reads as a secret of the user's own (a `/pin add` with a spoiler keeps it hidden);
+    any other message's text as it is."""
+    text = message.text
+    if text is None or not text.startswith("/"):
+        return text
+    spoilers = sorted(
+        (e for e in message.entities or () if e.type == MessageEntity.SPOILER),
+        key=lambda entity: entity.offset,
+    )
+    if not spoilers:
+        return text
+    # Entity offsets count UTF-16 units: cut the text in those units.
+    units = text.encode("utf-16-le")
+    parts: list[str] = []
+    position = 0
+    for entity in spoilers:
+        start, end = entity.offset * 2, (entity.offset + entity.length) * 2
+        if start < position or end > len(units):
+            continue  # overlapping or out of range: Telegram never sends it; keep the text
+        parts.append(units[position:start].decode("utf-16-le", errors="replace"))
+        parts.append("||" + units[start:end].decode("utf-16-le", errors="replace") + "||")
+        position = end
+    parts.append(units[position:].decode("utf-16-le", errors="replace"))
+    return "".join(parts)

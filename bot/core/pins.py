@@ -13,7 +13,7 @@ from bot.core.policy import BlockPolicy, Rule, count_refusal, refusal
 from bot.core.proposals import Proposals
 from bot.core.render import Estimate, estimate, injected
 from bot.core.replies import Reply
-from bot.core.sensitive import shown_content
+from bot.core.sensitive import listing_note, shown_content
 from bot.core.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
 from bot.core.suggestions import Suggestions
 from bot.core.versions import BlockHistory
@@ -212,8 +212,8 @@ class PinService:
             details = [block.level.value, block.state.value]
             if block.priority:
                 details.append(f"priority {block.priority}")
-            if block.sensitive:
-                details.append("sensitive, shown redacted")
+            if note := listing_note(block):
+                details.append(note)
             lines.append(f"{number}. {block.label} ({', '.join(details)})")
             lines.append(shown_content(block))
         if not self._pins.allow_prompt_injection:

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
-from bot.core.secrets import hidden_kinds, redact
+from bot.core.secrets import has_marks, hidden_kinds, placeholder_kinds, redact
 from storage.models import Block, BlockState
 
 PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
@@ -20,14 +20,20 @@ def _redacted(text: str) -> str:
     return redact(text)
 
 
+def hides(block: Block | BlockState) -> bool:
+    """Whether readers and the model see the block redacted: it is sensitive, or holds a part
+    its author marked `||secret||` (hidden even where the flag was lost, as in an old export)."""
+    return block.sensitive or has_marks(block.content)
+
+
 def shown_content(block: Block | BlockState) -> str:
-    """The content as readers and the model see it: redacted when the block is sensitive."""
-    return _redacted(block.content) if block.sensitive else block.content
+    """The content as readers and the model see it: redacted when the block hides anything."""
+    return _redacted(block.content) if hides(block) else block.content
 
 
 def shown(block: Block) -> Block:
-    """The block as readers and the model see it (the block itself unless it is sensitive)."""
-    if not block.sensitive:
+    """The block as readers and the model see it (the block itself unless it hides anything)."""
+    if not hides(block):
         return block
     return dataclasses.replace(block, content=_redacted(block.content))
 
@@ -40,16 +46,35 @@ def shown_states(newest_first: Iterable[BlockState | None]) -> list[BlockState |
     hidden = False
     for state in newest_first:
         hidden = hidden or (state is not None and state.sensitive)
-        if state is not None and hidden:
+        if state is not None and (hidden or has_marks(state.content)):
             state = dataclasses.replace(state, content=_redacted(state.content))
         found.append(state)
     return found
 
 
+@functools.lru_cache(maxsize=4096)
+def _kinds(text: str) -> tuple[str, ...]:
+    return tuple(hidden_kinds(text))
+
+
+def listing_note(block: Block) -> str | None:
+    """How a listing (`/pin list`, `/sticky`) describes what is hidden of the block: "shown
+    redacted" only when something is, naming what; None for a block that hides nothing and is
+    not sensitive."""
+    if not hides(block):
+        return None
+    # A listing may hold the block as readers see it, already redacted.
+    kinds = _kinds(block.content) or tuple(placeholder_kinds(block.content))
+    flag = "sensitive, " if block.sensitive else ""
+    if not kinds:
+        return flag + "nothing in it looks like a secret, so it is shown as written"
+    return flag + "shown redacted (hides " + ", ".join(kinds) + ")"
+
+
 def masked_note(content: str) -> str:
     """What making content sensitive masks, in words for the reply: the kinds found, or that
     nothing is (so the user is not left believing a secret is hidden)."""
-    found = hidden_kinds(content)
+    found = list(_kinds(content))
     if not found:
         return "nothing in it looks like an address or a secret; the model reads it as written"
     return "masked: " + ", ".join(dict.fromkeys(found))

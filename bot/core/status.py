@@ -11,7 +11,7 @@ from datetime import datetime
 
 from bot.core.policy import BlockPolicy
 from bot.core.render import BlockCost, Estimate, ScopedBlock, injected
-from bot.core.sensitive import PREVIEW_CHARS, preview
+from bot.core.sensitive import PREVIEW_CHARS, listing_note, preview
 from storage.models import Block, Level, State
 
 INJECTION_OFF = (
@@ -54,7 +54,7 @@ def _describe(item: ScopedBlock, group: bool) -> str:
     block = item.block
     details = [item.scope_name] if group else []
     details += [block.level.value, block.state.value, f"priority {block.priority}"]
-    details += ["sensitive"] if block.sensitive else []
+    details += [note] if (note := listing_note(block)) else []
     return f"{block.label} ({', '.join(details)})"
 
 

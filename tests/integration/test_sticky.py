@@ -96,7 +96,10 @@ async def test_a_dm_slot_of_the_issue_reaches_the_model_masked(
     # Token figures count what is sent: the redacted text, not the stored one.
     status = text_of(await ask(bot, dm(), "/pin status"))
     shown = len("API_KEY=[secret] ssh [ssh-target]")
-    assert f"1. creds (strong, active, priority 0, sensitive): {shown} characters" in status
+    assert (
+        "1. creds (strong, active, priority 0, sensitive, shown redacted (hides a secret, an SSH "
+        f"target)): {shown} characters"
+    ) in status
 
 
 async def test_the_model_raises_pinned_and_sensitive_and_never_takes_them_back(
@@ -197,7 +200,8 @@ async def test_sticky_previews_each_block_redacted_if_sensitive(
     view = text_of(await ask(bot, dm(), "/sticky")).splitlines()
     shown = " ".join(long.split())[:PREVIEW_CHARS] + "…"
     assert view[2:6] == [
-        "1. creds (strong, active, priority 0, sensitive): 33 characters, about 31 tokens",
+        "1. creds (strong, active, priority 0, sensitive, shown redacted (hides a secret, an SSH "
+        "target)): 33 characters, about 31 tokens",
         "   API_KEY=[secret] ssh [ssh-target]",
         "2. notes (strong, active, priority 0): 299 characters, about 98 tokens",
         f"   {shown}",

@@ -326,3 +326,18 @@ async def test_web_search_fills_its_page_past_sensitive_blocks_found_only_by_wha
         shown = await page.text()
     assert page.status == 200
     assert "a needle in the haystack" in shown and "needle42" not in shown
+
+
+async def test_listings_say_shown_redacted_only_when_something_is_hidden_and_name_it(
+    make_bot: BotFactory,
+) -> None:
+    """Issue 44: a sensitive block with nothing to hide is not labelled "shown redacted"."""
+    bot = make_bot()
+    await ask(bot, dm(), "/pin add plan ship on Friday --sensitive")
+    await ask(bot, dm(), "/pin add box jump host 10.11.12.13 --sensitive")
+    listing = text_of(await ask(bot, dm(), "/pin list"))
+    assert "plan (strong, active, sensitive, nothing in it looks like a secret" in listing
+    assert "box (strong, active, sensitive, shown redacted (hides an IP address))" in listing
+    assert "jump host [ip]" in listing and "10.11.12.13" not in listing
+    sticky = text_of(await ask(bot, dm(), "/sticky"))
+    assert "shown redacted (hides an IP address)" in sticky and "10.11.12.13" not in sticky

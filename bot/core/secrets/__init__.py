@@ -52,6 +52,7 @@ __all__ = [
     "has_marks",
     "has_placeholder",
     "hidden_kinds",
+    "placeholder_kinds",
     "redact",
 ]
 
@@ -110,29 +111,49 @@ def redact(text: str) -> str:
         return text
     parts: list[str] = []
     position = 0
-    for placeholder, start, end in _merged(findings):
-        parts.append(text[position:start])
-        parts.append(placeholder)
+    for first, end in _merged(findings):
+        parts.append(text[position : first.start])
+        parts.append(first.placeholder)
         position = end
     parts.append(text[position:])
     return "".join(parts)
 
 
-def _merged(findings: tuple[Finding, ...]) -> list[tuple[str, int, int]]:
-    """Overlapping findings as one span, shown by the placeholder of the one that starts first."""
-    merged: list[tuple[str, int, int]] = []
+def _merged(findings: tuple[Finding, ...]) -> list[tuple[Finding, int]]:
+    """Overlapping findings as one span: the one that starts first (it names the span and gives
+    its placeholder), and where the last of them ends."""
+    merged: list[tuple[Finding, int]] = []
     for finding in findings:
-        if merged and finding.start < merged[-1][2]:
-            placeholder, start, end = merged[-1]
-            merged[-1] = (placeholder, start, max(end, finding.end))
+        if merged and finding.start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], finding.end))
         else:
-            merged.append((finding.placeholder, finding.start, finding.end))
+            merged.append((finding, finding.end))
     return merged
 
 
 def hidden_kinds(text: str) -> list[str]:
-    """The kinds `redact` hides in text, each once, in order of appearance."""
-    return list(dict.fromkeys(finding.kind for finding in find(text)))
+    """The kinds `redact` hides in text, in words, each once, in order of appearance (a span
+    inside another is named by the outer one, as its placeholder is)."""
+    return list(dict.fromkeys(first.kind for first, _ in _merged(find(text))))
+
+
+_PLACEHOLDER_KINDS = {
+    IP: "an IP address",
+    HOST_PORT: "a host:port pair",
+    SSH_TARGET: "an SSH target",
+    EMAIL: "an e-mail address",
+    SECRET: "a secret",
+    TOKEN: "a token",
+    HIDDEN: MARK_KIND,
+}
+
+
+def placeholder_kinds(text: str) -> list[str]:
+    """What the placeholders in an already redacted text stand for, in words, each once."""
+    if "[" not in text:
+        return []
+    found = (match.group(0) for match in _PLACEHOLDER.finditer(text))
+    return list(dict.fromkeys(_PLACEHOLDER_KINDS[placeholder] for placeholder in found))
 
 
 def has_marks(text: str) -> bool:
