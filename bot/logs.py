@@ -1,24 +1,31 @@
-"""Logging set-up: one line per event, plain or JSON, and secrets never written."""
+"""Logging set-up: one line per event, plain or JSON, and secrets never written: whatever the
+recogniser hides (`bot.core.secrets.redact`) is masked on the handler, for every line written."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
 
 from bot.config import LoggingConfig
+from bot.core import secrets
 
 REDACTED = "[redacted]"
 
 
 class RedactSecrets(logging.Filter):
-    """Replaces every known secret in a record's final message (and exception text) with
-    [redacted]."""
+    """Masks, in each record a handler is about to write, every known secret (the bot token,
+    the storage password: `add`) with [redacted], and everything the one recogniser hides
+    (`bot.core.secrets.redact`: detected secrets, `||marked||` parts, addresses) with its
+    placeholder: in the arguments, the final message and the exception text. Installed on the
+    handler, not a logger, so only records that are written pay for it."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
         self._secrets = [secret for secret in secrets if secret]
+        self._busy = threading.local()
 
     def add(self, secret: str) -> None:
         """Start hiding one more secret."""
@@ -31,13 +38,38 @@ class RedactSecrets(logging.Filter):
             text = text.replace(secret, REDACTED)
         return text
 
+    def mask(self, text: str) -> str:
+        """text with every known secret and everything the recogniser hides masked."""
+        text = self.redact(text)
+        if getattr(self._busy, "on", False):
+            # The recogniser itself logged (building its rules): known secrets only, no loop.
+            return text
+        self._busy.on = True
+        try:
+            return secrets.redact(text)
+        finally:
+            self._busy.on = False
+
+    def _masked_args(self, args: object) -> object:
+        """A record's arguments with each string masked before it is formatted (%r would
+        escape a secret's line breaks or invisible characters and hide it from the recogniser)."""
+        if isinstance(args, tuple):
+            return tuple(self.mask(a) if isinstance(a, str) else a for a in args)
+        if isinstance(args, Mapping):
+            return {k: self.mask(v) if isinstance(v, str) else v for k, v in args.items()}
+        return args
+
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.args = self._masked_args(record.args)  # type: ignore[assignment]
         message = record.getMessage()
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        record.msg, record.args = self.redact(message), None
+        record.msg, record.args = self.mask(message), None
         if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
+            record.exc_text = self.mask(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.mask(record.stack_info)
         return True
 
 

@@ -147,7 +147,16 @@ def plan_sticky(
         plan.problems.append('"slots" must be an object of slots by key')
         return plan
     where = Where(is_shared_scope(plan.scope), is_group_scope(plan.scope))
+    limit = policy.limits.max_blocks
+    if len(slots) > limit:
+        # Refused before any slot is read: however many are refused, too many would remain.
+        plan.problems.append(
+            f"the file has {len(slots):,} slots: "
+            + refusal(Rule.TOO_MANY, where, count=len(slots), limit=limit).reason
+        )
+        return plan
     level = level or default_level(where.group)
+    keys: set[str] = set()  # each slot's label_key: two slots with the same one are duplicates
     for key, item in slots.items():
         wanted = _slot(str(key), item, version, level, plan, now)
         if wanted is None or wanted.state is None:
@@ -155,11 +164,12 @@ def plan_sticky(
         if problem := policy.state_problem(wanted.label, wanted.state, group=where.group):
             plan.problems.append(_refused(wanted.label, problem))
             continue
-        if any(label_key(w.label) == label_key(wanted.label) for w in plan.wanted):
+        if (folded := label_key(wanted.label)) in keys:
             plan.problems.append(
                 f"slot '{wanted.label}': another slot has the same key ignoring case"
             )
             continue
+        keys.add(folded)
         plan.wanted.append(wanted)
     return plan
 

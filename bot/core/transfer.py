@@ -71,12 +71,14 @@ class _Object(dict[str, Any]):
 
 
 def _object(pairs: list[tuple[str, Any]]) -> _Object:
-    found = _Object()
+    found = _Object(pairs)
     found.repeated = []
-    for key, value in pairs:
-        if key in found:
-            found.repeated.append(key)
-        found[key] = value
+    if len(found) < len(pairs):  # only then look for the repeated keys
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                found.repeated.append(key)
+            seen.add(key)
     return found
 
 
@@ -84,8 +86,18 @@ def read_document(text: str) -> tuple[Any, list[str]]:
     """An import document from its JSON text, and a problem for every key repeated in one of
     its objects (JSON readers keep the last, silently; an import must not). ValueError when it
     is not JSON, RecursionError when it is nested too deeply."""
-    document = json.loads(text, object_pairs_hook=_object)
+    repeating: list[_Object] = []
+
+    def read_object(pairs: list[tuple[str, Any]]) -> _Object:
+        found = _object(pairs)
+        if found.repeated:
+            repeating.append(found)
+        return found
+
+    document = json.loads(text, object_pairs_hook=read_object)
     problems: list[str] = []
+    if not repeating:  # nothing to name: no walk through the whole document
+        return document, problems
     pending: list[tuple[Any, str]] = [(document, "the document")]
     while pending:  # no recursion: depth is whatever the file holds
         value, where = pending.pop()
@@ -440,6 +452,7 @@ def _parse_history(
         problems.append(f"scope '{scope}': history must be a list")
         return []
     versions: list[Version] = []
+    keys: set[tuple[str, str]] = set()  # (operation, label_key) of each version kept
     for index, item in enumerate(items):
         where = f"scope '{scope}', history #{index + 1}"
         before = len(problems)
@@ -461,12 +474,13 @@ def _parse_history(
             problems.append(f"{where}: {found}")
             continue
         key = (str(text["op"]), label_key(str(text["label"])))
-        if any((v.op, label_key(v.label)) == key for v in versions):
+        if key in keys:
             problems.append(
                 f"{where}: operation {key[0]!r} already has a version of '{text['label']}' "
                 "(labels are matched ignoring case and width); keep one of them"
             )
             continue
+        keys.add(key)
         versions.append(
             Version(
                 *(0, str(text["op"]), scope, str(text["label"]), ChangeKind(str(kind))),

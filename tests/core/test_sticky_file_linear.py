@@ -1,0 +1,68 @@
+"""Sticky Context import answers large files: too many slots are refused before any slot is
+read, duplicates are found by key (no slot compared with every other), and a document's
+repeated keys are named without walking a document that has none."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from bot.config import PinsConfig
+from bot.core.policy import BlockPolicy
+from bot.core.sticky_file import plan_sticky
+from bot.core.transfer import read_document
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def policy(**pins: object) -> BlockPolicy:
+    return BlockPolicy(PinsConfig(**pins))  # type: ignore[arg-type]
+
+
+def sticky(count: int, content: str = "note") -> str:
+    slots = {f"slot{i}": {"content": f"{content} {i}", "priority": 1} for i in range(count)}
+    return json.dumps({"version": 2, "slots": slots})
+
+
+def test_an_8000_slot_file_is_refused_as_one_problem_before_its_slots_are_read() -> None:
+    document, repeated = read_document(sticky(8000))
+    assert repeated == []
+    plan = plan_sticky(document, "console:direct:42", None, policy(), NOW)
+    assert plan.wanted == []
+    (problem,) = plan.problems
+    assert problem.startswith("the file has 8,000 slots: ")
+    assert "the limit is 20 (pins.max_blocks_per_session)" in problem
+
+
+def test_a_100_mb_file_is_answered() -> None:
+    text = sticky(560_000, "x" * 150)
+    assert len(text) > 100_000_000
+    document, repeated = read_document(text)
+    assert repeated == []
+    plan = plan_sticky(document, "console:direct:42", None, policy(), NOW)
+    assert plan.wanted == [] and len(plan.problems) == 1
+    assert plan.problems[0].startswith("the file has 560,000 slots: ")
+
+
+def test_a_full_scope_of_slots_is_checked_and_duplicates_found_by_key() -> None:
+    slots = {f"slot{i}": {"content": f"note {i}"} for i in range(1000)}
+    slots["SLOT7"] = {"content": "again"}
+    del slots["slot999"]
+    plan = plan_sticky(
+        {"version": 2, "slots": slots},
+        "console:direct:42",
+        None,
+        policy(max_blocks_per_session=1000),
+        NOW,
+    )
+    assert plan.problems == ["slot 'SLOT7': another slot has the same key ignoring case"]
+    assert len(plan.wanted) == 999
+
+
+def test_repeated_keys_are_still_named() -> None:
+    text = '{"version": 2, "slots": {"a": {"content": "x", "content": "y"}, "b": {}, "b": {}}}'
+    _, repeated = read_document(text)
+    assert repeated == [
+        "the document → 'slots' → 'a': the key 'content' appears more than once; keep one of them",
+        "the document → 'slots': the key 'b' appears more than once; keep one of them",
+    ]
