@@ -6,12 +6,14 @@ make a block sensitive."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import OpenAIBots, ask, dm, group, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.integration.test_sticky import pinbot_import, slot
 
 GROUPS = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
 TOOLS = {"agent_tools": True}
@@ -158,3 +160,16 @@ async def test_marks_make_a_block_sensitive_through_edit_and_the_tools(
     await ask(bot, dm(), "remember the gate code, secret")
     assert "parts marked" in tool_results(fake_openai.requests[-1])[-1]
     assert (await _block(bot, DM_SCOPE, "gate")).sensitive
+
+
+async def test_marks_make_an_imported_slot_sensitive(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    document = {"version": 1, "slots": {"door": slot("door code ||4821||")}}
+    out = await pinbot_import(tmp_path, document, "--scope", DM_SCOPE)
+    assert out.splitlines()[-1] == "imported 1 slot(s) into console:direct:42"
+    bot = await openai_bots()
+    assert (await _block(bot, DM_SCOPE, "door")).sensitive
+    await ask(bot, dm(), "the door?")
+    request = sent(fake_openai.requests[-1])
+    assert "[hidden]" in request and "4821" not in request
