@@ -24,7 +24,7 @@ from bot.core.policy import (
     default_level,
     refusal,
 )
-from bot.core.secrets import redact
+from bot.core.secrets import has_marks, redact
 from bot.core.sensitive import masked_note
 from storage import Store
 from storage.changes import Applied
@@ -45,7 +45,7 @@ from storage.models import (
     label_key,
 )
 
-__all__ = ["BlockOps", "Done", "Outcome", "Refused", "Target", "find_block"]
+__all__ = ["BlockOps", "Done", "Outcome", "Refused", "Target", "find_block", "kept_note"]
 # A command's change is decided again on the blocks as they are when another writer changed
 # them in between; a decision taken once (a proposal's approval) is not.
 _ATTEMPTS = 5
@@ -145,6 +145,33 @@ def seen_of(
     return found
 
 
+def kept_note(target: Target, wanted: Sequence[Wanted], applied: Sequence[Applied]) -> str:
+    """What a reply adds where a change stored a label sensitive that it asked for plain (the
+    block policy keeps it so): why, and who can make it plain; '' where none was."""
+    asked = {label_key(want.label): want.state for want in wanted}
+    notes = []
+    for done in applied:
+        state = asked.get(label_key(done.label))
+        if done.after is None or not done.after.sensitive or state is None or state.sensitive:
+            continue
+        notes.append(_kept_why(target, done.label, done.after.content))
+    return " ".join(notes)
+
+
+def _kept_why(target: Target, label: str, content: str) -> str:
+    """Why label stays (or is saved) sensitive, in words for the reply."""
+    if has_marks(content):
+        return (
+            f"'{label}' is sensitive because its content has parts marked ||like this||: they "
+            "are hidden from the model and from listings. Remove the marks (with "
+            f"{target.command('edit')}) to make it plain."
+        )
+    return (
+        f"'{label}' stays sensitive, as it was: only the user can make it plain, with "
+        f"{target.command('sensitive')} {label} off."
+    )
+
+
 class BlockOps:
     """Adds, changes and removes blocks of one scope for one speaker, through the one review
     and the one write."""
@@ -166,6 +193,7 @@ class BlockOps:
     async def commit_all(self, changes: Sequence[BlockChange]) -> list[Applied]:
         """Apply changes of several scopes, each reviewed already (an import), as one operation
         in one transaction; raises as the store does, and then nothing changed."""
+        changes = [self.policy.kept_sensitive(change) for change in changes]
         applied = await self._store.apply_changes(
             changes, now=self._clock(), limits=self.policy.limits
         )
@@ -186,6 +214,7 @@ class BlockOps:
         holds the limits) and apply it: what changed, or the refusal, with nothing changed.
         Stale (the blocks changed since they were read) and AlreadyDecided pass through."""
         policy, where = self.policy, target.where
+        change = await self._kept_sensitive(change)
         if problem := await policy.review(change, where, speaker=target.speaker, blocks=blocks):
             return problem
         now = self._clock()
@@ -202,6 +231,15 @@ class BlockOps:
             retention = timedelta(days=policy.pins.audit_retention_days)
             await self._store.prune_audit(target.scope, now - retention)
         return applied
+
+    async def _kept_sensitive(self, change: BlockChange) -> BlockChange:
+        """change with the states the block policy keeps (or makes) sensitive: the last state
+        of a removed label is read from its newest kept version."""
+        last: dict[str, BlockState | None] = {}
+        for label in self.policy.sensitive_history_wanted(change):
+            versions = await self._store.versions(change.scope, label)
+            last[label_key(label)] = versions[0].before if versions else None
+        return self.policy.kept_sensitive(change, last)
 
     async def _decided(
         self, target: Target, change: BlockChange, blocks: Sequence[Block] | None
@@ -242,11 +280,13 @@ class BlockOps:
             if isinstance(outcome, Refused):
                 return outcome
             kept = ", pinned (kept until you remove it)" if pinned else ""
-            if sensitive:
+            stored = outcome[0].after if outcome else None
+            if sensitive or (stored is not None and stored.sensitive):
                 kept += (
                     f", sensitive (the model and listings see it redacted; {masked_note(content)})"
                 )
-            return Done(f"Saved {level.value} block '{label}'{kept}.")
+            saved = f"Saved {level.value} block '{label}'{kept}."
+            return Done(" ".join(filter(None, [saved, kept_note(target, change.wanted, outcome)])))
         return refusal(Rule.BUSY)
 
     async def change(
@@ -281,10 +321,15 @@ class BlockOps:
             outcome = await self._decided(target, change, blocks)
             if isinstance(outcome, Refused):
                 return outcome
+            if outcome == [] and sensitive is False and block.sensitive:
+                return Done(_kept_why(target, block.label, wanted.content))
             if outcome == []:
                 return Done(_unchanged(block, level, state, priority, sensitive))
             if outcome is not None:
-                return Done(self.changed_text(target, block, wanted))
+                stored = outcome[0].after or wanted
+                text = self.changed_text(target, block, stored)
+                note = kept_note(target, change.wanted, outcome)
+                return Done(f"{text} {note}" if note else text)
         return refusal(Rule.BUSY)
 
     async def may_change(self, target: Target) -> Refused | None:

@@ -8,10 +8,11 @@ which says what to do."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -20,8 +21,18 @@ from typing import Any
 from bot import metrics
 from bot.config import PinsConfig
 from bot.core.permissions import Action, Speaker
-from bot.core.secrets import credential_kind, has_placeholder
-from storage.models import Block, BlockChange, BlockState, Channel, Level, Limits, State, label_key
+from bot.core.secrets import credential_kind, has_marks, has_placeholder
+from storage.models import (
+    Block,
+    BlockChange,
+    BlockState,
+    Channel,
+    Level,
+    Limits,
+    State,
+    Wanted,
+    label_key,
+)
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 _ALLOWED_CONTROLS = {"\n", "\r", "\t"}
@@ -38,6 +49,11 @@ _QUOTES = "\"'`“”‘’„«»「」『』"
 _DAY = timedelta(days=1)
 # Content the model wrote: it sees sensitive blocks only redacted.
 _MODEL_CHANNELS = frozenset({Channel.TOOL, Channel.PROPOSAL})
+# Changes that bring back what a label held: they never make a sensitive label plain.
+_HISTORY_CHANNELS = frozenset({Channel.UNDO, Channel.RESTORE})
+# Changes that keep a label sensitive when it was, also across its removal: only a person's
+# `/pin sensitive <label> off` (or `/pin shared sensitive`) makes a block plain.
+_KEEPS_SENSITIVE = _MODEL_CHANNELS | _HISTORY_CHANNELS
 MAX_RECORDED_CHARS = 200  # of an actor, an operation id or a detail that an import brings
 
 
@@ -327,6 +343,68 @@ class BlockPolicy:
         store found it, atomically: one more than the limit)."""
         limit = self.limits.max_blocks
         return refusal(Rule.TOO_MANY, where, count=limit + 1, limit=limit)
+
+    # --- sensitive is never lowered but by a person -------------------------------------------
+
+    @staticmethod
+    def sensitive_history_wanted(change: BlockChange) -> list[str]:
+        """The labels of change whose last state (of a removed block: in its kept versions)
+        decides whether they stay sensitive: plain states brought to an absent label by the
+        model, an undo or a restore."""
+        if change.change.channel not in _KEEPS_SENSITIVE:
+            return []
+        return [
+            want.label
+            for want in change.wanted
+            if want.state is not None
+            and not want.state.sensitive
+            and change.seen.get(label_key(want.label)) is None
+        ]
+
+    @staticmethod
+    def kept_sensitive(
+        change: BlockChange, last: Mapping[str, BlockState | None] | None = None
+    ) -> BlockChange:
+        """change with each state it stores made sensitive where it must be (the rest of the
+        review then meets the change as it will be stored):
+
+        - content holding `||marks||` is stored sensitive, whoever writes it, however;
+        - the model (its tools, its proposals), an undo and a restore never make a sensitive
+          label plain: not of a block that is sensitive now, nor of a removed one whose last
+          state (last, by label key, read from its kept versions) was sensitive, so the
+          model's delete and re-create, or a restore of a version from before the block was
+          made sensitive, keep it sensitive. One exception: an undo that keeps the content
+          as it is now (the undo of `/pin sensitive <label> on`) is what `/pin sensitive
+          <label> off` does, and may be made by whoever may make that.
+
+        A removal of the model's to make the block plain is closed by this; an edit of the
+        model's that asks for plain is refused (Rule.LOWERED)."""
+        channel = change.change.channel
+        last = last or {}
+        wanted: list[Wanted] = []
+        raised = False
+        for want in change.wanted:
+            state = want.state
+            if state is not None and not state.sensitive:
+                key = label_key(want.label)
+                seen = change.seen.get(key)
+                before: Block | BlockState | None = last.get(key) if seen is None else seen.block
+                keeps = (
+                    channel in _KEEPS_SENSITIVE
+                    and before is not None
+                    and before.sensitive
+                    and not (
+                        channel is Channel.UNDO
+                        and seen is not None
+                        and state.content == before.content
+                    )
+                    and not (channel is Channel.TOOL and seen is not None)  # Rule.LOWERED
+                )
+                if keeps or has_marks(state.content):
+                    state, raised = dataclasses.replace(state, sensitive=True), True
+                    want = dataclasses.replace(want, state=state)
+            wanted.append(want)
+        return dataclasses.replace(change, wanted=tuple(wanted)) if raised else change
 
     # --- the one review of a change -------------------------------------------------------------
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
+from bot.core.blocks import (
+    BlockOps,
+    Done,
+    Outcome,
+    Refused,
+    Target,
+    find_block,
+    kept_note,
+    seen_of,
+)
 from bot.core.policy import BlockPolicy, Rule, refusal
 from bot.core.sensitive import shown_states
 from storage.changes import Applied
@@ -125,11 +134,13 @@ class BlockHistory:
         )
         if isinstance(outcome, Refused):
             return outcome
+        summary, note = outcome
         first = versions[0]
         labels = ", ".join(f"'{w.label}'" for w in wanted.values())
+        kept = f" {note}" if note else ""
         return Done(
             f"Undid {_what(first)} of {labels} by {_who(first)} at {_when(first.at)}. "
-            f"{outcome.message} Send {target.command('undo')} again to go one change further "
+            f"{summary}{kept} Send {target.command('undo')} again to go one change further "
             "back."
         )
 
@@ -162,7 +173,8 @@ class BlockHistory:
         if isinstance(outcome, Refused):
             return outcome
         source = f" ({_when(made_by.at)}, by {_who(made_by)})" if made_by else ""
-        return Done(f"Restored '{versions[0].label}' to version {number}{source}.")
+        kept = f" {outcome[1]}" if outcome[1] else ""
+        return Done(f"Restored '{versions[0].label}' to version {number}{source}.{kept}")
 
     async def _apply(
         self,
@@ -171,9 +183,11 @@ class BlockHistory:
         channel: Channel,
         now: tuple[list[Block], dict[str, str]],
         undoes: str | None = None,
-    ) -> Outcome:
+    ) -> tuple[str, str] | Refused:
         """Bring labels to wanted states as one change by the speaker, reviewed against the
-        blocks as they were read (now: blocks and marks) before the versions were."""
+        blocks as they were read (now: blocks and marks) before the versions were: what
+        changed in words, and why a label stayed sensitive ('' when none did: an undo or a
+        restore never makes a sensitive block plain, bot.core.policy)."""
         blocks, marks = now
         seen = seen_of(blocks, marks, [want.label for want in wanted])
         change = target.changed(wanted, seen, channel=channel, undoes=undoes)
@@ -187,7 +201,7 @@ class BlockHistory:
                 reason = f"{labels} cannot come back as it was: {applied.reason}"
                 return Refused(reason, applied.code)
             return applied
-        return Done(_summary(applied))
+        return _summary(applied), kept_note(target, wanted, applied)
 
 
 # Refusals of what a version holds (not of the scope or the speaker): the reply names the block.
