@@ -72,6 +72,18 @@ async def _import_sticky(
     return 0
 
 
+# Per slot, besides its content: its key (a label, at most 64 characters) and the fields and
+# times of the format, as JSON writes them with room to spare.
+_SLOT_OVERHEAD_BYTES = 4096
+
+
+def sticky_file_bytes(config: Config) -> int:
+    """The largest Sticky Context file that could fit a scope: every block the scope may hold,
+    each of the longest content, every character escaped as JSON may (`\\uXXXX`, 6 bytes)."""
+    pins = config.pins
+    return pins.max_blocks_per_session * (pins.max_content_length * 6 + _SLOT_OVERHEAD_BYTES)
+
+
 async def _import(
     config: Config,
     file: str,
@@ -88,6 +100,18 @@ async def _import(
                 file=sys.stderr,
             )
             return 1
+        if scope is not None and size > (most := sticky_file_bytes(config)):
+            # Only a Sticky Context file takes --scope; one that could not fit the scope's
+            # limits is refused before it is read, however large.
+            return _refuse(
+                [
+                    f"the file is {size:,} bytes; a Sticky Context file that fits "
+                    f"{config.pins.max_blocks_per_session} blocks "
+                    "(pins.max_blocks_per_session) of at most "
+                    f"{config.pins.max_content_length:,} characters (pins.max_content_length) "
+                    f"is at most {most:,} bytes"
+                ]
+            )
         document, repeated = read_document(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         print(f"pinbot: cannot read {file}: {error}", file=sys.stderr)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
-from bot.config import PinsConfig
+import pytest
+
+from bot.cli import importing
+from bot.config import PinsConfig, parse_config
 from bot.core.policy import BlockPolicy
 from bot.core.sticky_file import plan_sticky
 from bot.core.transfer import read_document
@@ -34,14 +38,21 @@ def test_an_8000_slot_file_is_refused_as_one_problem_before_its_slots_are_read()
     assert "the limit is 20 (pins.max_blocks_per_session)" in problem
 
 
-def test_a_100_mb_file_is_answered() -> None:
+async def test_a_100_mb_file_is_refused_before_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pinbot import FILE --scope …` of a Sticky file larger than any that fits the scope's
+    limits answers at once, saying why, without reading it."""
+    file = tmp_path / "sticky-context.json"
     text = sticky(560_000, "x" * 150)
     assert len(text) > 100_000_000
-    document, repeated = read_document(text)
-    assert repeated == []
-    plan = plan_sticky(document, "console:direct:42", None, policy(), NOW)
-    assert plan.wanted == [] and len(plan.problems) == 1
-    assert plan.problems[0].startswith("the file has 560,000 slots: ")
+    file.write_text(text, encoding="utf-8")
+    config = parse_config({}, "<test>")
+    code = await importing._import(config, str(file), True, "console:direct:42")
+    assert code == 1
+    out = capsys.readouterr().out
+    assert f"the file is {file.stat().st_size:,} bytes" in out
+    assert f"is at most {importing.sticky_file_bytes(config):,} bytes" in out
 
 
 def test_a_full_scope_of_slots_is_checked_and_duplicates_found_by_key() -> None:

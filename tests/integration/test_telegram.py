@@ -1381,3 +1381,46 @@ async def test_a_pin_suggestion_in_a_dm_comes_with_buttons_and_a_tap_on_pin_save
     (edit,) = fake_telegram.called("editMessageText")
     assert edit["message_id"] == shown["message_id"] and "reply_markup" not in edit
     assert edit["text"].endswith("Pinned: saved.")
+
+
+async def test_a_spoiler_in_a_pin_command_is_a_secret_the_model_never_reads(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 44: a `/pin add` whose door code Telegram draws as a spoiler keeps the mark, so the
+    block is stored with `||4821||`, sensitive, and the model's request holds `[hidden]`."""
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test")
+    llm = {**agent_llm(fake_openai.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    bot = await start_bot(model, llm=llm)
+    me = user(42)
+    text = "/pin add door Gate code 4821, then the 🚪 on the left"
+    update = message(private_chat(42), text, me)
+    body = update["message"]
+    # "4821" after the emoji-free prefix; Telegram counts UTF-16 units (all one unit here).
+    body["entities"] = [*body["entities"], {"type": "spoiler", "offset": 24, "length": 4}]
+    (saved,) = await bot.reply_to(update)
+    assert "sensitive" in saved
+    (block,) = await store.blocks(["telegram:direct:42"])
+    assert block.content == "Gate code ||4821||, then the 🚪 on the left" and block.sensitive
+    fake_openai.script = [completion("Noted.")]
+    assert await bot.reply_to(message(private_chat(42), "How do I get in?", me)) == ["Noted."]
+    (request,) = fake_openai.requests
+    sent = str(request["messages"])
+    assert "4821" not in sent and "Gate code [hidden], then the 🚪 on the left" in sent
+
+
+async def test_a_spoiler_after_wide_characters_is_cut_in_utf16_units(
+    start_bot: StartBot, store: Store
+) -> None:
+    bot = await start_bot()
+    text = "/pin add pass 🔑🔑 wifi tulip77"
+    update = message(private_chat(43), text, user(43))
+    # Each 🔑 is two UTF-16 units: "tulip77" starts at unit 24, not character 22.
+    update["message"]["entities"].append({"type": "spoiler", "offset": 24, "length": 7})
+    await bot.reply_to(update)
+    (block,) = await store.blocks(["telegram:direct:43"])
+    assert block.content == "🔑🔑 wifi ||tulip77||"
