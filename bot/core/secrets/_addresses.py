@@ -87,7 +87,8 @@ def _numbered_host(match: Match, text: str) -> bool:
     after = text[match.end() : match.end() + 2]
     if after[:1] and (is_word(after[0]) or (after[:1] == "." and is_word(after[1:2] or " "))):
         return False
-    return any(character.isdigit() for character in match.group("host"))
+    host: str = match.group("host")
+    return not host.startswith("-") and not host.endswith("-")
 
 
 def _email(match: Match, text: str) -> bool:
@@ -142,7 +143,8 @@ def address_rules() -> list[Rule]:
         _rule("an SSH target", rf"{_USER}@{_IPV4}(?::\d{{1,5}})?", SSH_TARGET, sign="@"),
         _rule(
             "an SSH target",
-            rf"{_USER}@(?P<host>{_LABEL})",
+            # A machine's name with a number in it (web1, db-03): only those can match.
+            rf"{_USER}@(?P<host>[A-Za-z0-9-]*[0-9][A-Za-z0-9-]*)",
             SSH_TARGET,
             word_before=True,
             accept=_numbered_host,
