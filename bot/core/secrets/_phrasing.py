@@ -14,7 +14,7 @@ from bot.core.secrets._rule import SECRET, TOKEN, Match, Rule, compile_re2
 _ENGLISH_WORDS = (
     r"(?:aws[ _-]?)?secret[ _-]?access[ _-]?key|client[ _-]?secret|private[ _-]?key|"
     r"secret[ _-]?key|access[ _-]?key|access[ _-]?token|auth[ _-]?token|refresh[ _-]?token|"
-    r"api[ _-]?key|apikey|pass(?:word|wd|phrase|code)?|pwd|secret|token|credentials?"
+    r"api[ _-]?key|apikey|pass(?:word|wd|phrase|code)?|pwd|secret|token|credentials?|key"
 )
 _CHINESE_WORDS = r"密码|口令|密钥|秘钥|令牌|私钥|验证码|授权码|通行码"
 # A separator after the word: `=`, `:` (`：` is folded to it), `=>`, ` - `, "is"/"was" (with
@@ -122,6 +122,9 @@ def _accept_keyword(match: Match, text: str) -> bool:
     if not _prefix_allowed(match.group("prefix") or "", word):
         return False
     value = match.group("value")
+    if word.lower() == "key":  # only ending a name (ENCRYPTION_KEY, ibm_iam_key), and a key's value
+        bare = value.strip("\"'").rstrip(".,!?:)")
+        return bool(match.group("prefix")) and len(bare) >= 8 and looks_secret(bare)
     if value[0] in "\"'":
         inner = value[1:-1].strip()
         return bool(inner) and not inner.startswith(_REFERENCE_STARTS)

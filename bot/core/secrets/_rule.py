@@ -72,11 +72,23 @@ class Rule:
     sign: str | None = None  # a substring without which the rule cannot match (a cheap skip)
     folded_sign: bool = False  # the sign is looked for in the lower-cased text
 
+    def __post_init__(self) -> None:
+        if isinstance(self.group, str):  # RE2's matches take a group's number, not its name
+            object.__setattr__(self, "group", self.pattern.groupindex[self.group])
+        if self.sign is None and (literal := literal_start(self.pattern.pattern)):
+            # A pattern that starts with a literal cannot match a text without it: looking for
+            # it costs a fraction of a microsecond, and most texts have none.
+            folded = literal.startswith("(?i)")
+            object.__setattr__(
+                self, "sign", literal.removeprefix("(?i)").lower() if folded else literal
+            )
+            object.__setattr__(self, "folded_sign", folded)
+
     def spans(self, text: str, lowered: str) -> Iterator[Span]:
         """Every span this rule hides in text (lowered: the same text, lower-cased)."""
         if self.sign is not None and self.sign not in (lowered if self.folded_sign else text):
             return
-        group = self.group if isinstance(self.group, int) else self.pattern.groupindex[self.group]
+        group = self.group
         covered = 0  # hidden already by an extended token: each character is read once
         for match in self.pattern.finditer(text):
             start, end = match.start(group), match.end(group)
@@ -125,3 +137,56 @@ def _in_placeholder(text: str, start: int) -> bool:
     word with a value after it)."""
     opening = text.rfind("[", max(0, start - 12), start)
     return opening >= 0 and any(text.startswith(p, opening) for p in PLACEHOLDERS)
+
+
+_ESCAPED = frozenset(".-_:/=+@#&~ ")
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_:/=@#&~ ")
+
+
+def literal_start(pattern: str) -> str | None:
+    """The literal text every match of pattern starts with (at least two characters; prefixed
+    "(?i)" when the pattern ignores case), or None. Conservative: any construct it does not know
+    ends the literal, and a pattern with a choice at its top level has none."""
+    folded = pattern.startswith("(?i)")
+    body = pattern.removeprefix("(?i)")
+    if _has_top_level_choice(body):
+        return None
+    literal: list[str] = []
+    i = 0
+    while i < len(body):
+        character = body[i]
+        if character == "\\" and i + 1 < len(body) and body[i + 1] in _ESCAPED:
+            literal.append(body[i + 1])
+            i += 2
+        elif character in _PLAIN:
+            literal.append(character)
+            i += 1
+        else:
+            break
+        if i < len(body) and body[i] in "*?{":
+            literal.pop()  # the last character may repeat zero times
+            break
+    if len(literal) < 2:
+        return None
+    return ("(?i)" if folded else "") + "".join(literal)
+
+
+def _has_top_level_choice(pattern: str) -> bool:
+    depth = 0
+    escaped = in_class = False
+    for character in pattern:
+        if escaped:
+            escaped = False
+        elif character == "\\":
+            escaped = True
+        elif in_class:
+            in_class = character != "]"
+        elif character == "[":
+            in_class = True
+        elif character == "(":
+            depth += 1
+        elif character == ")":
+            depth -= 1
+        elif character == "|" and depth == 0:
+            return True
+    return False
