@@ -46,7 +46,7 @@ class RedactSecrets(logging.Filter):
             return text
         self._busy.on = True
         try:
-            return secrets.redact(text)
+            return secrets.redact(text, keep_local=True)
         finally:
             self._busy.on = False
 

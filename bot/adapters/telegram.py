@@ -11,7 +11,7 @@ import logging
 import re
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
@@ -499,7 +499,7 @@ class TelegramFrontend:
     def _incoming(self, message: Message) -> Incoming:
         """What Telegram says about a message, as the core takes it."""
         conversation = conversation_of(message)
-        text = with_spoiler_marks(message)
+        text = with_spoiler_marks(message.text, message.entities)
         return Incoming(
             conversation,
             None if text is None else self._without_mention(text),
@@ -527,7 +527,12 @@ class TelegramFrontend:
         if conversation.kind is not ChatKind.GROUP:
             return
         readable = pinned if isinstance(pinned, Message) else None
-        text = (readable.text or readable.caption) if readable else None
+        text = (
+            with_spoiler_marks(readable.text, readable.entities)
+            or with_spoiler_marks(readable.caption, readable.caption_entities)
+            if readable
+            else None
+        )
         author = readable.from_user if readable else None
         outcome = await unless_lost(
             self.pinbot.chat_pinned(
@@ -790,18 +795,16 @@ def _chat_id(update: dict[str, Any]) -> int | None:
     return None
 
 
-def with_spoiler_marks(message: Message) -> str | None:
-    """A command's text with each spoiler Telegram drew in it written back as `||…||`, the mark
-    the core reads as a secret of the user's own (a `/pin add` with a spoiler keeps it hidden);
-    any other message's text as it is."""
-    text = message.text
-    if text is None or not text.startswith("/"):
-        return text
+def with_spoiler_marks(text: str | None, entities: Sequence[MessageEntity] | None) -> str | None:
+    """The text with each spoiler Telegram drew in it written back as `||…||`, the mark the core
+    reads as a secret of the user's own: a `/pin add` with a spoiler keeps it hidden from the
+    model and listings, and a spoiler in a message or a pinned message stays marked if the
+    model or the pinned-message sync pins it."""
     spoilers = sorted(
-        (e for e in message.entities or () if e.type == MessageEntity.SPOILER),
+        (e for e in entities or () if e.type == MessageEntity.SPOILER),
         key=lambda entity: entity.offset,
     )
-    if not spoilers:
+    if text is None or not spoilers:
         return text
     # Entity offsets count UTF-16 units: cut the text in those units.
     units = text.encode("utf-16-le")

@@ -78,7 +78,9 @@ async def test_a_sticky_import_into_a_group_scope_refuses_every_kind(
     openai_bots: OpenAIBots, tmp_path: Path
 ) -> None:
     slots = {f"s{number}": slot(secret.line) for number, secret in enumerate(CREDENTIALS)}
-    out = await pinbot_import(tmp_path, {"version": 1, "slots": slots}, "--scope", SHARED)
+    document = {"version": 1, "slots": slots}
+    pins = "{max_blocks_per_session: 100, max_total_chars: 100000}"
+    out = await pinbot_import(tmp_path, document, "--scope", SHARED, pins=pins)
     refused = [line for line in out.splitlines() if "refused (credential)" in line]
     assert len(refused) == len(CREDENTIALS), out
     assert all(part not in out for secret in CREDENTIALS for part in secret.hidden)

@@ -170,7 +170,7 @@ async def test_a_version_records_the_flag_and_undo_brings_it_back(
     assert [v.kind for v in versions][-2:] == [ChangeKind.SENSITIVE, ChangeKind.ADD]
     await ask(bot, dm(), "/pin restore creds 2")
     (block,) = await bot.store.blocks(["console:direct:42"])
-    assert not block.sensitive
+    assert block.sensitive  # a restore never makes a block plain (issue 44): only `off` does
 
 
 async def test_sticky_delete_removes_pinned_blocks_too(

@@ -1424,3 +1424,19 @@ async def test_a_spoiler_after_wide_characters_is_cut_in_utf16_units(
     await bot.reply_to(update)
     (block,) = await store.blocks(["telegram:direct:43"])
     assert block.content == "🔑🔑 wifi ||tulip77||"
+
+
+async def test_a_spoiler_after_a_mention_in_a_group_command_is_kept(
+    start_bot: StartBot, store: Store
+) -> None:
+    """A `/pin` typed after the bot's @mention still keeps its spoiler as a mark."""
+    bot = await start_bot(pins=PINS)
+    text = "@pin_bot /pin add gift The surprise is a red bike"
+    update = message(group_chat(GROUP), text, user(42))
+    update["message"]["entities"].append(
+        {"type": "spoiler", "offset": text.index("red bike"), "length": 8}
+    )
+    (reply,) = await bot.reply_to(update)
+    assert "sensitive" in reply, reply
+    (block,) = await store.blocks([f"{GROUP_KEY}::u:42"])
+    assert block.content == "The surprise is a ||red bike||" and block.sensitive

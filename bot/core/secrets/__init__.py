@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 MARK_KIND = "a part marked ||secret||"
-_MARK = compile_re2(r"\|\|[^|]+\|\|")
+_MARK = compile_re2(r"\|\|(?:[^|]|\|[^|])+\|\|")
 _PLACEHOLDER = compile_re2(
     "|".join(p.replace("[", r"\[").replace("]", r"\]") for p in PLACEHOLDERS)
 )
@@ -103,10 +103,13 @@ def credential_kind(text: str) -> str | None:
     return next((finding.kind for finding in find(text) if finding.credential), None)
 
 
-def redact(text: str) -> str:
+def redact(text: str, *, keep_local: bool = False) -> str:
     """The text with each secret, mark and address replaced by its placeholder; text without one
-    comes back as it is."""
+    comes back as it is. keep_local leaves this machine's own addresses (127.x, ::1, localhost,
+    0.0.0.0) as they are, for the operator's log lines ("listening on http://127.0.0.1:8080")."""
     findings = find(text)
+    if keep_local:
+        findings = tuple(f for f in findings if not _local(text[f.start : f.end], f))
     if not findings:
         return text
     parts: list[str] = []
@@ -117,6 +120,13 @@ def redact(text: str) -> str:
         position = end
     parts.append(text[position:])
     return "".join(parts)
+
+
+_LOCAL_PREFIXES = ("127.", "localhost", "0.0.0.0", "::1", "[::1]", "[::]", "::")
+
+
+def _local(found: str, finding: Finding) -> bool:
+    return finding.placeholder in (IP, HOST_PORT) and found.startswith(_LOCAL_PREFIXES)
 
 
 def _merged(findings: tuple[Finding, ...]) -> list[tuple[Finding, int]]:

@@ -200,7 +200,7 @@ def address_rules() -> list[Rule]:
 
 def _random_looking_alone(match: Match, text: str) -> bool:
     start, end = match.start(), match.end()
-    if start > 0 and text[start - 1] in "+/=-.":
+    if start > 0 and text[start - 1] in "+/-.":
         return False
     if end < len(text) and (is_word(text[end]) or text[end] in "+/=-"):
         return False

@@ -14,14 +14,19 @@ from bot.core.secrets._rule import SECRET, TOKEN, Match, Rule, compile_re2
 _ENGLISH_WORDS = (
     r"(?:aws[ _-]?)?secret[ _-]?access[ _-]?key|client[ _-]?secret|private[ _-]?key|"
     r"secret[ _-]?key|access[ _-]?key|access[ _-]?token|auth[ _-]?token|refresh[ _-]?token|"
-    r"api[ _-]?key|apikey|pass(?:word|wd|phrase|code)?|pwd|secret|token|credentials?|key"
+    r"api[ _-]?key|apikey|pass(?:word|wd|phrase|code)?|pwd|pw|secret|token|credentials?|creds|"
+    r"(?:door|gate|alarm|safe|entry|lock|garage|access|wifi|wi-fi)[ _-]?code|combination|"
+    r"(?:2fa|mfa|otp|totp)[ _-]?(?:seed|secret|key)|(?:recovery|backup)[ _-]?codes?|key"
 )
-_CHINESE_WORDS = r"密码|口令|密钥|秘钥|令牌|私钥|验证码|授权码|通行码"
+_CHINESE_WORDS = (
+    r"密码|口令|密钥|秘钥|令牌|私钥|验证码|授权码|通行码|门禁码|门禁密码|开门密码|密 码"
+)
 # A separator after the word: `=`, `:` (`：` is folded to it), `=>`, ` - `, "is"/"was" (with
 # "set to"), Chinese 是/为/改成, or none at all (then the value must look like a secret; in
 # Chinese the value may follow the word directly).
 _SEPARATOR = (
-    r"(?P<sep>\s*(?:=>|:=|[:=])\s*|\s+-+\s+|\s+(?:is|was|are|were)\s+(?:(?:set\s+to|now)\s+)?|"
+    r"(?P<sep>\s*(?:=>|:=|-+>|>>|[:=~])\s*|\s+[-—–]+\s+|'s\s+|"
+    r"\s+(?:is|was|are|were)\s+(?:(?:set\s+to|now)\s+)?|"
     r"\s*(?:(?:已经|已)?(?:改成了?|改为|换成了?|设为|设置为|设置成|更新为)|是|为|為)\s*|\s*)"
 )
 # A value: quoted, or a run of printable ASCII without quotes, commas or semicolons (Chinese
@@ -57,15 +62,86 @@ _SIGN_CHARACTERS = frozenset("0123456789!#$%&*+/=?@^_~-")
 def looks_secret(value: str) -> bool:
     """Whether a word reads as a password rather than as a word: a digit or symbol in it, or
     capitals after its first letter (hunter2, Tr0ub4dor, s3cr3t!, xKq9Lm)."""
+    if not any(character.isalnum() for character in value):
+        return False  # "->", "--": punctuation between a word and its value
     if any(character in _SIGN_CHARACTERS for character in value):
-        return True
+        return not _reads_as_words(value)
     return any(character.isupper() for character in value[1:]) and not value.isupper()
+
+
+_JOINED_WORDS = re.compile(r"[a-z]+(?:[-_][a-z]+)+")
+# Code naming a place (settings.API_KEY, os.environ): single-case words joined by dots.
+_DOTTED_NAME = re.compile(r"(?:[a-z_]+|[A-Z_]+)(?:\.(?:[a-z_]+|[A-Z_]+))+")
+_FRACTION = re.compile(r"\d+[/:.]\d+")
+_PATH_PART = re.compile(r"[a-z][a-z_.-]*")
+
+
+def _reads_as_words(value: str) -> bool:
+    """Words joined by hyphens or underscores (old-certs, your-api-key), a dotted name
+    (settings.API_KEY), a fraction or ratio (3/5): symbols that do not make a password."""
+    if _JOINED_WORDS.fullmatch(value):
+        return all(wordlike(part) for part in re.split("[-_]", value))
+    return bool(_DOTTED_NAME.fullmatch(value) or _FRACTION.fullmatch(value))
+
+
+# What stands where a value would but is none: a reference to one, a type, a password manager,
+# a placeholder.
+_NOT_VALUES = frozenset(
+    [
+        "str",
+        "string",
+        "int",
+        "bool",
+        "bytes",
+        "none",
+        "null",
+        "nil",
+        "optional",
+        "any",
+        "object",
+        "bitwarden",
+        "1password",
+        "keepass",
+        "lastpass",
+        "keychain",
+        "vault",
+        "redacted",
+        "placeholder",
+        "hidden",
+        "masked",
+        "omitted",
+        "removed",
+        "tbd",
+        "n/a",
+    ]
+)
+
+
+def _no_value(bare: str, word: str) -> bool:
+    """Whether bare, standing after a secret word, is no secret: a reference, a type, a path,
+    code, a placeholder (`YOUR_TOKEN_HERE`, `xxxxxxxx`), or the word itself (password=password)."""
+    lower = bare.lower()
+    if lower in _PROSE or lower in _NOT_VALUES or lower == word.lower():
+        return True
+    if len(set(bare)) == 1 or lower.startswith(("your", "my_", "my-")) or lower.endswith("here"):
+        return True
+    if bare.startswith(("/", "~/", "./", "../", "-")) or (
+        len(bare) > 2 and bare[1:3] in (":\\", ":/")
+    ):
+        return True  # a path (where a key is kept, not the key) or a command's option
+    if "/" in bare and all(not part or _PATH_PART.fullmatch(part) for part in bare.split("/")):
+        return True  # src/, docs/keys.md
+    if _DOTTED_NAME.fullmatch(bare):
+        return True  # settings.API_KEY, os.environ: code naming where the value is
+    return any(character in "()[]{}" for character in bare)  # code: get_token(), environ["X"]
 
 
 def _prefix_allowed(prefix: str, word: str) -> bool:
     """The secret word ends a name (DB_PASSWORD, db.pass, dbPassword), never sits inside a word
     (Compass, bypass)."""
     if not prefix:
+        return True
+    if prefix.isupper() and word.isupper():  # PGPASSWORD, DBPASS: an environment variable
         return True
     return prefix[-1] in "_.-" or (
         (prefix[-1].islower() or prefix[-1].isdigit()) and word[0].isupper()
@@ -76,6 +152,8 @@ def _next_word(text: str, end: int) -> str | None:
     """The word right after a value, or None when its clause ends there (a line end,
     punctuation, a non-word, Chinese): "password: letmein" ends, "Secret= santa gifts" goes on."""
     rest = text[end : end + 40]
+    if rest[:1] == "'" and rest[1:2].isalpha():  # secret: don't tell (a contraction goes on)
+        return rest[1:2]
     if rest[:1] in (" ", "\t") and rest[1:2].isascii() and rest[1:2].isalpha():
         word = rest[1:].split(None, 1)[0] if rest[1:].strip() else ""
         return "".join(character for character in word if character.isalpha()).lower() or None
@@ -127,9 +205,11 @@ def _accept_keyword(match: Match, text: str) -> bool:
         return bool(match.group("prefix")) and len(bare) >= 8 and looks_secret(bare)
     if value[0] in "\"'":
         inner = value[1:-1].strip()
-        return bool(inner) and not inner.startswith(_REFERENCE_STARTS)
-    bare = value.rstrip(".,!?:)")
-    if not bare or bare.startswith(_REFERENCE_STARTS) or bare.lower() in _PROSE:
+        return (
+            bool(inner) and not inner.startswith(_REFERENCE_STARTS) and not _no_value(inner, word)
+        )
+    bare = value.strip("*`").rstrip(".,!?:)").strip("*`")
+    if not bare or bare.startswith(_REFERENCE_STARTS) or _no_value(bare, word):
         return False
     separator = match.group("sep").strip()
     if not match.group("sep"):  # "tokens2fa": the word runs on into the value
@@ -138,10 +218,50 @@ def _accept_keyword(match: Match, text: str) -> bool:
         return False  # "token: 4096", "password: 8 characters" are counts, not secrets
     if looks_secret(bare):
         return True
+    if word.lower() in ("pass", "pw", "combination") and not _account_before(text, match.start()):
+        return False  # mountain pass: Stelvio, boarding pass: gate (but db pass = swordfish)
     if not separator:  # "wifi passcode tulip": a plain word right after the word is prose
         return False
     following = _next_word(text, match.end() - (len(value) - len(bare)))
     return following is None or following in _CONNECTIVES or not wordlike(bare)
+
+
+# Words before "pass" that make it a password's (db pass = swordfish), not a mountain's.
+_ACCOUNTS = frozenset(
+    (
+        "db",
+        "database",
+        "admin",
+        "root",
+        "user",
+        "users",
+        "account",
+        "login",
+        "ssh",
+        "vpn",
+        "wifi",
+        "server",
+        "mail",
+        "email",
+        "ftp",
+        "sql",
+        "mysql",
+        "postgres",
+        "redis",
+        "router",
+        "portal",
+    )
+)
+
+
+def _account_before(text: str, start: int) -> bool:
+    words = text[max(0, start - 24) : start].lower().split()
+    return bool(words) and words[-1].strip("_-.:") in _ACCOUNTS
+
+
+def _accept_option_value(match: Match, text: str) -> bool:
+    value: str = match.group("value").strip("'\"")
+    return bool(value) and not value.startswith(_REFERENCE_STARTS) and value[0] != "-"
 
 
 def _accept_pin(match: Match, text: str) -> bool:
@@ -180,7 +300,7 @@ def phrasing_rules() -> list[Rule]:
         _rule(
             "a password or secret",
             rf"(?i)(?P<name>(?P<prefix>[A-Za-z0-9_.-]*?)(?P<word>{_ENGLISH_WORDS})|"
-            rf"(?P<zh>{_CHINESE_WORDS}))[\"'\]]?{_SEPARATOR}{_VALUE}",
+            rf"(?P<zh>{_CHINESE_WORDS}))(?:'s|[\"'\]*_`]{{0,2}}){_SEPARATOR}{_VALUE}",
             credential=True,
             placeholder=SECRET,
             group="value",
@@ -217,6 +337,26 @@ def phrasing_rules() -> list[Rule]:
             accept=_accept_pin,
         ),
         _rule(
+            "a PIN",
+            r"(?i)pin\s*(?:[:=]|is|was)\s*(?P<value>\d{4,8})",
+            credential=True,
+            group="value",
+            word_before=True,
+            word_after=True,
+            accept=_accept_pin,
+        ),
+        _rule(
+            "a password on a command line",
+            r"(?i)(?:(?:mysql|mysqladmin|mysqldump|mariadb)\s[^\n]*?\s-p|sshpass\s+-p\s*|"
+            r"(?:docker|podman|nerdctl|helm)\s+(?:registry\s+)?login\s[^\n]*?\s-p\s+|"
+            r"\s--(?:password|passwd|pass|token|api-key|secret)(?:=|\s+))"
+            r"(?P<value>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"]+)",
+            credential=True,
+            group="value",
+            trim=True,
+            accept=_accept_option_value,
+        ),
+        _rule(
             "an Authorization header",
             r"(?i)(?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest|bot)\s+)?"
             r"(?P<value>[A-Za-z0-9._~+/=:-]{8,})",
@@ -238,18 +378,19 @@ def phrasing_rules() -> list[Rule]:
         ),
         _rule(
             "a Basic credential",
-            r"Basic\s+(?P<value>[A-Za-z0-9+/]{12,}={0,2})",
+            r"(?i)basic(?:\s+auth)?\s+(?P<value>[A-Za-z0-9+/]{12,}={0,2})",
             credential=True,
             placeholder=TOKEN,
             group="value",
             word_before=True,
             word_after=True,
             accept=_accept_secretish,
-            sign="Basic",
+            sign="basic",
+            folded_sign=True,
         ),
         _rule(
             "a user:password pair",
-            r"(?:^|\s)(?:-u|--user)(?:\s+|=)(?P<value>\"[^\"\n:]*:[^\"\n]+\"|'[^'\n:]*:[^'\n]+'|"
+            r"(?:^|\s)(?:-u|--user)(?:\s+|=)?(?P<value>\"[^\"\n:]*:[^\"\n]+\"|'[^'\n:]*:[^'\n]+'|"
             r"[^\s:\"']+:[^\s\"']+)",
             credential=True,
             group="value",
@@ -293,4 +434,14 @@ _PROVIDER_SHAPES = (
     ("a Hugging Face token", r"hf_[A-Za-z0-9]{30,}"),
     ("a Shopify token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
     ("a DigitalOcean token", r"do[opr]_v1_[a-f0-9]{64}"),
+    (
+        "a Discord webhook",
+        r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[\w-]+",
+    ),
+    (
+        "a Teams webhook",
+        r"https://[\w.-]*(?:webhook\.office\.com/webhookb2|outlook\.office\.com/webhook)/\S+",
+    ),
+    ("a Google OAuth token", r"(?:ya29\.[0-9A-Za-z_-]{20,}|GOCSPX-[0-9A-Za-z_-]{20,})"),
+    ("a Vault token", r"hv[sbr]\.[A-Za-z0-9_-]{20,}"),
 )

@@ -8,7 +8,11 @@ import re
 from dataclasses import dataclass
 
 # Characters that render as nothing: typed inside a token, they must not split it in two.
-INVISIBLE = frozenset("\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff")
+INVISIBLE = frozenset(
+    "\u00ad\u034f\u180b\u180c\u180d\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064"
+    "\u2066\u2067\u2068\u2069\ufeff"
+)
 
 # Full-width ASCII (as Chinese and Japanese keyboards type it: `：`, `＝`, `ＡＫＩＡ`) and the
 # ideographic space read as their ASCII selves; each stays one character, so offsets hold.
