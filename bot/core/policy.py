@@ -66,6 +66,7 @@ class Rule(StrEnum):
     LABEL_QUOTED = "label-quoted"
     LABEL_CHARACTER = "label-character"
     LABEL_OPTION = "label-option"
+    LABEL_MARKED = "label-marked"
     CONTENT_EMPTY = "content-empty"
     CONTENT_TOO_LONG = "content-too-long"
     CONTENT_CHARACTER = "content-character"
@@ -103,6 +104,10 @@ RULE_TEXTS: dict[Rule, str] = {
         "again without it."
     ),
     Rule.LABEL_OPTION: "A label cannot start with '--'; that marks options. Choose another label.",
+    Rule.LABEL_MARKED: (
+        "A label cannot hold '||': marks hide parts of a block's content, and a label is always "
+        "shown. Choose a plain label and mark the secret in the content."
+    ),
     Rule.CONTENT_EMPTY: "The content is empty. Write the text to pin after the label.",
     Rule.CONTENT_TOO_LONG: (
         "The content is {length} characters long; the limit is {limit} "
@@ -285,6 +290,8 @@ class BlockPolicy:
             return refusal(Rule.LABEL_CHARACTER, character=bad)
         if label.startswith("--"):
             return refusal(Rule.LABEL_OPTION)
+        if "||" in label:
+            return refusal(Rule.LABEL_MARKED)
         return None
 
     def content_problem(self, content: str) -> Refused | None:

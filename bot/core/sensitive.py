@@ -9,15 +9,26 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
-from bot.core.secrets import has_marks, hidden_kinds, placeholder_kinds, redact
+from bot.core.secrets import has_marks, placeholder_kinds, redact_and_name
 from storage.models import Block, BlockState
 
 PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
 
 
 @functools.lru_cache(maxsize=4096)  # every turn sends the same sensitive blocks again
+def _seen(text: str) -> tuple[str, tuple[str, ...]]:
+    """What is seen of text and the kinds hidden in it, from one reading: the reply that saves a
+    sensitive block names the kinds, so every turn after it finds the redaction made."""
+    redacted, kinds = redact_and_name(text)
+    return redacted, tuple(kinds)
+
+
 def _redacted(text: str) -> str:
-    return redact(text)
+    return _seen(text)[0]
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    return _seen(text)[1]
 
 
 def hides(block: Block | BlockState) -> bool:
@@ -50,11 +61,6 @@ def shown_states(newest_first: Iterable[BlockState | None]) -> list[BlockState |
             state = dataclasses.replace(state, content=_redacted(state.content))
         found.append(state)
     return found
-
-
-@functools.lru_cache(maxsize=4096)
-def _kinds(text: str) -> tuple[str, ...]:
-    return tuple(hidden_kinds(text))
 
 
 def listing_note(block: Block) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import OpenAIBots, ask, dm, group, text_of
+from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_sticky import pinbot_import, slot
 
@@ -173,3 +173,11 @@ async def test_marks_make_an_imported_slot_sensitive(
     await ask(bot, dm(), "the door?")
     request = sent(fake_openai.requests[-1])
     assert "[hidden]" in request and "4821" not in request
+
+
+async def test_a_label_cannot_hold_marks(make_bot: BotFactory) -> None:
+    """A label is always shown: `||…||` there would hide nothing, so it is refused, saying why."""
+    bot = make_bot()
+    reply = text_of(await ask(bot, dm(), "/pin add ||k|| value")) or ""
+    assert "cannot hold '||'" in reply
+    assert await bot.store.blocks(["console:direct:42"]) == []

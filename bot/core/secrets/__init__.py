@@ -54,6 +54,7 @@ __all__ = [
     "hidden_kinds",
     "placeholder_kinds",
     "redact",
+    "redact_and_name",
 ]
 
 MARK_KIND = "a part marked ||secret||"
@@ -107,19 +108,26 @@ def redact(text: str, *, keep_local: bool = False) -> str:
     """The text with each secret, mark and address replaced by its placeholder; text without one
     comes back as it is. keep_local leaves this machine's own addresses (127.x, ::1, localhost,
     0.0.0.0) as they are, for the operator's log lines ("listening on http://127.0.0.1:8080")."""
+    return redact_and_name(text, keep_local=keep_local)[0]
+
+
+def redact_and_name(text: str, *, keep_local: bool = False) -> tuple[str, list[str]]:
+    """`redact(text)` and `hidden_kinds(text)` from one reading of text."""
     findings = find(text)
     if keep_local:
         findings = tuple(f for f in findings if not _local(text[f.start : f.end], f))
     if not findings:
-        return text
+        return text, []
     parts: list[str] = []
+    kinds: list[str] = []
     position = 0
     for first, end in _merged(findings):
         parts.append(text[position : first.start])
         parts.append(first.placeholder)
+        kinds.append(first.kind)
         position = end
     parts.append(text[position:])
-    return "".join(parts)
+    return "".join(parts), list(dict.fromkeys(kinds))
 
 
 _LOCAL_PREFIXES = ("127.", "localhost", "0.0.0.0", "::1", "[::1]", "[::]", "::")
@@ -144,7 +152,7 @@ def _merged(findings: tuple[Finding, ...]) -> list[tuple[Finding, int]]:
 def hidden_kinds(text: str) -> list[str]:
     """The kinds `redact` hides in text, in words, each once, in order of appearance (a span
     inside another is named by the outer one, as its placeholder is)."""
-    return list(dict.fromkeys(first.kind for first, _ in _merged(find(text))))
+    return redact_and_name(text)[1]
 
 
 _PLACEHOLDER_KINDS = {
