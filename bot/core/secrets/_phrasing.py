@@ -326,24 +326,17 @@ def phrasing_rules() -> list[Rule]:
             word_before=True,
             accept=_accept_secretish,
         ),
-        _rule(
-            "a PIN",
-            r"(?P<name>PIN(?:\s*(?:code|number|码))?|(?i:pin)\s*(?:code|number|码)|pin码)"
-            r"(?P<sep>\s*(?:=|:|是|为)\s*|\s+(?:is|was)\s+|\s+)(?P<value>\d{4,8})",
-            credential=True,
-            group="value",
-            word_before=True,
-            word_after=True,
-            accept=_accept_pin,
-        ),
-        _rule(
-            "a PIN",
-            r"(?i)pin\s*(?:[:=]|is|was)\s*(?P<value>\d{4,8})",
-            credential=True,
-            group="value",
-            word_before=True,
-            word_after=True,
-            accept=_accept_pin,
+        *(
+            _rule(
+                "a PIN",
+                pattern,
+                credential=True,
+                group="value",
+                word_before=True,
+                word_after=True,
+                accept=_accept_pin,
+            )
+            for pattern in _PIN_PATTERNS
         ),
         _rule(
             "a password on a command line",
@@ -421,6 +414,14 @@ def _accept_chinese_or_keyword(match: Match, text: str) -> bool:
         return bool(bare) and not bare.startswith(_REFERENCE_STARTS) and bare.lower() not in _PROSE
     return _accept_keyword(match, text)
 
+
+# A PIN: "PIN 4821", "PIN code: 4821", "pin码 4821", and in lower case only with a separator
+# ("pin: 4821", "pin is 4821"; "/pin add" is a command).
+_PIN_PATTERNS = (
+    r"(?P<name>PIN(?:\s*(?:code|number|码))?|(?i:pin)\s*(?:code|number|码)|pin码)"
+    r"(?P<sep>\s*(?:=|:|是|为)\s*|\s+(?:is|was)\s+|\s+)(?P<value>\d{4,8})",
+    r"(?i)pin\s*(?:[:=]|is|was)\s*(?P<value>\d{4,8})",
+)
 
 # Provider shapes detect-secrets 1.5 has no plugin for (or only an older form of).
 _PROVIDER_SHAPES = (
