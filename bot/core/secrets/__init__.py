@@ -15,6 +15,7 @@ key blocks, the user's own `||marks||`, and, for sensitive blocks, addresses.
 from __future__ import annotations
 
 import functools
+import ipaddress
 from dataclasses import dataclass
 
 from bot.core.secrets._addresses import address_rules
@@ -130,11 +131,21 @@ def redact_and_name(text: str, *, keep_local: bool = False) -> tuple[str, list[s
     return "".join(parts), list(dict.fromkeys(kinds))
 
 
-_LOCAL_PREFIXES = ("127.", "localhost", "0.0.0.0", "::1", "[::1]", "[::]", "::")
-
-
 def _local(found: str, finding: Finding) -> bool:
-    return finding.placeholder in (IP, HOST_PORT) and found.startswith(_LOCAL_PREFIXES)
+    """Whether an address found is this machine's own: loopback or unspecified, or localhost
+    (with its port or not), and nothing more."""
+    if finding.placeholder not in (IP, HOST_PORT):
+        return False
+    host = found
+    if finding.placeholder == HOST_PORT:
+        host = found[1 : found.index("]")] if found.startswith("[") else found.rpartition(":")[0]
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
 
 
 def _merged(findings: tuple[Finding, ...]) -> list[tuple[Finding, int]]:

@@ -170,7 +170,8 @@ def address_rules() -> list[Rule]:
         ),
         _rule(
             "an IP address",
-            r"(?P<address>[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})",
+            # An IPv4 tail makes it a mapped address (::ffff:10.11.12.13).
+            r"(?P<address>[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:\.\d{1,3}){0,3})",
             IP,
             accept=_ipv6,
             sign="::",

@@ -87,3 +87,20 @@ def test_the_ordinary_line_passes(line: str) -> None:
 
 def test_a_mark_may_hold_a_single_bar() -> None:
     assert redact("wifi ||ab|cd|| ok") == "wifi [hidden] ok"
+
+
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [
+        ("listening on http://127.0.0.1:8080", True),
+        ("at [::1]:8080", True),
+        ("bound to 0.0.0.0:80", True),
+        ("redis at localhost:6379", True),
+        ("db at localhost.corp.example.com:5432", False),
+        ("alt ::a00:1", False),
+        ("127.0.0.1.evil.example:22", False),
+        ("Jump host ::ffff:10.11.12.13", False),
+    ],
+)
+def test_logs_keep_only_this_machines_own_addresses(line: str, kept: bool) -> None:
+    assert (redact(line, keep_local=True) == line) is kept
