@@ -134,8 +134,18 @@ async def test_a_change_on_the_page_reaches_the_next_request_and_the_log(
             {"content": "Our key is sk-proj-4f9aQ2vX7LmN8pR3tY6uW1zB5cD0eF"},
             "/pin shared edit rules Our key is sk-proj-4f9aQ2vX7LmN8pR3tY6uW1zB5cD0eF",
         ),
+        (
+            "#add",
+            {"label": "db", "content": "我的密码是Xk9mQ2vLp7，别外传"},
+            "/pin shared add db 我的密码是Xk9mQ2vLp7，别外传",
+        ),
+        (
+            'form.edit[data-label="rules"]',
+            {"content": '{"password": "Tr0ub4dor&3"}'},
+            '/pin shared edit rules {"password": "Tr0ub4dor&3"}',
+        ),
     ],
-    ids=["label too long", "over the budget", "a credential"],
+    ids=["label too long", "over the budget", "a credential", "a password in Chinese", "JSON"],
 )
 async def test_a_refused_change_shows_the_same_refusal_and_changes_nothing(
     start: Start, form: str, fill: dict[str, str], command: str
