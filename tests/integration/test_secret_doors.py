@@ -109,3 +109,23 @@ async def test_a_sensitive_blocks_secrets_never_reach_the_model_or_its_tools(
         assert all(part not in sent for part in secret.hidden), (secret.line, sent)
     listing = text_of(await ask(bot, dm(), "/pin list")) or ""
     assert all(part not in listing for part in secret.hidden)
+
+
+async def test_sticky_get_shows_a_sensitive_blocks_secrets_masked(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    """With the Sticky Context tool names, `sticky_get` of one slot and of all slots returns
+    the block as the model may read it: the secret masked, the rest as written."""
+    bot = await openai_bots(llm={"agent_tools": True, "tool_names": "sticky"})
+    line = "jump host 10.11.12.13, password: Tr0ub4dor&3, door ||4821||"
+    assert "Saved" in (text_of(await ask(bot, dm(), f"/pin add ops --sensitive {line}")) or "")
+    fake_openai.script = [
+        tool_calls(("sticky_get", {"key": "ops"}), ("sticky_get", {})),
+        completion("Read."),
+    ]
+    assert text_of(await ask(bot, dm(), "read my slots")) == "Read."
+    one, every = tool_results(fake_openai.requests[1])
+    for result in (one, every):
+        assert "jump host [ip], password: [secret], door [hidden]" in result
+    sent = json.dumps([r["messages"] for r in fake_openai.requests], ensure_ascii=False)
+    assert all(part not in sent for part in ("10.11.12.13", "Tr0ub4dor", "4821"))
