@@ -20,7 +20,15 @@ def _seen(text: str) -> tuple[str, tuple[str, ...]]:
     """What is seen of text and the kinds hidden in it, from one reading: the reply that saves a
     sensitive block names the kinds, so every turn after it finds the redaction made."""
     redacted, kinds = redact_and_name(text)
+    if kinds:
+        _KINDS_OF_SHOWN[redacted] = tuple(kinds)
+        while len(_KINDS_OF_SHOWN) > 4096:  # as many as _seen keeps; the oldest go first
+            del _KINDS_OF_SHOWN[next(iter(_KINDS_OF_SHOWN))]
     return redacted, tuple(kinds)
+
+
+# A listing may hold a block as readers see it, already redacted: what it hides, by its view.
+_KINDS_OF_SHOWN: dict[str, tuple[str, ...]] = {}
 
 
 def _redacted(text: str) -> str:
@@ -70,7 +78,11 @@ def listing_note(block: Block) -> str | None:
     if not hides(block):
         return None
     # A listing may hold the block as readers see it, already redacted.
-    kinds = _kinds(block.content) or tuple(placeholder_kinds(block.content))
+    kinds = (
+        _kinds(block.content)
+        or _KINDS_OF_SHOWN.get(block.content)
+        or tuple(placeholder_kinds(block.content))
+    )
     flag = "sensitive, " if block.sensitive else ""
     if not kinds:
         return flag + "nothing in it looks like a secret, so it is shown as written"

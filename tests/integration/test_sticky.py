@@ -97,8 +97,8 @@ async def test_a_dm_slot_of_the_issue_reaches_the_model_masked(
     status = text_of(await ask(bot, dm(), "/pin status"))
     shown = len("API_KEY=[secret] ssh [ssh-target]")
     assert (
-        "1. creds (strong, active, priority 0, sensitive, shown redacted (hides a secret, an SSH "
-        f"target)): {shown} characters"
+        "1. creds (strong, active, priority 0, sensitive, shown redacted (hides a password or "
+        f"secret, an SSH target)): {shown} characters"
     ) in status
 
 
@@ -200,8 +200,8 @@ async def test_sticky_previews_each_block_redacted_if_sensitive(
     view = text_of(await ask(bot, dm(), "/sticky")).splitlines()
     shown = " ".join(long.split())[:PREVIEW_CHARS] + "…"
     assert view[2:6] == [
-        "1. creds (strong, active, priority 0, sensitive, shown redacted (hides a secret, an SSH "
-        "target)): 33 characters, about 31 tokens",
+        "1. creds (strong, active, priority 0, sensitive, shown redacted (hides a password or "
+        "secret, an SSH target)): 33 characters, about 31 tokens",
         "   API_KEY=[secret] ssh [ssh-target]",
         "2. notes (strong, active, priority 0): 299 characters, about 98 tokens",
         f"   {shown}",
