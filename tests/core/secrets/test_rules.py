@@ -4,6 +4,7 @@ patterns as RE2 runs them, and that every provider plugin it ships is in use."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,8 @@ def test_every_provider_plugin_of_detect_secrets_is_in_use() -> None:
     from bot.core.secrets._providers import _LEFT_OUT, _NAMES
 
     kinds = {rule.kind for rule in recogniser._rules()}
-    for secret_type, plugin in get_mapping_from_secret_type_to_class().items():
+    plugins: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()
+    for secret_type, plugin in plugins.items():
         if plugin.__name__ in _LEFT_OUT:
             continue
         assert _NAMES.get(secret_type, f"a {secret_type}") in kinds, secret_type
