@@ -163,6 +163,9 @@ class BlockChange:
     calls: int | None = None
     history: tuple[Version, ...] | None = None
     mask: Callable[[str], str] = field(default=lambda content: WITHHELD)
+    # The builder's mask hides something new (parts the user marked): the label's earlier audit
+    # entries are masked again with it.
+    remask: bool = False
 
     def audit_contents(
         self, before: Block | BlockState | None, after: BlockState | None
@@ -185,7 +188,7 @@ class BlockChange:
             self.audited
             and after is not None
             and after.sensitive
-            and (before is None or not before.sensitive)
+            and (before is None or not before.sensitive or self.remask)
         )
 
     @property

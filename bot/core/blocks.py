@@ -24,7 +24,7 @@ from bot.core.policy import (
     default_level,
     refusal,
 )
-from bot.core.secrets import has_marks, redact
+from bot.core.secrets import has_marks, hide_parts, marked_parts, redact
 from bot.core.sensitive import masked_note
 from storage import Store
 from storage.changes import Applied
@@ -122,6 +122,7 @@ class Target:
         """The change of this scope to the wanted states, by this speaker (through channel,
         if another), reviewed against seen."""
         change = Change(self.change.actor, channel or self.change.channel, origin)
+        marked = [part for w in wanted if w.state for part in marked_parts(w.state.content)]
         return BlockChange(
             self.scope,
             tuple(wanted),
@@ -129,8 +130,15 @@ class Target:
             seen,
             self.shared,
             **more,  # type: ignore[arg-type]
-            mask=redact,
+            mask=functools.partial(_masked, marked) if marked else redact,
+            remask=bool(marked),
         )
+
+
+def _masked(marked: Sequence[str], text: str) -> str:
+    """What the audit trail keeps of text: redacted, and the parts the change marks hidden where
+    an earlier entry held them unmarked."""
+    return hide_parts(redact(text), marked)
 
 
 def seen_of(

@@ -45,7 +45,12 @@ class ChatPin:
         if not text or not text.strip():
             return "not taken: the pinned message has no text"
         content = text.strip()
-        if problem := self._ops.policy.content_problem(content):
+        policy = self._ops.policy
+        # A pinned credential is not taken, and the group hears why from /pin shared status
+        # (the refusal names its kind, never the text).
+        if problem := policy.content_problem(content) or policy.secret_problem(
+            f"{self.label} {content}", group=True
+        ):
             note = f"the chat's pinned message is not the '{self.label}' block: {problem.reason}"
             await self._store.set_note(target.scope, NOTE, note, now=self._ops.now())
             return f"not taken: {problem.reason}"

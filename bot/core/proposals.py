@@ -18,7 +18,7 @@ from bot.core.conversation import ChatKind
 from bot.core.permissions import Action
 from bot.core.policy import Rule, default_level, refusal, text_problem
 from bot.core.replies import Button, Messenger, Reply, Sent
-from bot.core.secrets import redact
+from bot.core.secrets import has_marks, redact
 from bot.core.sensitive import shown_content
 from storage.errors import AlreadyDecided, Stale
 from storage.models import (
@@ -207,10 +207,9 @@ class Proposals:
         what = "replace" if new.base_rev is not None else "add"
         left = proposal.expires_at - self._clock()
         hours = max(1, round(left.total_seconds() / 3600))
-        reason = f" Reason: {new.reason}" if new.reason else ""
-        return (
-            f"#{proposal.number} {what} '{new.label}': {new.content}{reason} (expires in {hours} h)"
-        )
+        reason = f" Reason: {_unmarked(new.reason)}" if new.reason else ""
+        content = _unmarked(new.content) if new.base_rev is None else redact(new.content)
+        return f"#{proposal.number} {what} '{new.label}': {content}{reason} (expires in {hours} h)"
 
     def shown(self, proposal: Proposal) -> Reply:
         """The proposal message: what would change and why; with buttons while pending, the
@@ -219,17 +218,17 @@ class Proposals:
         level = f" ({new.level.value})" if new.level else ""
         lines = [f"Proposal #{proposal.number} for this group's shared blocks:"]
         if new.base_rev is None:
-            lines += [f"New block '{new.label}'{level}:", new.content]
+            lines += [f"New block '{new.label}'{level}:", _unmarked(new.content)]
         else:
             lines += [
                 f"Replace the content of '{new.label}'{level}.",
                 # The block may be sensitive (a proposal does not record it): the group is shown
                 # its content masked, as it is shown everywhere else in the group.
                 f"Now: {redact(new.base_content or '')}",
-                f"Proposed: {new.content}",
+                f"Proposed: {redact(new.content)}",
             ]
         if new.reason:
-            lines.append(f"Reason: {new.reason}")
+            lines.append(f"Reason: {_unmarked(new.reason)}")
         if proposal.status is ProposalStatus.PENDING:
             lines.append(
                 f"Shared admins decide: the buttons below, or /pin shared approve "
@@ -395,3 +394,9 @@ def _proposed(
         seen = seen_of(blocks, marks, [existing.label])
     wanted = [Wanted(existing.label if existing else label, state)]
     return target.changed(wanted, seen, channel=Channel.PROPOSAL, origin=origin)
+
+
+def _unmarked(text: str) -> str:
+    """text as the group may read it: a part marked `||…||` is hidden (with what else a
+    sensitive block hides, since marks make the block sensitive)."""
+    return redact(text) if has_marks(text) else text

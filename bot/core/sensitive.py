@@ -9,7 +9,13 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
-from bot.core.secrets import has_marks, placeholder_kinds, redact_and_name
+from bot.core.secrets import (
+    has_marks,
+    hide_parts,
+    marked_parts,
+    placeholder_kinds,
+    redact_and_name,
+)
 from storage.models import Block, BlockState
 
 PREVIEW_CHARS = 120  # of a block's content in `/sticky`, as Sticky Context's own list shows
@@ -63,10 +69,13 @@ def shown_states(newest_first: Iterable[BlockState | None]) -> list[BlockState |
     sensitive hides what it held before too; turning it off shows only what comes after."""
     found: list[BlockState | None] = []
     hidden = False
+    marked: list[str] = []  # parts marked in a newer state: hidden in older ones too
     for state in newest_first:
         hidden = hidden or (state is not None and state.sensitive)
-        if state is not None and (hidden or has_marks(state.content)):
-            state = dataclasses.replace(state, content=_redacted(state.content))
+        if state is not None and (hidden or has_marks(state.content) or marked):
+            content = hide_parts(_redacted(state.content), marked)
+            marked += marked_parts(state.content)
+            state = dataclasses.replace(state, content=content)
         found.append(state)
     return found
 

@@ -1440,3 +1440,25 @@ async def test_a_spoiler_after_a_mention_in_a_group_command_is_kept(
     assert "sensitive" in reply, reply
     (block,) = await store.blocks([f"{GROUP_KEY}::u:42"])
     assert block.content == "The surprise is a ||red bike||" and block.sensitive
+
+
+async def test_a_pinned_credential_is_not_taken_and_the_status_says_why(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    """Issue 44: a pinned message holding a credential does not become the group's block; the
+    group reads why in /pin shared status (the kind named, never the text)."""
+    bot = await start_bot(telegram=SYNC, pins=ADMIN_PINS)
+    chat = group_chat(GROUP)
+    fake_telegram.push(
+        service(chat, user(7), pinned_message=pinned_note(chat, "Release on Friday.", user(42)))
+    )
+    await bot.settle()
+    secret = "Staging DB: postgres://app:Sup3rS3cret@db.internal:5432/app"
+    fake_telegram.push(service(chat, user(7), pinned_message=pinned_note(chat, secret, user(42))))
+    await bot.settle()
+    (block,) = await store.blocks([GROUP_KEY])
+    assert block.content == "Release on Friday."
+    (status,) = await bot.reply_to(message(chat, "/pin shared status", user(42)))
+    assert "is not the 'chat-pin' block" in status and "looks like" in status
+    assert "Sup3r" not in status
+    assert all("Sup3r" not in str(sent.get("text", "")) for sent in fake_telegram.sent(GROUP))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.secrets._addresses import address_rules
@@ -53,6 +54,8 @@ __all__ = [
     "has_marks",
     "has_placeholder",
     "hidden_kinds",
+    "hide_parts",
+    "marked_parts",
     "placeholder_kinds",
     "redact",
     "redact_and_name",
@@ -188,6 +191,23 @@ def placeholder_kinds(text: str) -> list[str]:
 def has_marks(text: str) -> bool:
     """Whether text holds a part the user marked secret with `||…||`."""
     return "||" in text and _MARK.search(text) is not None
+
+
+def marked_parts(text: str) -> list[str]:
+    """What the user marked in text (the parts between `||` and `||`), each once."""
+    if "||" not in text:
+        return []
+    return list(dict.fromkeys(match.group(0)[2:-2] for match in _MARK.finditer(text)))
+
+
+def hide_parts(text: str, parts: Sequence[str]) -> str:
+    """text with every occurrence of each part (of two characters or more) replaced by the
+    mark's placeholder: a part marked in a newer version, hidden in the older ones that held it
+    unmarked."""
+    for part in parts:
+        if len(part) >= 2 and part in text:
+            text = text.replace(part, HIDDEN)
+    return text
 
 
 def has_placeholder(text: str) -> bool:
