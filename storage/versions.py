@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from storage import models
 from storage.dialect import Database, Executor, Step
 from storage.models import (
+    WITHHELD,
     Block,
     BlockState,
     Change,
@@ -81,6 +82,14 @@ def recorded(rows_: Sequence[tuple[Any, ...]], keep: int) -> tuple[Step, ...]:
     return (insert, *trims)
 
 
+# The newest version of each label that has no block now and was sensitive when removed.
+_REMOVED_SENSITIVE = (
+    "SELECT v.id FROM block_versions v WHERE v.existed = 1 AND v.sensitive = 1 "
+    "AND v.id = (SELECT MAX(w.id) FROM block_versions w "
+    "WHERE w.scope = v.scope AND w.label_key = v.label_key) "
+    "AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.scope = v.scope AND b.label_key = v.label_key)"
+)
+
 _SELECT = (
     "SELECT id, op, scope, label, kind, detail, actor, channel, at, existed, content, level, "
     "state, priority, created_at, origin, undone_by, sensitive FROM block_versions"
@@ -149,8 +158,18 @@ class VersionStore(Protocol):
         return [_version(row) for row in found]
 
     async def forget_versions_before(self, moment: datetime) -> int:
-        """Drop versions of changes made before moment (retention)."""
-        return await self._db.execute("DELETE FROM block_versions WHERE at < ?", ts(moment))
+        """Drop versions of changes made before moment (retention). One outlives it, its
+        content withheld: the newest version of a removed label that was sensitive, since that
+        is how the review knows the label was (the model never makes it plain again)."""
+        await self._db.execute(
+            f"UPDATE block_versions SET content = ? WHERE at < ? AND content != ? AND id IN "
+            f"({_REMOVED_SENSITIVE})",
+            *(WITHHELD, ts(moment), WITHHELD),
+        )
+        return await self._db.execute(
+            f"DELETE FROM block_versions WHERE at < ? AND id NOT IN ({_REMOVED_SENSITIVE})",
+            ts(moment),
+        )
 
     async def export_versions(self) -> dict[str, list[Version]]:
         """Every scope's versions, oldest first."""

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, text_of
+from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_sticky import pinbot_import, slot
 
@@ -65,6 +66,31 @@ async def test_the_models_delete_and_re_create_keeps_the_block_sensitive(
     # The user (a person, by command) may make it plain; then the model's re-create is plain.
     await ask(bot, dm(), "/pin sensitive srv off")
     assert not (await _block(bot, DM_SCOPE, "srv")).sensitive
+
+
+async def test_a_removed_sensitive_label_outlives_the_history_retention(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, clock: FakeClock
+) -> None:
+    """Past pins.history_days the newest version of a removed sensitive label stays, its content
+    withheld, so the model's re-create a month later is still sensitive; every other old
+    version goes."""
+    bot = await openai_bots(llm=TOOLS)
+    await ask(bot, dm(), f"/pin add srv Jump host {JUMP} --sensitive")
+    await ask(bot, dm(), "/pin add note plain words")
+    await ask(bot, dm(), "/pin edit note other words")
+    fake_openai.script = [tool_calls(("pin_delete", {"label": "srv"})), completion("Removed.")]
+    await ask(bot, dm(), "delete srv")
+    clock.advance(days=31)
+    assert "block history retention" in await bot.jobs.run_due()
+    (kept,) = await bot.store.versions(DM_SCOPE, "srv")
+    assert kept.before is not None and kept.before.sensitive and JUMP not in kept.before.content
+    assert await bot.store.versions(DM_SCOPE, "note") == []
+    fake_openai.script = [
+        tool_calls(("pin_set", {"label": "srv", "content": "Jump host from memory"})),
+        completion("Done."),
+    ]
+    await ask(bot, dm(), "recreate srv")
+    assert (await _block(bot, DM_SCOPE, "srv")).sensitive
 
 
 async def test_a_user_may_re_create_a_removed_sensitive_label_plain(

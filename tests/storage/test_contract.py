@@ -5,6 +5,7 @@ processes)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -539,3 +540,28 @@ async def test_suggestions_are_numbered_per_scope_limited_decided_once_and_copie
     kept = await store.open_suggestions("p:direct:1")
     assert [(s.number, s.status) for s in kept] in ([], [(1, SuggestionStatus.DISMISSED)])
     assert len((await store.dump())["suggestions"]) == 3
+
+
+async def test_retention_keeps_the_newest_version_of_a_removed_sensitive_label_withheld(
+    open_store: Opener,
+) -> None:
+    """Versions before the moment go, but for the newest of a label removed while sensitive:
+    it stays (so the review knows the label was sensitive), its content withheld."""
+    from storage.models import ABSENT, WITHHELD, BlockChange, BlockState, Wanted, label_key
+
+    store = await open_store()
+    secret = BlockState("jump host 10.11.12.13", Level.CONTEXT, State.ACTIVE, sensitive=True)
+    for label, state in (("srv", secret), ("note", dataclasses.replace(secret, sensitive=False))):
+        wanted = (Wanted(label, state),)
+        change = BlockChange("s", wanted, BY_7, {label_key(label): ABSENT})
+        await store.apply_change(change, now=NOW, limits=TWENTY)
+    for block in await store.blocks(["s"]):
+        await writes.delete(store, block, now=NOW, change=BY_7)
+    await add(store, "kept")
+    await store.forget_versions_before(NOW + timedelta(days=1))
+    (srv,) = await store.versions("s", "srv")
+    assert srv.before is not None and srv.before.sensitive and srv.before.content == WITHHELD
+    assert await store.versions("s", "note") == []
+    assert await store.versions("s", "kept") == []
+    await store.forget_versions_before(NOW + timedelta(days=2))  # again: nothing more changes
+    assert [v.before for v in await store.versions("s", "srv")] == [srv.before]
