@@ -1,5 +1,6 @@
 """Tokens as the model counts them: what pinbot's blocks (with their wrappers) add to a request,
-as llama.cpp's server reports it in usage.prompt_tokens, beside the estimate /pin status shows.
+as llama.cpp's server counts them (its tokenizer, on the prompt it makes), beside the estimate
+/pin status shows.
 
 `python -m tests.real_model.tokens` starts the server and prints the table of
 docs/performance.md ("Estimated vs counted").
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from llama_cpp.llama_chat_format import format_llama2
 
 from bot.config import LlmConfig
 from bot.core.render import SECTION_SEPARATOR, estimate, ordered, render
@@ -78,9 +81,16 @@ def prompt_tokens(server: LlamaServer, sent: list[dict[str, Any]]) -> int:
     return int(server.chat(sent)["usage"]["prompt_tokens"])
 
 
+def counted(server: LlamaServer, blocks: list[Block]) -> int:
+    """The tokens of the prompt the server makes of the messages for these blocks, by its
+    tokenizer: what it reports as prompt tokens (test_server.py holds the two equal) without
+    the time evaluating the prompt takes."""
+    return server.count(format_llama2(messages(blocks)).prompt)
+
+
 def measure(server: LlamaServer) -> list[Row]:
     """Each block set measured against the server."""
-    bare = prompt_tokens(server, messages([]))
+    bare = counted(server, [])
     rows = []
     for what, blocks in BLOCK_SETS:
         rendered = render(ordered([], blocks), USER_TEXT)
@@ -89,8 +99,7 @@ def measure(server: LlamaServer) -> list[Row]:
             for section in (rendered.strong, rendered.context)
             if section
         )
-        counted = prompt_tokens(server, messages(blocks)) - bare
-        rows.append(Row(what, chars, estimate([], blocks).total, counted))
+        rows.append(Row(what, chars, estimate([], blocks).total, counted(server, blocks) - bare))
     return rows
 
 
