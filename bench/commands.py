@@ -10,15 +10,15 @@ from pathlib import Path
 
 from bench.data import scope_of
 from bot.config import parse_config
-from bot.core.bot import Pinbot
-from bot.core.conversation import ChatKind, Conversation
+from bot.core.entry.pinbot import Pinbot
+from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Reply, Result
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
 from storage.models import label_key
 
 try:
-    from bot.core.incoming import SILENT, Incoming
+    from bot.core.entry.incoming import SILENT, Incoming
 except ImportError:  # an earlier tree, measured by this harness (bench.history.call_in)
     Incoming = None  # type: ignore[assignment,misc]
 

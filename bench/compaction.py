@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.config import parse_config
-from bot.core.bot import Pinbot
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.incoming import SILENT, Incoming
+from bot.core.entry.incoming import SILENT, Incoming
+from bot.core.entry.pinbot import Pinbot
+from bot.core.people.chats import ChatKind, Conversation
 from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink, ToolCall, ToolsRefused
 from bot.llm.suggest import COMPACT_TOOL
 from storage import Store
@@ -126,7 +126,7 @@ def run() -> dict[str, Any]:
             }
 
     # The server without tools is one log line each run; the figures say it.
-    logging.getLogger("bot.core.compaction").setLevel(logging.ERROR)
+    logging.getLogger("bot.core.conversation.compaction").setLevel(logging.ERROR)
     figures = asyncio.run(all_three())
     base = figures["off"]["tokens"]
     for name in ("combined", "fallback"):

@@ -16,7 +16,7 @@ import httpx
 from bench.stats import percentile
 from bot.adapters.telegram import TelegramFrontend
 from bot.config import parse_config
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 from storage import Store
 from tests.fakes.telegram_server import TOKEN, message, private_chat, user

@@ -31,8 +31,8 @@ import asyncpg
 
 from bench import commands, data
 from bench.stats import percentile
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.incoming import SILENT, Incoming
+from bot.core.entry.incoming import SILENT, Incoming
+from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.web import views
 from storage import Store

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.config import parse_config
-from bot.core.bot import Pinbot
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.incoming import SILENT, Incoming
+from bot.core.entry.incoming import SILENT, Incoming
+from bot.core.entry.pinbot import Pinbot
+from bot.core.people.chats import ChatKind, Conversation
 from bot.llm.base import Message, ModelReply, ModelRequest, Progress, TextSink
 from storage import Store
 

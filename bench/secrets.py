@@ -1,4 +1,4 @@
-"""Secret recognisers side by side (issue 44): ours (`bot.core.secrets`) and the libraries it
+"""Secret recognisers side by side (issue 44): ours (`bot.secrets`) and the libraries it
 was weighed against, detect-secrets and CredSweeper, scored on the labelled corpus of
 tests/core/secrets/corpus.py with tests/core/secrets/scoring.py; and how our recogniser's time
 grows with its input, on text crafted to make backtracking patterns quadratic and on ordinary
@@ -265,7 +265,7 @@ def growth(quick: bool, ordinary_lines: Sequence[str]) -> dict[str, Any]:
     one's (10 when linear) and the worst ratio. A call still running after LIMIT_S (quick) or
     LIMIT_FULL_S is stopped: its time is given as None, the sizes above it are not tried, its
     ratio is a lower bound, and `timed_out` is true."""
-    from bot.core import secrets as ours_module
+    from bot import secrets as ours_module
 
     sizes = SIZES_QUICK if quick else SIZES_FULL
     limit_s = LIMIT_QUICK_S if quick else LIMIT_FULL_S
@@ -315,7 +315,7 @@ def sensitive_block(lines: Sequence[str]) -> dict[str, Any]:
     """Milliseconds of our `redact()` on a sensitive block of SENSITIVE_BLOCK_CHARS characters
     made of corpus lines (secrets and ordinary text), called once on a text it has never seen
     (cold), and how many characters the redaction changed the length by."""
-    from bot.core import secrets as ours_module
+    from bot import secrets as ours_module
 
     joined = "\n".join(lines) + "\n"
     block = _cold((joined * (SENSITIVE_BLOCK_CHARS // len(joined) + 1))[:SENSITIVE_BLOCK_CHARS])
@@ -324,7 +324,7 @@ def sensitive_block(lines: Sequence[str]) -> dict[str, Any]:
     taken = time.perf_counter() - started
     # What a turn pays: the view of the block the model is sent, once the reply that saved it
     # has read it (`masked_note`), and on every turn after.
-    from bot.core.sensitive import masked_note, shown_content
+    from bot.core.blocks.sensitive import masked_note, shown_content
     from storage.models import BlockState, Level, State
 
     state = BlockState(_cold(block), Level.CONTEXT, State.ACTIVE, sensitive=True)

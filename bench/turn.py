@@ -16,10 +16,10 @@ import aiosqlite
 from bench.data import scope_of
 from bench.stats import summary_us
 from bot.config import parse_config
-from bot.core.bot import Pinbot
-from bot.core.context import MessageContext
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.render import ScopedBlock, injected, render
+from bot.core.conversation.render import ScopedBlock, injected, render
+from bot.core.entry.pinbot import Pinbot
+from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people.context import MessageContext
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
 from storage.models import Block, Level, State

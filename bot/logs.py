@@ -1,5 +1,5 @@
 """Logging set-up: one line per event, plain or JSON, and secrets never written: whatever the
-recogniser hides (`bot.core.secrets.redact`) is masked on the handler, for every line written."""
+recogniser hides (`bot.secrets.redact`) is masked on the handler, for every line written."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 
+from bot import secrets
 from bot.config import LoggingConfig
-from bot.core import secrets
 
 REDACTED = "[redacted]"
 
@@ -18,7 +18,7 @@ REDACTED = "[redacted]"
 class RedactSecrets(logging.Filter):
     """Masks, in each record a handler is about to write, every known secret (the bot token,
     the storage password: `add`) with [redacted], and everything the one recogniser hides
-    (`bot.core.secrets.redact`: detected secrets, `||marked||` parts, addresses) with its
+    (`bot.secrets.redact`: detected secrets, `||marked||` parts, addresses) with its
     placeholder: in the arguments, the final message and the exception text. Installed on the
     handler, not a logger, so only records that are written pay for it."""
 

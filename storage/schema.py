@@ -451,7 +451,7 @@ STEPS: dict[int, Step] = {
             AND b.rev = proposals.base_rev AND b.content = proposals.base_content)""",
     ],
     # A block may be sensitive: kept whole, but what the model and readers see of it redacted
-    # (bot.core.sensitive). A version records the flag of the state it keeps, so undo and
+    # (bot.core.blocks.sensitive). A version records the flag of the state it keeps, so undo and
     # restore bring it back; every block and version of earlier releases is not sensitive.
     17: [
         "ALTER TABLE blocks ADD COLUMN sensitive INTEGER NOT NULL DEFAULT 0",

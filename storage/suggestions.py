@@ -25,7 +25,7 @@ class SuggestionStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class NewSuggestion:
     """A suggested block for a scope: its label, content and why; content_key is the content
-    as it was compared when stored (see bot.core.suggestions.content_key)."""
+    as it was compared when stored (see bot.core.decisions.suggestions.content_key)."""
 
     scope: str
     label: str

@@ -13,10 +13,10 @@ import pytest
 from playwright.async_api import Browser, async_playwright
 
 from bot.config import Config, parse_config
-from bot.core.bot import Pinbot
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.incoming import Incoming, Silent
-from bot.core.permissions import AdminLookup
+from bot.core.entry.incoming import Incoming, Silent
+from bot.core.entry.pinbot import Pinbot
+from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people.permissions import AdminLookup
 from bot.core.replies import Reply, Result
 from bot.llm.base import TextSink
 from bot.llm.offline import OfflineChatModel

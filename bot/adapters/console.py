@@ -8,9 +8,8 @@ from typing import BinaryIO, TextIO
 
 from bot.adapters import CONSOLE
 from bot.adapters.kit import ReplySurface
-from bot.core.bot import Pinbot
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.incoming import Incoming
+from bot.core.entry import Incoming, Pinbot
+from bot.core.people import ChatKind, Conversation
 from bot.core.replies import Reply, Sent
 
 PLATFORM = CONSOLE

@@ -38,14 +38,10 @@ from bot.adapters.kit import (
     with_backoff,
 )
 from bot.adapters.webhook import serve_webhook
+from bot.clock import Clock, utc_now
 from bot.config import ConfigError, FeishuConfig, secret_from_env
-from bot.core.bot import Pinbot
-from bot.core.clock import Clock, utc_now
-from bot.core.context import Quoted, QuotedLookup
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.inbox import Deliver
-from bot.core.incoming import SILENT, Incoming, Surface
-from bot.core.keys import delivery_chat
+from bot.core.entry import SILENT, Deliver, Incoming, Pinbot, Surface
+from bot.core.people import ChatKind, Conversation, Quoted, QuotedLookup, delivery_chat
 from bot.core.replies import Reply
 from storage.models import PendingUpdate
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeVar
 
-from bot.core.inbox import Deliver
+from bot.core.entry import Deliver
 from bot.core.replies import Messenger, Reply, Sent
 from bot.llm.base import TextSink
 from storage.errors import Unavailable

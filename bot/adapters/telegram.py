@@ -55,14 +55,10 @@ from bot.adapters.telegram_http import AiohttpRequest
 from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env, telegram_token_problem
-from bot.core.bot import Pinbot
-from bot.core.context import Quoted, QuotedLookup
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.inbox import Deliver
-from bot.core.incoming import SILENT, Incoming, Surface
-from bot.core.keys import delivery_chat
+from bot.core.decisions import is_suggestion_tap
+from bot.core.entry import SILENT, Deliver, Incoming, Pinbot, Surface
+from bot.core.people import ChatKind, Conversation, Quoted, QuotedLookup, delivery_chat
 from bot.core.replies import Reply
-from bot.core.suggestions import is_tap as is_suggestion_tap
 from bot.llm.base import TextSink
 from storage.models import PendingUpdate
 

@@ -6,9 +6,15 @@ import os
 from pathlib import Path
 
 from bot.config import Config, telegram_token_problem
-from bot.core.access import ANYONE
-from bot.core.keys import ScopeKind, group_key_of, parse_scope, strip_agent_prefix, topic_of
-from bot.core.permissions import AllowEntry
+from bot.core.people import (
+    ANYONE,
+    AllowEntry,
+    ScopeKind,
+    group_key_of,
+    parse_scope,
+    strip_agent_prefix,
+    topic_of,
+)
 from storage.dialect import url_problem
 
 

@@ -8,7 +8,7 @@ import asyncio
 from bot.cli.command import LLM_KEY, Subcommand, load
 from bot.cli.runtime import running_core
 from bot.config import Config, ConfigError
-from bot.core.keys import console_id_ok
+from bot.core.people import console_id_ok
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

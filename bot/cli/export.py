@@ -10,9 +10,9 @@ from pathlib import Path
 
 from bot.cli.command import URL_ENV, Subcommand, load
 from bot.cli.store import open_store, write_private
+from bot.clock import utc_now
 from bot.config import Config
-from bot.core.clock import utc_now
-from bot.core.transfer import export_document
+from bot.core.blocks import export_document
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,12 +10,19 @@ from pathlib import Path
 
 from bot.cli.command import URL_ENV, Subcommand, load
 from bot.cli.store import open_store
+from bot.clock import utc_now
 from bot.config import Config
-from bot.core.blocks import BlockOps
-from bot.core.clock import utc_now
-from bot.core.policy import BlockPolicy
-from bot.core.sticky_file import apply_sticky, is_sticky_file, plan_sticky
-from bot.core.transfer import apply_import, describe_changes, plan_import, read_document
+from bot.core.blocks import (
+    BlockOps,
+    BlockPolicy,
+    apply_import,
+    apply_sticky,
+    describe_changes,
+    is_sticky_file,
+    plan_import,
+    plan_sticky,
+    read_document,
+)
 from storage.models import Level
 
 # An import is read whole into memory (several times its size once parsed): a file larger than

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from bot.adapters.kit import Frontend
 from bot.cli.store import open_store
 from bot.config import Config
-from bot.core.bot import Pinbot
+from bot.core.entry import Pinbot
 from bot.llm import ChatModel, build_model
 from bot.metrics.model import metered
 

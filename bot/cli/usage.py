@@ -8,9 +8,9 @@ import json
 
 from bot.cli.command import URL_ENV, Subcommand, load, positive
 from bot.cli.store import open_store
+from bot.clock import utc_now
 from bot.config import Config
-from bot.core.clock import utc_now
-from bot.core.usage import usage_document, usage_table
+from bot.core.conversation import usage_document, usage_table
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,8 +13,8 @@ from typing import Any, cast
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+from bot.clock import Clock, utc_now
 from bot.config import LlmConfig, secret_from_env
-from bot.core.clock import Clock, utc_now
 from bot.llm.base import (
     Message,
     ModelError,

@@ -13,8 +13,8 @@ from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from bot import metrics, package_version
+from bot.clock import Clock, utc_now
 from bot.config import Config
-from bot.core.clock import Clock, utc_now
 from bot.metrics import Meters
 from storage import Store
 from storage.errors import Locked

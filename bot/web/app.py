@@ -16,12 +16,21 @@ from urllib.parse import urlencode, urlsplit
 import jinja2
 from aiohttp import web
 
+from bot.clock import Clock, utc_now
 from bot.config import Config
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target
-from bot.core.clock import Clock, utc_now
-from bot.core.keys import ScopeKind, group_key_of, parse_scope, read_scope
-from bot.core.policy import BlockPolicy, count_refusal, default_level, priority_problem
-from bot.core.versions import BlockHistory
+from bot.core.blocks import (
+    BlockHistory,
+    BlockOps,
+    BlockPolicy,
+    Done,
+    Outcome,
+    Refused,
+    Target,
+    count_refusal,
+    default_level,
+    priority_problem,
+)
+from bot.core.people import ScopeKind, group_key_of, parse_scope, read_scope
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart

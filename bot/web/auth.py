@@ -7,7 +7,7 @@ import hmac
 import secrets
 from datetime import timedelta
 
-from bot.core.clock import Clock
+from bot.clock import Clock
 from storage.buckets import TokenBuckets
 
 SIGN_INS_PER_MINUTE = 5  # per address: a guessing attacker gets five tries a minute

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import quote
 
-from bot.core.keys import (
+from bot.core.blocks import shown, shown_states
+from bot.core.conversation import STRONG_TITLE, estimate
+from bot.core.people import (
     READ_PLATFORMS,
     ScopeKind,
     after_platform,
@@ -22,8 +24,6 @@ from bot.core.keys import (
     platform_of,
     read_scope,
 )
-from bot.core.render import STRONG_TITLE, estimate
-from bot.core.sensitive import shown, shown_states
 from storage import Store
 from storage.models import (
     AuditEntry,

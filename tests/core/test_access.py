@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.conversation import ChatKind, Conversation
+from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Result
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, outcome_of, text_of

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.blocks import BlockOps, Done, Refused, Target
-from bot.core.context import MessageContext
-from bot.core.policy import BlockPolicy, Rule
-from bot.core.transfer import apply_import, plan_import
+from bot.core.blocks.ops import BlockOps, Done, Refused, Target
+from bot.core.blocks.review import BlockPolicy, Rule
+from bot.core.blocks.transfer import apply_import, plan_import
+from bot.core.people.context import MessageContext
 from bot.llm.offline import OfflineChatModel
 from storage import Store
 from storage.errors import Stale

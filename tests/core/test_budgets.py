@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from bot.core.bot import Pinbot
-from bot.core.conversation import ChatKind, Conversation
+from bot.core.conversation.usage import estimated_usage
+from bot.core.entry.pinbot import Pinbot
+from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Result
-from bot.core.usage import estimated_usage
 from bot.llm.base import ModelReply, ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store

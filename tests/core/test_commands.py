@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.core.commands import ParseError, PinCommand, Verb, parse_pin
+from bot.core.commands.parse import ParseError, PinCommand, Verb, parse_pin
 from storage.models import Level
 
 

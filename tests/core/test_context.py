@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core import permissions
-from bot.core.context import is_addressed
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.permissions import Action, Role, Speaker, resolve_access
+from bot.core.people import permissions
+from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people.context import is_addressed
+from bot.core.people.permissions import Action, Role, Speaker, resolve_access
 from bot.llm.base import ModelReply, ModelRequest, ToolCall
 from tests.conftest import BotFactory, ask, dm, group, text_of
 
@@ -140,7 +140,7 @@ async def test_access_is_resolved_once_per_message(
         calls.append(conversation)
         return real(conversation, pins)
 
-    monkeypatch.setattr("bot.core.context.resolve_access", counting)
+    monkeypatch.setattr("bot.core.people.context.resolve_access", counting)
     lookup = Lookup(True)
     bot = make_bot(
         ToolCallingModel(),

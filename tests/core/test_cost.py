@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from bot.core.replies import Result
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock

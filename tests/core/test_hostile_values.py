@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.config import PinsConfig
-from bot.core.blocks import Done, Refused
-from bot.core.context import MessageContext
-from bot.core.policy import PRIORITY_MAX, PRIORITY_MIN, BlockPolicy
-from bot.core.tools import TOOL_SETS, PinTools
-from bot.core.transfer import plan_import
+from bot.core.blocks.ops import Done, Refused
+from bot.core.blocks.review import PRIORITY_MAX, PRIORITY_MIN, BlockPolicy
+from bot.core.blocks.transfer import plan_import
+from bot.core.conversation.tools import TOOL_SETS, PinTools
+from bot.core.people.context import MessageContext
 from bot.llm.openai_backend import _arguments
 from storage import Store
 from tests.conftest import BotFactory, dm

@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from bot.core.incoming import SILENT, Incoming
+from bot.core.entry.incoming import SILENT, Incoming
 from bot.core.replies import Reply, Result
 from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 from storage.errors import Unavailable

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from bot.core.jobs import ROLE, Jobs
+from bot.core.entry.jobs import ROLE, Jobs
 from storage import Store
 from tests.conftest import BotFactory, ask, dm
 from tests.fakes.clock import FakeClock

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.adapters import PLATFORMS
-from bot.core.keys import (
+from bot.core.people.keys import (
     READ_PLATFORMS,
     Scope,
     ScopeKind,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.policy import BlockPolicy
+from bot.core.blocks.review import BlockPolicy
 from storage import Store
 from storage.models import Block, Level, State
 from tests.conftest import BotFactory, ask, dm, group, text_of

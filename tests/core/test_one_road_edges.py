@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from bot.core.blocks import BlockOps
-from bot.core.bot import Pinbot
-from bot.core.policy import BlockPolicy
-from bot.core.transfer import apply_import, plan_import
+from bot.core.blocks.ops import BlockOps
+from bot.core.blocks.review import BlockPolicy
+from bot.core.blocks.transfer import apply_import, plan_import
+from bot.core.entry.pinbot import Pinbot
 from storage import Store
 from storage.models import NewProposal
 from tests.conftest import BotFactory, ask, dm, group, make_config, text_of

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.conversation import ChatKind, Conversation
-from bot.core.permissions import AllowEntry, Role, group_whitelisted, resolve_access
+from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people.permissions import AllowEntry, Role, group_whitelisted, resolve_access
 from bot.core.replies import Result
 from storage import Store
 from storage.models import Block, Level, NewBlock, State
@@ -168,7 +168,7 @@ async def test_disabled_group_injects_no_block(
 
 
 def test_member_refused_strong_is_told_the_config_key(make_bot: BotFactory) -> None:
-    from bot.core.permissions import Action, refusal_for
+    from bot.core.people.permissions import Action, refusal_for
 
     assert "pins.group_strong_user_ids" in refusal_for(Role.MEMBER, Action.PERSONAL_STRONG)
 

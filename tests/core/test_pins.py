@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import Store

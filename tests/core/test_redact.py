@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.secrets import EMAIL, HOST_PORT, IP, SECRET, SSH_TARGET, TOKEN, redact
+from bot.secrets import EMAIL, HOST_PORT, IP, SECRET, SSH_TARGET, TOKEN, redact
 
 CORPUS = Path(__file__).parent / "data" / "ordinary_sentences.txt"
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.core.render import CONTEXT_RULES, STRONG_RULES, ordered, render
+from bot.core.conversation.render import CONTEXT_RULES, STRONG_RULES, ordered, render
 from storage.models import Block, Level, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

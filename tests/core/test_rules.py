@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from bot.config import PinsConfig
-from bot.core.policy import RULE_TEXTS, BlockPolicy, Refused, Rule, Where, refusal
+from bot.core.blocks.review import RULE_TEXTS, BlockPolicy, Refused, Rule, Where, refusal
 from storage.models import BlockState, Level, State
 from tests.conftest import BotFactory, ask, dm
 
@@ -27,7 +27,7 @@ def test_too_many_blocks_is_spelled_once() -> None:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
         if re.search(r"already hold|at their limit|blocks; the limit is|would hold \{", line)
     ]
-    assert len(spelled) == 1 and spelled[0].startswith("bot/core/policy.py:"), spelled
+    assert len(spelled) == 1 and spelled[0].startswith("bot/core/blocks/review.py:"), spelled
 
 
 def test_refusals_carry_their_rule() -> None:

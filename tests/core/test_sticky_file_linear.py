@@ -12,9 +12,9 @@ import pytest
 
 from bot.cli import importing
 from bot.config import PinsConfig, parse_config
-from bot.core.policy import BlockPolicy
-from bot.core.sticky_file import plan_sticky
-from bot.core.transfer import read_document
+from bot.core.blocks.review import BlockPolicy
+from bot.core.blocks.sticky_file import plan_sticky
+from bot.core.blocks.transfer import read_document
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.bot import Pinbot, Tapped
+from bot.core.entry.pinbot import Pinbot, Tapped
 from bot.core.replies import Reply, Result, Sent
 from bot.llm.suggest import COMPACT_TOOL
 from bot.llm.summary import SUMMARY_INSTRUCTIONS
@@ -291,9 +291,9 @@ async def test_a_server_without_tools_gets_the_fallback_call_and_says_so_once(
         assert text_of(await ask(bot, dm(), "message 4")) == "answer 4"
     said = [r for r in caplog.records if "refuses tools" in r.getMessage()]
     # One line for the agent tools (bot.llm.server), one for what compaction does instead.
-    refused = [r for r in said if r.name == "bot.core.compaction"]
+    refused = [r for r in said if r.name == "bot.core.conversation.compaction"]
     assert len(refused) == 1 and TOOLS_REFUSED in refused[0].getMessage()
-    assert [r.name for r in said] == ["bot.llm.server", "bot.core.compaction"]
+    assert [r.name for r in said] == ["bot.llm.server", "bot.core.conversation.compaction"]
     summary, suggestions = compaction_requests(fake_openai)[1:]
     assert summary["messages"][0]["content"].startswith(SUMMARY_INSTRUCTIONS)
     assert '{"suggestions": [' in suggestions["messages"][0]["content"]

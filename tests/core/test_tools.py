@@ -7,10 +7,10 @@ import json
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.blocks import Done, Refused
-from bot.core.context import MessageContext
-from bot.core.policy import Rule
-from bot.core.tools import PIN_TOOLS, STICKY_TOOLS, TOOL_SETS, Op, PinTools, ToolSet
+from bot.core.blocks.ops import Done, Refused
+from bot.core.blocks.review import Rule
+from bot.core.conversation.tools import PIN_TOOLS, STICKY_TOOLS, TOOL_SETS, Op, PinTools, ToolSet
+from bot.core.people.context import MessageContext
 from tests.conftest import BotFactory, ask, dm
 
 

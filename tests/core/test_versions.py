@@ -10,10 +10,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.core.blocks import BlockOps
-from bot.core.policy import BlockPolicy
+from bot.core.blocks.ops import BlockOps
+from bot.core.blocks.review import BlockPolicy
+from bot.core.blocks.transfer import apply_import, export_document, plan_import
 from bot.core.replies import Result
-from bot.core.transfer import apply_import, export_document, plan_import
 from storage import Store
 from storage.models import State
 from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, make_config, outcome_of, text_of

@@ -19,7 +19,7 @@ import pytest
 from bot.adapters.feishu import FeishuFrontend, Mention, resolve_mentions
 from bot.adapters.feishu_api import FeishuApi
 from bot.adapters.kit import RefusalLog, Sent
-from bot.core.bot import UNREADABLE_REPLY, Pinbot
+from bot.core.entry.pinbot import UNREADABLE_REPLY, Pinbot
 from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel

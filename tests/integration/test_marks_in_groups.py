@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from tests.conftest import OpenAIBots, ask, group, text_of
 from tests.core.test_suggestions import Posted
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls

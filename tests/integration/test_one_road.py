@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.core.bot import Pinbot
-from bot.core.policy import RULE_TEXTS, Rule
+from bot.core.blocks.review import RULE_TEXTS, Rule
+from bot.core.entry.pinbot import Pinbot
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
 from storage.models import NewProposal, ProposalStatus

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.core.policy import Rule
-from bot.core.secrets import redact
-from bot.core.sensitive import PREVIEW_CHARS
+from bot.core.blocks.review import Rule
+from bot.core.blocks.sensitive import PREVIEW_CHARS
+from bot.secrets import redact
 from storage.models import ChangeKind, State
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from bot.cli.importing import MAX_FILE_BYTES
-from bot.core.policy import RULE_TEXTS, Rule
+from bot.core.blocks.review import RULE_TEXTS, Rule
 from bot.web import views
 from storage import Store
 from storage.models import (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.adapters.telegram import TelegramFrontend
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store

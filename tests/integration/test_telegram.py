@@ -25,7 +25,7 @@ from bot.adapters.telegram import TYPING_REFRESH_S, TelegramFrontend
 from bot.adapters.telegram_format import formatted_parts
 from bot.adapters.telegram_send import STREAM_EDIT_INTERVAL_S
 from bot.config import LoggingConfig
-from bot.core.bot import UNREADABLE_REPLY, Pinbot
+from bot.core.entry.pinbot import UNREADABLE_REPLY, Pinbot
 from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from playwright.async_api import Browser, Page
 
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from bot.core.replies import Result
 from bot.serving import serve_app
 from bot.web.app import WebPage

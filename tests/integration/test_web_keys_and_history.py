@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.core.blocks import BlockOps, Target
-from bot.core.bot import Pinbot
-from bot.core.policy import BlockPolicy
+from bot.core.blocks.ops import BlockOps, Target
+from bot.core.blocks.review import BlockPolicy
+from bot.core.entry.pinbot import Pinbot
 from bot.core.replies import Result
 from bot.serving import serve_app
 from bot.web import views

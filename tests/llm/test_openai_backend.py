@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.config import ConfigError
-from bot.core.render import CONTEXT_RULES, STRONG_RULES
+from bot.core.conversation.render import CONTEXT_RULES, STRONG_RULES
 from bot.llm import build_model
 from bot.llm.base import ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel

@@ -7,6 +7,7 @@ surface)`)."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def method_of(path: Path, cls: str, name: str) -> ast.AsyncFunctionDef | ast.Fun
 
 
 def test_pinbot_handle_takes_the_incoming_message_and_its_surface() -> None:
-    handle = method_of(ROOT / "bot/core/bot.py", "Pinbot", "handle")
+    handle = method_of(ROOT / "bot/core/entry/pinbot.py", "Pinbot", "handle")
     arguments = handle.args
     assert [a.arg for a in arguments.args] == ["self", "incoming", "surface"]
     assert [ast.unparse(a.annotation) for a in arguments.args[1:] if a.annotation] == [
@@ -181,3 +182,86 @@ def test_each_adapter_hands_a_message_to_the_core_one_way() -> None:
             if isinstance(n, ast.Return)
         ]
         assert len(returned) == 1 and returned[0].startswith("await from_inbox("), name
+
+
+# The house from the bottom up: a module may import its own layer's and lower layers' modules,
+# never a higher one's. Within bot/core, the packages stand in this order too.
+LAYERS: list[tuple[str, ...]] = [
+    ("storage", "bot.clock", "bot.config", "bot.secrets", "bot.serving"),
+    ("bot.llm", "bot.metrics", "bot.logs"),
+    ("bot.core.replies", "bot.core.people"),
+    ("bot.core.blocks",),
+    ("bot.core.decisions",),
+    ("bot.core.conversation",),
+    ("bot.core.commands",),
+    ("bot.core.entry",),
+    ("bot.adapters", "bot.web", "bot.cli"),
+]
+CORE_PACKAGES = ("people", "blocks", "decisions", "conversation", "commands", "entry")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer a module of ours belongs to (None: bot/__init__.py, or not ours)."""
+    found = [
+        (len(prefix), number)
+        for number, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    return max(found)[1] if found else None
+
+
+def test_every_module_of_ours_has_a_layer() -> None:
+    assert [
+        module_name(path)
+        for folder in ("bot", "storage")
+        for path in files(folder)
+        if layer_of(module_name(path)) is None and module_name(path) not in ("bot", "bot.core")
+    ] == []
+
+
+def test_imports_run_only_downward() -> None:
+    offenders = [
+        f"{module_name(path)} -> {name}"
+        for folder in ("bot", "storage")
+        for path in files(folder)
+        for name in imports(path)
+        if (mine := layer_of(module_name(path))) is not None
+        and (theirs := layer_of(name)) is not None
+        and theirs > mine
+    ]
+    assert offenders == []
+
+
+def test_a_core_package_is_reached_from_outside_only_through_its_surface() -> None:
+    """From outside bot/core/<package>/ code imports the package (its __all__), never one of
+    its modules; and what it takes is in that __all__."""
+    offenders = []
+    for folder in ("bot", "storage"):
+        for path in files(folder):
+            here = module_name(path)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ImportFrom) or not node.module:
+                    continue
+                parts = node.module.split(".")
+                if parts[:2] != ["bot", "core"] or len(parts) < 3:
+                    continue
+                package = ".".join(parts[:3])
+                if parts[2] not in CORE_PACKAGES or here.startswith(package):
+                    continue
+                if len(parts) > 3:
+                    offenders.append(f"{here} imports {node.module}")
+                    continue
+                surface = set(importlib.import_module(package).__all__)
+                offenders += [
+                    f"{here} takes {alias.name} from {package}, not in its __all__"
+                    for alias in node.names
+                    if alias.name not in surface
+                ]
+    assert offenders == []

@@ -39,7 +39,7 @@ async def test_info_json_logs_hold_no_content(
     await ask(bot, dm(), "/pin remove no-such-label")
     lines = capsys.readouterr().err.strip().splitlines()
     events = [json.loads(line) for line in lines]
-    handled = [e for e in events if e["logger"] == "bot.core.bot"]
+    handled = [e for e in events if e["logger"] == "bot.core.entry.pinbot"]
     assert [e["event"].split(" ")[:2] for e in handled] == [
         ["handled", "command"],
         ["handled", "turn"],
@@ -61,7 +61,7 @@ async def test_text_logs_carry_the_same_fields(
     setup_logging(LoggingConfig(level="info"))
     await ask(make_bot(), dm(), "/pin add tone be brief")
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "handled" in line]
-    assert " INFO bot.core.bot handled command session=console:direct:" in line
+    assert " INFO bot.core.entry.pinbot handled command session=console:direct:" in line
     assert " outcome=done ms=" in line
 
 

@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from bot import metrics
-from bot.core.blocks import BlockOps
-from bot.core.clock import utc_now
-from bot.core.policy import BlockPolicy
+from bot.clock import utc_now
+from bot.core.blocks.ops import BlockOps
+from bot.core.blocks.review import BlockPolicy
+from bot.core.blocks.transfer import apply_import, export_document, plan_import
 from bot.core.replies import Result
-from bot.core.transfer import apply_import, export_document, plan_import
 from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, TextSink
 from bot.llm.offline import OfflineChatModel
 from bot.metrics.listener import Health
@@ -131,7 +131,7 @@ async def test_proposals_are_counted(
 
 
 def _context(bot: Any, conversation: Any) -> Any:
-    from bot.core.context import MessageContext
+    from bot.core.people.context import MessageContext
 
     return MessageContext.resolve(conversation, bot.config.pins, None, bot.config.access)
 
@@ -338,7 +338,7 @@ class Broken:
 async def test_a_failed_message_is_counted_and_logged_as_failed(
     make_bot: BotFactory, meters: metrics.Meters, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.core.bot")
+    caplog.set_level(logging.INFO, logger="bot.core.entry.pinbot")
     reply = await ask(make_bot(Broken()), dm("42"), "hello")
     assert reply is not None and reply.outcome is Result.FAILED
     assert value(meters.registry, "pinbot_handling_seconds_count", kind="turn") == 1

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from bot.core.blocks import BlockOps
-from bot.core.policy import BlockPolicy
-from bot.core.transfer import apply_import, describe_changes, export_document, plan_import
+from bot.core.blocks.ops import BlockOps
+from bot.core.blocks.review import BlockPolicy
+from bot.core.blocks.transfer import apply_import, describe_changes, export_document, plan_import
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, make_config
 from tests.fakes.clock import FakeClock

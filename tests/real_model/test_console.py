@@ -25,8 +25,8 @@ KEY_ENV = "PINBOT_LLAMA_KEY"  # the server asks for no key; the client sends one
 SAFETY_NET_S = 600  # a hung process, not a pause: the whole group takes a few minutes
 LIMIT = 8  # completion tokens: short answers keep the run short
 # What a turn failed for a server difference would say (bot/llm/openai_backend.py,
-# bot/core/chat.py). A base model may also answer nothing at all ("The model returned an empty
-# answer"): that is the model's answer, not the server's reading of the wire.
+# bot/core/conversation/turns.py). A base model may also answer nothing at all ("The model
+# returned an empty answer"): that is the model's answer, not the server's reading of the wire.
 FAILURES = (
     "busy or failing",
     "could not be reached",
@@ -130,7 +130,9 @@ async def test_an_overflow_gets_a_clear_reply_and_the_chat_goes_on(
     too_long = "1234567890 " * 600
     out, err = await console(
         tmp_path,
-        [BLOCKS[0], "Hello there.", too_long, "Name a colour."],
+        # a base model may answer a turn with nothing, which leaves no history to compact:
+        # three turns before the long one make one with an answer all but certain
+        [BLOCKS[0], *QUESTIONS[:3], too_long, "Name a fruit."],
         llm=llm(checked_server, completion_limit_param="max_tokens"),
     )
     window = f"context window ({CONTEXT_WINDOW:,} tokens)"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.bot import Pinbot
+from bot.core.entry.pinbot import Pinbot
 from bot.core.replies import Result
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store

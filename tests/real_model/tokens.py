@@ -15,7 +15,7 @@ from typing import Any
 from llama_cpp.llama_chat_format import format_llama2
 
 from bot.config import LlmConfig
-from bot.core.render import SECTION_SEPARATOR, estimate, ordered, render
+from bot.core.conversation.render import SECTION_SEPARATOR, estimate, ordered, render
 from storage.models import Block, Level, State
 from tests.real_model.server import LlamaServer
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from bot.core.transfer import import_change
+from bot.core.blocks.transfer import import_change
 from storage import Store
 from storage.changes import Applied
 from storage.models import (

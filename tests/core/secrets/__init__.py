@@ -1,1 +1,1 @@
-"""Tests of bot.core.secrets, the one recogniser of secrets."""
+"""Tests of bot.secrets, the one recogniser of secrets."""

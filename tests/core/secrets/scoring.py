@@ -241,9 +241,9 @@ def score(
 
 
 def ours() -> Candidate:
-    """Our recogniser, `bot.core.secrets`: a line is refused when `credential_kind` names a
+    """Our recogniser, `bot.secrets`: a line is refused when `credential_kind` names a
     credential in it, and `redact` is its sensitive-block redaction."""
-    from bot.core import secrets
+    from bot import secrets
 
     return Candidate(
         name="ours",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.core.secrets import credential_kind, redact
+from bot.secrets import credential_kind, redact
 
 SECRETS = [
     ("password -> hunter2", "hunter2"),

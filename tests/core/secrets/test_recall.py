@@ -38,7 +38,7 @@ def test_every_kind_of_the_corpus_is_recognised_somewhere(figures: Figures) -> N
 
 
 def test_redacting_twice_changes_nothing() -> None:
-    from bot.core.secrets import redact
+    from bot.secrets import redact
 
     for entry in SECRETS:
         once = redact(entry.line)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import bot.core.secrets as recogniser
-from bot.core.secrets._providers import translate
-from bot.core.secrets._rule import literal_start
+import bot.secrets as recogniser
+from bot.secrets._providers import translate
+from bot.secrets._rule import literal_start
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_every_provider_plugin_of_detect_secrets_is_in_use() -> None:
     field: every regex plugin but those left out on purpose gives at least one rule."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    from bot.core.secrets._providers import _LEFT_OUT, _NAMES
+    from bot.secrets._providers import _LEFT_OUT, _NAMES
 
     kinds = {rule.kind for rule in recogniser._rules()}
     plugins: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()

@@ -1,0 +1,70 @@
+"""The blocks: operations on them, the review every change passes (the rules and their codes),
+versions, the lifecycle, the chat's pinned message, sensitive content, and imports."""
+
+from bot.core.blocks.chatpin import ChatPin
+from bot.core.blocks.lifecycle import Lifecycle
+from bot.core.blocks.ops import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
+from bot.core.blocks.review import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    BlockPolicy,
+    Rule,
+    count_refusal,
+    default_level,
+    priority_problem,
+    refusal,
+    text_problem,
+)
+from bot.core.blocks.sensitive import (
+    PREVIEW_CHARS,
+    listing_note,
+    preview,
+    shown,
+    shown_content,
+    shown_states,
+)
+from bot.core.blocks.sticky_file import apply_sticky, is_sticky_file, plan_sticky
+from bot.core.blocks.transfer import (
+    apply_import,
+    describe_changes,
+    export_document,
+    plan_import,
+    read_document,
+)
+from bot.core.blocks.versions import BlockHistory
+
+__all__ = [
+    "PREVIEW_CHARS",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "BlockHistory",
+    "BlockOps",
+    "BlockPolicy",
+    "ChatPin",
+    "Done",
+    "Lifecycle",
+    "Outcome",
+    "Refused",
+    "Rule",
+    "Target",
+    "apply_import",
+    "apply_sticky",
+    "count_refusal",
+    "default_level",
+    "describe_changes",
+    "export_document",
+    "find_block",
+    "is_sticky_file",
+    "listing_note",
+    "plan_import",
+    "plan_sticky",
+    "preview",
+    "priority_problem",
+    "read_document",
+    "refusal",
+    "seen_of",
+    "shown",
+    "shown_content",
+    "shown_states",
+    "text_problem",
+]

@@ -1,0 +1,67 @@
+"""The pin lifecycle at each model request: count the call for each scope, and delete the idle
+blocks whose retention has passed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot import metrics
+from bot.clock import Clock, utc_now
+from bot.core.blocks.review import BlockPolicy
+from bot.core.people import is_shared_scope
+from bot.secrets import redact
+from storage import Store
+from storage.errors import Conflict
+from storage.models import Block, BlockChange, Change, Channel, Seen, State, Wanted, label_key
+
+CLEANUP = Change("cleanup", Channel.CLEANUP)
+
+
+class Lifecycle:
+    """Call counting and idle cleanup for the scopes of each model request."""
+
+    def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
+        self._store = store
+        self._policy = policy
+        self._clock = clock
+
+    async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
+        """Count one model call for each scope, delete its expired idle blocks, and return the
+        blocks left (idle ones included; rendering leaves those out)."""
+        blocks, before = await self._store.start_model_call(scopes)
+        now = self._clock()
+        idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
+        gone = [
+            b
+            for b in blocks
+            if b.state is idle and self._policy.expired(b, now, before.get(b.scope, 0))
+        ]
+        if gone and await self._remove(gone):
+            ids = {b.id for b in gone}
+            blocks = [b for b in blocks if b.id not in ids]
+        return blocks
+
+    async def _remove(self, gone: Sequence[Block]) -> bool:
+        """Remove expired blocks as one change per scope (kept as versions: the user can bring
+        them back), each only if it is still as read; False when one changed meanwhile (it is
+        looked at again at the next request)."""
+        by_scope: dict[str, list[Block]] = {}
+        for block in gone:
+            by_scope.setdefault(block.scope, []).append(block)
+        changes = [
+            BlockChange(
+                scope,
+                tuple(Wanted(b.label, None) for b in blocks),
+                CLEANUP,
+                {label_key(b.label): Seen(b, None) for b in blocks},
+                is_shared_scope(scope),
+                mask=redact,
+            )
+            for scope, blocks in by_scope.items()
+        ]
+        try:
+            await self._store.apply_changes(changes, now=self._clock(), limits=self._policy.limits)
+        except Conflict:
+            return False
+        metrics.blocks_written(CLEANUP.channel, len(gone))
+        return True

@@ -1,0 +1,14 @@
+"""The commands people type: parsing `/pin` and `/sticky`, running them, their help and status."""
+
+from bot.core.commands.help import GENERAL_HELP
+from bot.core.commands.parse import ParseError, parse_pin, parse_sticky, split_command
+from bot.core.commands.pins import PinService
+
+__all__ = [
+    "GENERAL_HELP",
+    "ParseError",
+    "PinService",
+    "parse_pin",
+    "parse_sticky",
+    "split_command",
+]

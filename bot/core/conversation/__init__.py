@@ -1,0 +1,26 @@
+"""The conversation: a turn with the model, its history and compaction, the blocks rendered
+into the request, the agent tools, and usage and budgets."""
+
+from bot.core.conversation.render import (
+    STRONG_TITLE,
+    BlockCost,
+    Estimate,
+    ScopedBlock,
+    estimate,
+    injected,
+)
+from bot.core.conversation.turns import ChatService
+from bot.core.conversation.usage import UsageLedger, usage_document, usage_table
+
+__all__ = [
+    "STRONG_TITLE",
+    "BlockCost",
+    "ChatService",
+    "Estimate",
+    "ScopedBlock",
+    "UsageLedger",
+    "estimate",
+    "injected",
+    "usage_document",
+    "usage_table",
+]

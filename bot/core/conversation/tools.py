@@ -1,0 +1,440 @@
+"""The agent tools over the speaker's personal scope, with the same limits and permissions as
+/pin: one implementation, offered under one of two sets of names (`llm.tool_names`).
+
+A tool set is data: for each operation (set, get, delete) the name the model calls and the
+parameters it takes, each mapped onto the argument it fills. `pin` is pinbot's own set
+(`pin_set` with `label`, `level` …); `sticky` is the Sticky Context design's (`sticky_set` with
+`key`, `content`, `priority`, `pinned`). Both run the same operations with the same refusals; an
+operation added later (such as a proposal) is one more entry in each set and one handler here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, shown_content
+from bot.core.decisions import Proposals
+from bot.core.people import ChatKind, MessageContext
+from bot.llm.base import Tool
+from storage.models import Block, Channel, Level, State
+
+
+class Op(StrEnum):
+    """What a tool does, whatever it is called."""
+
+    SET = "set"
+    GET = "get"
+    DELETE = "delete"
+    PROPOSE = "propose"
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SetArgs(_Args):
+    """Arguments of a set: create a block, or update an existing one."""
+
+    label: str
+    content: str
+    level: Literal["strong", "context"] | None = None
+    pinned: bool | None = None
+    priority: int | None = None
+    sensitive: bool | None = None
+
+
+class GetArgs(_Args):
+    """Arguments of a get: one block, or all without a label."""
+
+    label: str | None = None
+
+
+class DeleteArgs(_Args):
+    """Arguments of a delete."""
+
+    label: str
+
+
+class ProposeArgs(_Args):
+    """Arguments of a proposal: a shared block to add, or the new content of one."""
+
+    label: str
+    content: str
+    level: Literal["strong", "context"] | None = None
+    priority: int | None = None
+    reason: str = ""
+
+
+_ARGS: dict[Op, type[_Args]] = {
+    Op.SET: SetArgs,
+    Op.GET: GetArgs,
+    Op.DELETE: DeleteArgs,
+    Op.PROPOSE: ProposeArgs,
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter as a tool set names it: the name the model uses (wire), the argument it
+    fills (field, of SetArgs, GetArgs or DeleteArgs) and its JSON schema."""
+
+    wire: str
+    field: str
+    schema: Mapping[str, Any]
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One tool of a set: the operation, the name and description the model sees, the
+    parameters."""
+
+    op: Op
+    name: str
+    description: str
+    params: tuple[Param, ...]
+
+    def spec(self) -> Tool:
+        """The function definition sent to the model."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {p.wire: dict(p.schema) for p in self.params},
+                    **({"required": required} if (required := self._required()) else {}),
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+    def _required(self) -> list[str]:
+        return [p.wire for p in self.params if p.required]
+
+    def arguments(self, raw: Mapping[str, Any]) -> _Args:
+        """The model's arguments, named as this tool names them, as the operation's arguments;
+        ValidationError (naming parameters the way the model does) when they do not fit."""
+        by_wire = {p.wire: p.field for p in self.params}
+        unknown = [key for key in raw if key not in by_wire]
+        if unknown:
+            takes = ", ".join(p.wire for p in self.params)
+            raise _Invalid(f"{unknown[0]}: unknown parameter; {self.name} takes {takes}")
+        model = _ARGS[self.op]
+        try:
+            return model.model_validate({by_wire[key]: value for key, value in raw.items()})
+        except ValidationError as error:
+            by_field = {p.field: p.wire for p in self.params}
+
+            def where(loc: tuple[int | str, ...]) -> str:
+                return ".".join(by_field.get(str(part), str(part)) for part in loc) or "arguments"
+
+            problems = "; ".join(f"{where(e['loc'])}: {e['msg']}" for e in error.errors())
+            raise _Invalid(problems) from None
+
+
+class _Invalid(Exception):
+    """Arguments that do not fit a tool; the message says which and why."""
+
+
+Record = Callable[[Block, str], dict[str, Any]]
+
+
+def _pin_record(block: Block, label: str) -> dict[str, Any]:
+    """A block as the model reads it: a sensitive one redacted."""
+    return {
+        label: block.label,
+        "content": shown_content(block),
+        "level": block.level.value,
+        "state": block.state.value,
+        "priority": block.priority,
+        "sensitive": block.sensitive,
+    }
+
+
+def _sticky_record(block: Block, label: str) -> dict[str, Any]:
+    """A slot as the Sticky Context design reads it (key, content, priority, pinned, sensitive;
+    a sensitive slot's content redacted), with the level and state pinbot adds."""
+    return {
+        label: block.label,
+        "content": shown_content(block),
+        "priority": block.priority,
+        "pinned": block.state is State.PINNED,
+        "sensitive": block.sensitive,
+        "level": block.level.value,
+        "state": block.state.value,
+    }
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """The agent tools under one set of names; `specs` is built once, so every request offers
+    byte-identical definitions."""
+
+    name: str
+    label: str  # the parameter (and the result field) that names a block
+    tools: tuple[ToolDef, ...]
+    record: Record
+    propose: ToolDef  # offered besides the others in groups where pins work
+    specs: list[Tool] = field(init=False, compare=False, repr=False)
+    group_specs: list[Tool] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "specs", [tool.spec() for tool in self.tools])
+        object.__setattr__(self, "group_specs", [*self.specs, self.propose.spec()])
+
+    def find(self, name: str) -> ToolDef | None:
+        """The tool of this set called name, if any."""
+        return next((tool for tool in (*self.tools, self.propose) if tool.name == name), None)
+
+
+_SCOPE_NOTE = "Works only on the current speaker's personal blocks, never on shared group blocks."
+_CONTENT = Param("content", "content", {"type": "string"}, required=True)
+_LEVEL = Param(
+    "level",
+    "level",
+    {
+        "type": "string",
+        "enum": ["strong", "context"],
+        "description": "strong: a continuing rule; context: reference material",
+    },
+)
+_PINNED = Param(
+    "pinned", "pinned", {"type": "boolean", "description": "keep until the user removes it"}
+)
+_PRIORITY = Param(
+    "priority", "priority", {"type": "integer", "description": "higher comes first; default 0"}
+)
+_SENSITIVE = Param(
+    "sensitive",
+    "sensitive",
+    {
+        "type": "boolean",
+        "description": "kept whole, but addresses, hosts and secrets in it are masked when read",
+    },
+)
+
+
+_REASON = Param(
+    "reason",
+    "reason",
+    {"type": "string", "description": "one short sentence: why the group should keep this"},
+)
+_PROPOSE_NOTE = (
+    "Propose a shared block for this group, or new content for an existing one: the proposal "
+    "is posted in the group and the group's shared admins approve or reject it. Use it for what "
+    "the whole group agreed and should keep (a decision, a convention, a deadline)."
+)
+
+
+def _label(wire: str, *, required: bool, describe: bool = False) -> Param:
+    schema: dict[str, Any] = {"type": "string"}
+    if describe:
+        schema["description"] = "short name, no spaces"
+    return Param(wire, "label", schema, required)
+
+
+PIN_TOOLS = ToolSet(
+    "pin",
+    "label",
+    (
+        ToolDef(
+            Op.SET,
+            "pin_set",
+            "Create or update a pinned block that is sent with every later request. "
+            + _SCOPE_NOTE
+            + " Pinned blocks cannot be changed; pinned and sensitive cannot be taken back.",
+            (
+                *(_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PINNED),
+                *(_PRIORITY, _SENSITIVE),
+            ),
+        ),
+        ToolDef(
+            Op.GET,
+            "pin_get",
+            "Read one pinned block by label, or list them all without a label. " + _SCOPE_NOTE,
+            (_label("label", required=False),),
+        ),
+        ToolDef(
+            Op.DELETE,
+            "pin_delete",
+            "Delete a pinned block by label. Pinned blocks cannot be deleted. " + _SCOPE_NOTE,
+            (_label("label", required=True),),
+        ),
+    ),
+    _pin_record,
+    ToolDef(
+        Op.PROPOSE,
+        "pin_propose",
+        _PROPOSE_NOTE,
+        (_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PRIORITY, _REASON),
+    ),
+)
+_STICKY_NOTE = "Works only on the current speaker's personal slots, never on shared group slots."
+STICKY_TOOLS = ToolSet(
+    "sticky",
+    "key",
+    (
+        ToolDef(
+            Op.SET,
+            "sticky_set",
+            "Create or update a sticky slot; it is sent with every later request. "
+            + _STICKY_NOTE
+            + " Pinned slots cannot be changed; pinned and sensitive cannot be taken back.",
+            (_label("key", required=True, describe=True), _CONTENT, _PRIORITY, _PINNED, _SENSITIVE),
+        ),
+        ToolDef(
+            Op.GET,
+            "sticky_get",
+            "Read one slot (by key) or list all slots (no key). " + _STICKY_NOTE,
+            (_label("key", required=False),),
+        ),
+        ToolDef(
+            Op.DELETE,
+            "sticky_delete",
+            "Remove a slot. Cannot delete pinned slots. " + _STICKY_NOTE,
+            (_label("key", required=True),),
+        ),
+    ),
+    _sticky_record,
+    ToolDef(
+        Op.PROPOSE,
+        "sticky_propose",
+        _PROPOSE_NOTE.replace("block", "slot"),
+        (_label("key", required=True, describe=True), _CONTENT, _LEVEL, _PRIORITY, _REASON),
+    ),
+)
+TOOL_SETS: dict[str, ToolSet] = {tools.name: tools for tools in (PIN_TOOLS, STICKY_TOOLS)}
+
+SHARED_REFUSAL = Refused(
+    "The tools work only on the speaker's personal blocks; shared group blocks are managed by "
+    "the group's shared admins with /pin shared."
+)
+NEXT_TURN = " It applies from the next turn."
+
+
+def tool_message(outcome: Outcome) -> str:
+    """The text a tool result carries back to the model."""
+    return outcome.message if isinstance(outcome, Done) else f"Refused: {outcome.reason}"
+
+
+class PinTools:
+    """Runs one tool call for the speaker of a message, over the same operations as /pin."""
+
+    def __init__(
+        self, ops: BlockOps, tools: ToolSet = PIN_TOOLS, proposals: Proposals | None = None
+    ) -> None:
+        self._ops = ops
+        self.tools = tools
+        self._proposals = proposals
+        self._handlers: dict[Op, Callable[[Target, Any], Awaitable[Outcome]]] = {
+            Op.SET: self._set,
+            Op.GET: self._get,
+            Op.DELETE: self._delete,
+        }
+
+    @property
+    def specs(self) -> list[Tool]:
+        """The definitions offered to the model in a private chat."""
+        return self.tools.specs
+
+    def offered(self, context: MessageContext) -> list[Tool]:
+        """The definitions offered to the model for this message: in a group where pins work
+        (and proposals can be made), the proposal tool too."""
+        group = context.conversation.kind is ChatKind.GROUP
+        return self.tools.group_specs if group and self._proposals else self.tools.specs
+
+    async def call(self, context: MessageContext, name: str, arguments: str) -> Outcome:
+        """The outcome of the call, or the reason it was refused; never raises on bad input."""
+        try:
+            raw = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            return Refused("the arguments are not valid JSON.")
+        if not isinstance(raw, dict):
+            return Refused("the arguments must be a JSON object.")
+        if raw.pop("scope", "personal") != "personal":
+            return SHARED_REFUSAL
+        target = Target.of(context, shared=False, channel=Channel.TOOL)
+        if isinstance(target, Refused):
+            return target
+        tool = self.tools.find(name)
+        if tool is None:
+            return Refused(f"there is no tool named '{name}'.")
+        try:
+            args = tool.arguments(raw)
+        except _Invalid as invalid:
+            return Refused(f"invalid arguments for {name}: {invalid}")
+        if isinstance(args, ProposeArgs):
+            return await self._propose(context, args)
+        return await self._handlers[tool.op](target, args)
+
+    async def _propose(self, context: MessageContext, args: ProposeArgs) -> Outcome:
+        if self._proposals is None or context.conversation.kind is not ChatKind.GROUP:
+            return Refused("proposals are for a group's shared blocks; use the set tool here.")
+        return await self._proposals.propose(
+            context,
+            args.label,
+            args.content,
+            level=Level(args.level) if args.level else None,
+            priority=args.priority,
+            reason=args.reason,
+        )
+
+    async def _set(self, target: Target, args: SetArgs) -> Outcome:
+        """Create the block, or update it if it exists (never a pinned one). pinned and
+        sensitive left out keep what the block is; false on a block that is pinned or sensitive
+        asks to take it back, which the block policy refuses the model."""
+        level = Level(args.level) if args.level else None
+        content = args.content.strip()
+        existing = find_block(await self._ops.blocks(target), args.label)
+        if existing is None:
+            outcome = await self._ops.add(
+                target,
+                args.label,
+                content,
+                level=level,
+                pinned=bool(args.pinned),
+                priority=args.priority or 0,
+                sensitive=bool(args.sensitive),
+            )
+        else:
+            state = State.PINNED if args.pinned else None
+            if args.pinned is False and existing.state is State.PINNED:
+                state = State.ACTIVE
+            outcome = await self._ops.change(
+                target,
+                args.label,
+                content=content,
+                level=level,
+                state=state,
+                priority=args.priority,
+                sensitive=args.sensitive,
+            )
+        if not isinstance(outcome, Done):
+            return outcome
+        if existing is not None and existing.state is State.IDLE and not args.pinned:
+            return Done(
+                f"{outcome.message} It stays idle (not sent to the model) until the user sends "
+                f"/pin activate {existing.label}."
+            )
+        return Done(outcome.message + NEXT_TURN)
+
+    async def _get(self, target: Target, args: GetArgs) -> Outcome:
+        blocks = await self._ops.blocks(target)
+        if args.label is not None:
+            found = find_block(blocks, args.label)
+            if found is None:
+                return Refused(f"there is no block labelled '{args.label}'.")
+            blocks = [found]
+        listed = [self.tools.record(b, self.tools.label) for b in blocks]
+        return Done(json.dumps(listed, ensure_ascii=False))
+
+    async def _delete(self, target: Target, args: DeleteArgs) -> Outcome:
+        return await self._ops.remove(target, args.label)

@@ -1,0 +1,382 @@
+"""One chat turn: the speaker's scopes, lifecycle, rendering, history (compacted when it grows
+too big), the model and its tool calls, the reply."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
+
+from bot import metrics
+from bot.clock import Clock, utc_now
+from bot.config import Config
+from bot.core.blocks import BlockOps, Done, Lifecycle, count_refusal
+from bot.core.conversation.compaction import Compaction
+from bot.core.conversation.history import SUMMARY_ROLE, history_messages, plan_history
+from bot.core.conversation.render import SECTION_SEPARATOR, Rendered, ordered, render
+from bot.core.conversation.tools import TOOL_SETS, PinTools, tool_message
+from bot.core.conversation.usage import BudgetUsedUp, UsageLedger
+from bot.core.decisions import Proposals, Suggestions
+from bot.core.people import ChatKind, Conversation, MessageContext, sender_session
+from bot.core.replies import Reply
+from bot.llm.base import (
+    ChatModel,
+    Message,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    Progress,
+    SentBlock,
+    TextSink,
+)
+from storage import Store
+from storage.models import HistoryEntry
+
+log = logging.getLogger(__name__)
+# Every tool name pinbot offers (of every tool set).
+OUR_TOOLS = frozenset(
+    tool.name for tools in TOOL_SETS.values() for tool in (*tools.tools, tools.propose)
+)
+NO_ANSWER = "The model gave no answer. Please try again."
+CUT_OFF = (
+    "(Cut off: the model was still answering after {limit:g} seconds, the most "
+    "llm.stream_timeout_s allows for one answer; above is what arrived.)"
+)
+CUT_OFF_EMPTY = (
+    "The model was still answering after {limit:g} seconds, the most llm.stream_timeout_s "
+    "allows for one answer, and nothing had arrived. Please try again."
+)
+FENCE = "```"
+OVERFLOW = (
+    "Your message and the pinned blocks here are too long for the model's context "
+    "window{window}. Send a shorter message, or shorten or remove blocks (/pin status shows "
+    "what they cost)."
+)
+
+
+def _overflow_reply(window: int | None) -> str:
+    """The reply to a request that overflowed the model's context window with history
+    compacted (or none): what is left is the message and the blocks."""
+    return OVERFLOW.format(window=f" ({window:,} tokens)" if window else "")
+
+
+class _AfterTools(ModelError):
+    """A model call failed after tools ran in the turn: asking the turn again would run its
+    tools (and their changes) twice."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(
+            error.user_message,
+            str(error),
+            overflow=error.overflow,
+            context_window=error.context_window,
+        )
+
+
+class _Answer(NamedTuple):
+    """What a turn's model calls answered ('' for nothing), and why they stopped early, if they
+    did: a budget (refused) or the stream's time limit (cut_off)."""
+
+    text: str
+    stopped: str | None = None
+    cut_off: bool = False
+
+
+class ChatService:
+    """Runs chat turns; turns of one conversation run in order, other conversations concurrently."""
+
+    def __init__(
+        self,
+        store: Store,
+        ops: BlockOps,
+        config: Config,
+        model: ChatModel,
+        usage: UsageLedger,
+        clock: Clock = utc_now,
+        proposals: Proposals | None = None,
+        suggestions: Suggestions | None = None,
+    ) -> None:
+        self._store = store
+        self._usage = usage
+        self._lifecycle = Lifecycle(store, ops.policy, clock)
+        self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names], proposals)
+        self._config = config
+        self._model = model
+        self._clock = clock
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        if suggestions is None:
+            proposals = proposals or Proposals(store, ops, config.pins, clock)
+            suggestions = Suggestions(store, ops, proposals, config.pins, clock)
+        self.compaction = Compaction(config, usage, suggestions, self._completion)
+
+    def _lock(self, session: str) -> asyncio.Lock:
+        lock = self._locks.get(session)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[session] = lock
+        return lock
+
+    def history_key(self, conversation: Conversation) -> str:
+        """Where this conversation's history is kept: per chat (and topic), or per sender in
+        groups when `chat.history_per_sender` is on."""
+        key = conversation.session_key
+        if (
+            self._config.chat.history_per_sender
+            and conversation.kind is ChatKind.GROUP
+            and conversation.sender_id
+        ):
+            key = sender_session(key, conversation.sender_id)
+        return key
+
+    async def reset(self, conversation: Conversation) -> int:
+        """Forget this conversation's history (never its blocks); returns entries deleted."""
+        session = self.history_key(conversation)
+        async with self._lock(session):
+            return await self._store.clear_history(session)
+
+    async def turn(
+        self, context: MessageContext, text: str, on_text: TextSink | None = None
+    ) -> Reply:
+        """Send text to the model with the speaker's blocks and history; returns its answer.
+
+        A failed model call (or one that answers nothing, or only whitespace) is a failed reply
+        of one short English line, and leaves no history.
+        """
+        session = self.history_key(context.conversation)
+        async with self._lock(session):
+            rendered = await self.rendered_blocks(context, text)
+            history = await self._compacted(context, session, await self._store.history(session))
+            try:
+                (answer, stopped, cut_off), pending = await self._ask(
+                    context, session, rendered, history, text, on_text
+                )
+            except BudgetUsedUp as used_up:
+                return Reply.refused(used_up.message)  # and the model was not asked
+            except ModelError as error:
+                log.warning("model call failed for %s: %s", session, error)
+                if error.overflow:
+                    return Reply.failed(_overflow_reply(error.context_window))
+                return Reply.failed(error.user_message)
+            if not answer.strip():  # blank shows as nothing: no message at all on a platform
+                if stopped and not cut_off:
+                    return Reply.refused(stopped)
+                limit = self._config.llm.stream_timeout_s
+                return Reply.failed(CUT_OFF_EMPTY.format(limit=limit) if cut_off else NO_ANSWER)
+            if stopped and answer.count(FENCE) % 2:  # the note goes after a code block left open
+                answer += f"\n{FENCE}"
+            if cut_off:  # kept with its note: the next turn sees the answer was cut short
+                answer = f"{answer}\n\n{stopped}"
+            if pending is not None:  # the compaction the answer was asked with stands now
+                await pending()
+            await self._store.append_turn(session, text, answer, now=self._clock())
+            if stopped and not cut_off:  # what the model answered stands; the budget stopped it
+                return Reply(f"{answer}\n\n{stopped}", formatted=True)
+            return Reply(answer, formatted=True)
+
+    async def _ask(
+        self,
+        context: MessageContext,
+        session: str,
+        rendered: Rendered,
+        history: list[HistoryEntry],
+        text: str,
+        on_text: TextSink | None,
+    ) -> tuple[_Answer, Callable[[], Awaitable[None]] | None]:
+        """The turn's answer; a request that overflows the model's context window is asked once
+        more with its history summarised, and then comes with what stores that summary, for
+        the caller to run once the answer stands."""
+        try:
+            answer = await self._answer(context, self._request(rendered, history, text), on_text)
+            return answer, None
+        except ModelError as error:
+            if not (error.overflow and history) or isinstance(error, _AfterTools):
+                raise
+            log.warning(
+                "the request of %s overflowed the model's context window (%s); "
+                "compacting its history and asking once more",
+                session,
+                error,
+            )
+            forced = await self._compaction(context, session, history, force=True)
+            if forced is None:  # history stays as it was: the turn fails on its own
+                raise
+        history, pending = forced
+        answer = await self._answer(context, self._request(rendered, history, text), on_text)
+        return answer, pending
+
+    def _request(
+        self, rendered: Rendered, history: Sequence[HistoryEntry], text: str
+    ) -> ModelRequest:
+        """The turn's request: the messages with blocks and history, and what it carries."""
+        return ModelRequest(
+            self.build_messages(rendered, history, text),
+            blocks=tuple(
+                SentBlock(item.block.label, item.block.level.value, item.scope_name)
+                for item in rendered.blocks
+            ),
+            user_text=text,
+        )
+
+    async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
+        """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
+        and the rendered sections (empty when injection is off or pins do not apply here)."""
+        pins = self._config.pins
+        if not context.speaker.pins_on:
+            return render([], text)
+        conversation = context.conversation
+        shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
+        scopes = [scope for scope in (shared_scope, personal_scope) if scope]
+        blocks = await self._lifecycle.blocks_for_request(scopes)
+        if not pins.allow_prompt_injection:
+            return render([], text)
+        shared = [b for b in blocks if b.scope == shared_scope]
+        personal = [b for b in blocks if b.scope == personal_scope]
+        return render(ordered(shared, personal), text, pins.header_label)
+
+    async def _compacted(
+        self, context: MessageContext, session: str, entries: list[HistoryEntry]
+    ) -> list[HistoryEntry]:
+        """History within budget: older turns summarised (or dropped, as `chat.compaction`
+        says or when that fails), pins suggested from them on the way (compaction.py); the
+        calls' usage counts to the turn's sender. Stored at once."""
+        compacted = await self._compaction(context, session, entries, force=False)
+        assert compacted is not None  # an unforced compaction always has a result
+        history, store = compacted
+        if store is not None:
+            await store()
+        return history
+
+    async def _compaction(
+        self,
+        context: MessageContext,
+        session: str,
+        entries: list[HistoryEntry],
+        *,
+        force: bool,
+    ) -> tuple[list[HistoryEntry], Callable[[], Awaitable[None]] | None] | None:
+        """The history to ask with and what stores it (None: nothing to store). force: every
+        turn is summarised (the request overflowed the model's context window); then a failed
+        summary drops nothing and there is no result (None), since the history may not be
+        what overflowed, and the caller stores the result only once the model answers."""
+        chat = self._config.chat
+        plan = plan_history(
+            entries,
+            chat.history_max_chars,
+            0 if force else chat.history_max_turns,
+            chat.compaction_keep_turns,
+        )
+        if not plan.needs_compaction:
+            return plan.kept, None
+        summary = None
+        try:
+            older = [(e.role, e.content) for e in plan.older]
+            summary = await self.compaction.summary(context, older) or None
+        except (ModelError, BudgetUsedUp) as error:
+            log.warning(
+                "summarising history of %s failed (%s); %s",
+                session,
+                error,
+                "keeping it as it is" if force else "dropping old turns",
+            )
+        now = self._clock()
+        if summary is None:
+            if force:
+                return None
+            turns = [e.id for e in plan.older if e.role != SUMMARY_ROLE]
+
+            async def drop() -> None:
+                await self._store.compact_history(session, turns, None, now=now)
+                metrics.compacted("dropped")
+
+            kept_summary = [e for e in plan.older if e.role == SUMMARY_ROLE]
+            return kept_summary + plan.kept, drop
+        older_ids = [e.id for e in plan.older]
+        text = summary
+
+        async def summarise() -> None:
+            await self._store.compact_history(session, older_ids, text, now=now)
+            metrics.compacted("summarized")
+
+        return [HistoryEntry(id=0, role=SUMMARY_ROLE, content=summary), *plan.kept], summarise
+
+    async def _answer(
+        self, context: MessageContext, request: ModelRequest, on_text: TextSink | None
+    ) -> _Answer:
+        """Ask the model, running the agent tools it calls for a bounded number of rounds;
+        returns its text ('' for none) and, when a budget stopped a later round or a stream
+        outlasted llm.stream_timeout_s, why (the text is then what the model said before and
+        what arrived). BudgetUsedUp when it stops the first call."""
+        llm = self._config.llm
+        # Tools only where the speaker can pin; then the same definitions in every round (a
+        # stable, cacheable request), the last round forbidding calls with tool_choice "none".
+        offered = llm.agent_tools and context.speaker.pins_on
+        rounds = llm.max_tool_rounds if offered else 0
+        tools = self._tools.offered(context) if offered else None
+        messages = request.messages
+        said: list[str] = []  # what the model wrote beside its tool calls
+        for round_number in range(rounds + 1):
+            last = round_number == rounds
+            this_round = dataclasses.replace(
+                request,
+                messages=messages,
+                tools=tools,
+                tool_choice="none" if tools and last else None,
+            )
+            complete = self._completion(this_round, on_text)
+            try:
+                reply = await self._usage.call(context, this_round, complete)
+            except BudgetUsedUp as used_up:
+                if round_number == 0:
+                    raise
+                return _Answer("\n\n".join(said), used_up.message)
+            except ModelError as error:
+                if round_number == 0:
+                    raise
+                raise _AfterTools(error) from error
+            if reply.cut_off:
+                said += [reply.text] if reply.text.strip() else []
+                note = CUT_OFF.format(limit=llm.stream_timeout_s)
+                return _Answer("\n\n".join(said), note, cut_off=True)
+            if not reply.tool_calls or last:
+                return _Answer(reply.text)
+            said += [reply.text] if reply.text.strip() else []
+            messages = [*messages, reply.as_message()]
+            for call in reply.tool_calls:
+                outcome = count_refusal(await self._tools.call(context, call.name, call.arguments))
+                done = "done" if isinstance(outcome, Done) else "refused"
+                # The model names the tool: a name of ours, or whatever it made up (not logged).
+                name = call.name if call.name in OUR_TOOLS else "unknown"
+                log.info("tool %s session=%s %s", name, context.conversation.session_key, done)
+                result = tool_message(outcome)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return _Answer("")
+
+    def _completion(
+        self, request: ModelRequest, on_text: TextSink | None = None
+    ) -> Callable[[Progress], Awaitable[ModelReply]]:
+        """The model call for the ledger, which passes the progress callback that keeps the
+        call's budget hold alive while its answer streams in."""
+
+        def complete(alive: Progress) -> Awaitable[ModelReply]:
+            return self._model.complete(request, on_text=on_text, on_progress=alive)
+
+        return complete
+
+    def build_messages(
+        self, rendered: Rendered, history: Sequence[HistoryEntry], text: str
+    ) -> list[Message]:
+        """The exact messages array for the model: system prompt with the strong section, history,
+        then the user's message with the context section before it."""
+        system = self._config.llm.system_prompt
+        user = text
+        if rendered.strong:
+            system = f"{system}{SECTION_SEPARATOR}{rendered.strong}" if system else rendered.strong
+        if rendered.context:
+            user = f"{rendered.context}{SECTION_SEPARATOR}{text}"
+        messages: list[Message] = [{"role": "system", "content": system}] if system else []
+        messages.extend(history_messages(history))
+        messages.append({"role": "user", "content": user})
+        return messages

@@ -1,0 +1,201 @@
+"""Updates recorded in the store as they arrive, then processed one at a time per chat, in
+order, by whichever worker holds the chat.
+
+Platforms are answered as soon as an update is recorded, so with several workers the next update
+of a chat can reach any of them first; ordering comes from the store, not from arrival at a lock.
+A worker that records an update tries to take the chat's lease in the same transaction and, if it
+gets it, processes the chat's waiting updates until none is left (marking one processed reads
+the next in the same transaction: a message costs the store few round trips). A worker that
+ends (stopped or killed) leaves its chats to the others, which look for abandoned chats every
+`storage.takeover_check_s`, and run the periodic jobs that are due at the same pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from bot.clock import Clock
+from bot.config import ConfigError
+from bot.core.entry.jobs import Jobs
+from storage.delivery import DeliveryStore
+from storage.errors import Unavailable, WorkerConflict
+from storage.models import PendingUpdate
+
+log = logging.getLogger(__name__)
+
+KEEP_PROCESSED = timedelta(days=7)  # a repeated delivery within this is recognised
+ABANDONED_BATCH = 100  # chats taken up per check
+# A handler works out its update's answer and returns how to send it (None: nothing to send);
+# it is sent once the update is marked processed, so an update whose processing cannot be
+# recorded (the database went away) is answered by its next processing, never twice.
+Deliver = Callable[[], Awaitable[None]]
+Handler = Callable[[PendingUpdate], Awaitable[Deliver | None]]
+
+
+async def join_workers(
+    store: DeliveryStore, clock: Clock, *, advice: str, sole: str | None = None
+) -> None:
+    """Register this process as a worker of the store (alone in role sole, if given); when
+    that conflicts with a live process, ConfigError saying so and then advice."""
+    try:
+        await store.register_worker(now=clock(), sole=sole)
+    except WorkerConflict as conflict:
+        raise ConfigError(f"{conflict}: {advice}") from None
+
+
+class Inbox:
+    """Records updates once (a repeated delivery to any worker is recognised) and hands each to
+    the handler exactly once per recording, one chat's updates one at a time in order. No
+    database connection is held while the handler runs."""
+
+    def __init__(
+        self,
+        store: DeliveryStore,
+        handler: Handler,
+        *,
+        clock: Clock,
+        jobs: Jobs,
+        takeover_check_s: float,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._store = store
+        self._handler = handler
+        self._clock = clock
+        self._jobs = jobs
+        self._check_s = takeover_check_s
+        self._sleep = sleep
+        self._draining: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()  # chats woken while their drain was finishing
+        self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Join the store's workers, take up updates left waiting, and start watching for
+        abandoned chats."""
+        await join_workers(
+            self._store,
+            self._clock,
+            advice="a SQLite database serves one process; for several webhook workers use "
+            "PostgreSQL (storage.url_env)",
+        )
+        await self.take_up_abandoned()
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        """Finish the updates being processed, stop watching, and leave the workers: the
+        chats' other waiting updates go to the other workers."""
+        self._stopping = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self.idle()
+        await self._store.leave_workers()
+
+    async def idle(self) -> None:
+        """Wait until this worker holds no chat."""
+        while self._draining:
+            await asyncio.gather(*list(self._draining.values()), return_exceptions=True)
+
+    async def receive(
+        self, platform: str, event_id: str, *, chat: str, position: int, payload: str
+    ) -> bool:
+        """Record an update (committed on return: the platform may be answered) and have its
+        chat processed; False for a repeated delivery, which is not processed again."""
+        arrival = await self._store.record_update(
+            platform, event_id, chat=chat, position=position, payload=payload, now=self._clock()
+        )
+        if arrival.recorded:
+            self.wake(chat, arrival.first)
+        else:
+            log.info("repeated delivery of %s event %s ignored", platform, event_id)
+        return arrival.recorded
+
+    def wake(self, chat: str, first: PendingUpdate | None = None) -> None:
+        """Process the chat's waiting updates here, unless this worker already is. first: the
+        chat's first waiting update, read while this worker took the chat (None: take it)."""
+        if self._stopping:
+            return
+        if chat in self._draining:
+            self._again.add(chat)
+            return
+        self._draining[chat] = asyncio.create_task(self._drain(chat, first))
+
+    async def take_up_abandoned(self) -> None:
+        """Process the chats whose updates wait while no live worker holds them."""
+        for chat in await self._store.abandoned_chats(ABANDONED_BATCH):
+            if chat not in self._draining:
+                self.wake(chat)
+
+    async def _watch(self) -> None:
+        while True:
+            await self._sleep(self._check_s)
+            try:
+                if not self._store.worker_live:
+                    await self._rejoin()
+                await self.take_up_abandoned()
+                await self._jobs.run_due()
+            except Exception as error:  # the database may be back at the next check
+                log.warning("looking for abandoned chats failed: %s", error)
+
+    async def _rejoin(self) -> None:
+        """Register again after losing liveness, once the chats being processed are done (the
+        others may have taken them; a second processing of one update is the price, never a
+        lost one)."""
+        await self.idle()
+        worker = await self._store.register_worker(now=self._clock())
+        log.warning("registered again as worker %d", worker)
+
+    async def _drain(self, chat: str, first: PendingUpdate | None) -> None:
+        try:
+            while True:
+                self._again.discard(chat)
+                if first is not None:  # the chat was taken as its update was recorded
+                    await self._process_waiting(chat, first)
+                elif await self._store.claim_chat(chat, now=self._clock()):
+                    await self._process_waiting(chat, await self._store.next_update(chat))
+                first = None
+                if chat not in self._again:
+                    return
+        except Exception:
+            log.exception("processing the updates of chat %s stopped; it is retried later", chat)
+            with contextlib.suppress(Exception):
+                await self._store.drop_lease(chat)
+        finally:
+            del self._draining[chat]
+
+    async def _process_waiting(self, chat: str, pending: PendingUpdate | None) -> None:
+        """Process the chat's updates in order, starting with pending (the first waiting, as
+        read), until none waits (or this worker stops)."""
+        while True:
+            if self._stopping:
+                await self._store.drop_lease(chat)
+                return
+            if not self._store.worker_live:
+                return  # the others may hold the chat now; the watcher registers again
+            if pending is None:
+                if await self._store.release_chat(chat):
+                    return
+                pending = await self._store.next_update(chat)  # recorded meanwhile
+                continue
+            deliver = None
+            try:
+                deliver = await self._handler(pending)
+            except Unavailable as error:  # the turn could not be recorded: nothing was sent
+                log.warning(
+                    "update %d of chat %s could not be recorded (%s); it is processed again "
+                    "when the database is back",
+                    pending.seq,
+                    chat,
+                    error,
+                )
+                return  # the lease stays: the watcher takes the chat up again
+            except Exception:  # one bad update must not hold up the chat
+                log.exception("processing update %d of chat %s failed", pending.seq, chat)
+            pending = await self._store.finish_update(pending.seq, now=self._clock())
+            if deliver is not None:  # sent while the chat is still held: replies stay in order
+                await deliver()

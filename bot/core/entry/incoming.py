@@ -1,0 +1,74 @@
+"""One incoming message as an adapter reports it (`Incoming`), and what the core asks back of the
+platform while it handles that message (`Surface`): `Pinbot.handle(incoming, surface)`.
+
+Adapters report facts; the core decides. The core never imports an adapter: these two types are
+the whole of what passes between them for one message."""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.core.people import AdminLookup, Conversation, QuotedLookup
+from bot.core.replies import Reply
+from bot.llm.base import TextSink
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One message, as the platform gave it: facts only, every decision is the core's.
+
+    conversation: where it was said and by whom. text: None for a message the bot cannot read
+    (a photo, voice note, sticker or file). mentioned, replied_to_bot: whether it @mentions the
+    bot, whether it replies to one of the bot's messages. replied: the message it replies to,
+    asked only when a command needs it (`/pin add <label>` with no content). platform_admin:
+    asks the platform whether the sender administers the group, at most once and only when the
+    answer could change a decision. redelivered: the update waits in the inbox until it is
+    marked processed, so a database that cannot be reached raises Unavailable instead of being
+    answered (the update's next processing answers it, once)."""
+
+    conversation: Conversation
+    text: str | None
+    mentioned: bool = False
+    replied_to_bot: bool = False
+    replied: QuotedLookup | None = None
+    platform_admin: AdminLookup | None = None
+    redelivered: bool = False
+
+
+class Surface(Protocol):
+    """What the core asks back of the platform while it handles one message."""
+
+    @property
+    def on_text(self) -> TextSink | None:
+        """Where a streaming model's text so far goes, as it grows (None: no previews)."""
+
+    def thinking(self) -> AbstractAsyncContextManager[None]:
+        """Entered while the model works on a turn (a "typing" indicator)."""
+
+    async def send(self, reply: Reply) -> None:
+        """Send reply as the answer to the message: at once or, for an update from the inbox,
+        once the inbox has marked it processed (the platform's side decides which)."""
+
+
+class Silent:
+    """A surface that shows nothing: no indicator, no previews, and the reply is not sent
+    (`Pinbot.handle` returns it). For a button tap, whose outcome shows in the tapped message,
+    and for tests and benchmarks."""
+
+    @property
+    def on_text(self) -> TextSink | None:
+        """No previews."""
+        return None
+
+    def thinking(self) -> AbstractAsyncContextManager[None]:
+        """No indicator."""
+        return contextlib.nullcontext()
+
+    async def send(self, reply: Reply) -> None:
+        """Sends nothing."""
+
+
+SILENT: Surface = Silent()
