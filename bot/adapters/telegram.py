@@ -646,13 +646,11 @@ class TelegramFrontend:
         """The bot was removed from a group, or left it: the core logs and counts it."""
         change = update.my_chat_member
         gone = (ChatMemberStatus.LEFT, ChatMemberStatus.BANNED)
-        if change is None or change.new_chat_member.status not in gone:
-            return
-        if change.chat.type not in (ChatType.GROUP, ChatType.SUPERGROUP):
-            return
-        by = str(change.from_user.id)
-        group = Conversation(PLATFORM, ChatKind.GROUP, str(change.chat.id), by)
-        await unless_lost(self.pinbot.handle(BotRemoved(group), SILENT))
+        group = change and change.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        if change and group and change.new_chat_member.status in gone:
+            by = str(change.from_user.id)
+            where = Conversation(PLATFORM, ChatKind.GROUP, str(change.chat.id), by)
+            await unless_lost(self.pinbot.handle(BotRemoved(where), SILENT))
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Log a failure of one update (without secrets) and keep going."""

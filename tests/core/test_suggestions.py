@@ -3,13 +3,14 @@ and the real openai SDK: the model suggests, people decide, and only good sugges
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
 
 import pytest
 
-from bot.core.entry import SILENT, Pinbot, Tap, Tapped
+from bot.core.entry import SILENT, ChatKind, Pinbot, Tap, Tapped
 from bot.core.replies import Reply, Result, Sent
 from bot.llm.suggest import COMPACT_TOOL
 from bot.llm.summary import SUMMARY_INSTRUCTIONS
@@ -114,6 +115,13 @@ async def test_one_good_suggestion_is_shown_pinned_with_a_tap_and_sent_next_time
         assert elsewhere == Tapped("This button does nothing here.", None, dm())
     tapped = await bot.handle(Tap(dm(), PIN_1, Sent("42", "1")), SILENT)
     assert tapped is not None and tapped.notice == "Pinning suggestion #1…"
+    # A tap whose chat kind the platform does not say (Feishu's cards) is in the DM whose
+    # message shows the suggestion, and in a group anywhere else.
+    unsaid = dataclasses.replace(dm(), kind=ChatKind.UNKNOWN)
+    for message, kind in ((Sent("42", "1"), ChatKind.DIRECT), (Sent("42", "2"), ChatKind.GROUP)):
+        told = await bot.handle(Tap(unsaid, PIN_1, message, chat_kind_known=False), SILENT)
+        assert told is not None and told.conversation.kind is kind
+        assert told.command == (tapped.command if kind is ChatKind.DIRECT else None)
     assert tapped.command == "/pin accept 1"
     assert text_of(await ask(bot, dm(), tapped.command)) == "Saved strong block 'diet'."
     assert posted.messages["1"].buttons == () and "Pinned: saved." in posted.messages["1"].text

@@ -1,7 +1,5 @@
-"""The core's one entry: `Pinbot.handle(event, surface)` takes every platform event (the values
-of bot.core.entry.events, and a message, `Incoming`) with its surface; and the values adapters
-hand it and get back, the core's own re-exported so that adapters import the core from here
-only."""
+"""The core's one entry, `Pinbot.handle(event, surface)`, for every platform event; the events,
+and the core's values adapters use, re-exported: adapters import the core from here only."""
 
 from bot.core.entry.events import (
     BotRemoved,

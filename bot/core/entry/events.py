@@ -1,6 +1,6 @@
-"""The platform events besides a message (`Incoming`) that adapters hand the core, each with what
-the core gives back for it: `Pinbot.handle(event, surface)` takes them all. Adapters report
-facts; the core decides."""
+"""The platform events besides a message (`Incoming`) that adapters hand the core's one entry,
+`Pinbot.handle(event, surface)`, and what the core gives back for each. Adapters report facts;
+the core decides."""
 
 from __future__ import annotations
 
@@ -13,14 +13,11 @@ from bot.core.replies import Sent
 
 @dataclass(frozen=True)
 class Tap:
-    """A tap on a button of the bot's, to be answered at once: `Tapped`, or None for a button
-    that is not ours.
-
-    conversation: who tapped, where. data: the button's data. message: the message whose button
-    it is (None: the platform no longer shows it, too old for its buttons). platform_admin: as for
-    a message. chat_kind_known: False when the platform does not say what kind of chat the tap
-    comes from (Feishu's card actions): the core takes it for the tapper's DM when message shows
-    one of their pin suggestions (posted in DMs only), else for a group. counted: False when the
+    """A tap on a button (data) of message, by conversation's sender, answered at once: `Tapped`,
+    or None for a button that is not ours. message None: the platform no longer shows it (too
+    old for its buttons). chat_kind_known False: the platform does not say what kind of chat the
+    tap comes from (Feishu's card actions): the core takes it for the tapper's DM when message
+    shows one of their pin suggestions (posted in DMs only), else for a group. counted False: the
     adapter asks again about a tap it answered already (bot.metrics counts each tap once)."""
 
     conversation: Conversation
@@ -33,9 +30,9 @@ class Tap:
 
 @dataclass(frozen=True)
 class Tapped:
-    """What a tap on one of the bot's buttons does: the notice the tapper sees at once, and the
-    command that carries it out in the chat's order (None: nothing to carry out), as said in
-    conversation (the tap's, with the kind of chat the core took it for)."""
+    """What a tap does: the notice the tapper sees at once, and the command that carries it out
+    in the chat's order (None: nothing to), said in conversation (the tap's, of the kind of
+    chat the core took it for)."""
 
     notice: str
     command: str | None
@@ -44,8 +41,8 @@ class Tapped:
 
 @dataclass(frozen=True)
 class ChatPinned:
-    """A message pinned in a group chat (conversation: who pinned it, where): text is its text or
-    caption (None: none the bot can read). Handled: what happened, for the adapter's log."""
+    """A message pinned in a group chat (conversation: who pinned it, where), its text or caption
+    (None: none the bot can read). Gives back what happened, for the adapter's log."""
 
     conversation: Conversation
     text: str | None
@@ -56,9 +53,8 @@ class ChatPinned:
 
 @dataclass(frozen=True)
 class ChatUnpinned:
-    """A group chat found with no pinned message at all (Telegram says nothing when a message is
-    unpinned: its adapter asks about each chat `PinnedChats` names). Handled: whether the
-    group's pinned-message block went idle."""
+    """A group chat found with no pinned message at all (Telegram says nothing of an unpin: its
+    adapter asks about the chats `PinnedChats` names). Gives back whether the block went idle."""
 
     platform: str
     chat_id: str
@@ -66,16 +62,15 @@ class ChatUnpinned:
 
 @dataclass(frozen=True)
 class PinnedChats:
-    """A question: the chats of platform whose pinned message is one of their blocks (to check
-    for `ChatUnpinned`)."""
+    """A question: the ids of platform's chats whose pinned message is one of their blocks."""
 
     platform: str
 
 
 @dataclass(frozen=True)
 class GroupMoved:
-    """A group of platform moved to a new chat id (a Telegram group become a supergroup).
-    Handled: how many blocks moved with its counters and history."""
+    """A group moved to a new chat id (a Telegram group become a supergroup). Gives back how
+    many blocks moved with its counters and history."""
 
     platform: str
     old_chat: str
@@ -84,9 +79,8 @@ class GroupMoved:
 
 @dataclass(frozen=True)
 class BotRemoved:
-    """The bot was removed from a group, or left it (conversation: which group, and who removed
-    it). The core logs and counts it and keeps the group's blocks: a group that adds the bot
-    again finds them as they were."""
+    """The bot was removed from a group, or left it (conversation: which, and who removed it):
+    logged and counted. The group's blocks stay: a group that adds the bot again finds them."""
 
     conversation: Conversation
 

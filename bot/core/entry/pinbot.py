@@ -89,7 +89,6 @@ class Pinbot:
         model: ChatModel,
         *,
         clock: Clock = utc_now,
-        bot_username: str | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -108,7 +107,7 @@ class Pinbot:
             self.pins.proposals,
             self.pins.suggestions,
         )
-        self.bot_username = bot_username
+        self.bot_username: str | None = None
         limits = config.limits
         self._pin_commands = RateLimiter(store, "pin", limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(store, "turn", limits.model_turns_per_minute, clock)
@@ -229,7 +228,11 @@ class Pinbot:
             return sorted({p.owner for s in scopes if (p := parse_scope(s)) is not None})
         if isinstance(event, GroupMoved):
             return await self._move_group(event)
-        self._removed(event)
+        # The group's blocks stay (see BotRemoved): logged and counted only.
+        log.info(
+            "removed from %s by %s", event.conversation.session_key, event.conversation.sender_id
+        )
+        metrics.handled("removed", 0.0)
         return None
 
     async def _chat_pinned(self, event: ChatPinned) -> str:
@@ -309,15 +312,6 @@ class Pinbot:
         verb = "approve" if approve else "reject"
         notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
         return notice, f"/pin shared {verb} {number}", False
-
-    def _removed(self, event: BotRemoved) -> None:
-        """Log and count the bot's removal from a group. Its blocks, history and counters stay
-        (a removal may be undone, and forgetting a group is for its data's retention rules):
-        a group that adds the bot again finds them as they were."""
-        started = time.perf_counter()
-        conversation = event.conversation
-        log.info("removed from group %s by %s", conversation.session_key, conversation.sender_id)
-        metrics.handled("removed", time.perf_counter() - started)
 
     async def _forget_old_versions(self, now: datetime) -> None:
         await self.store.forget_versions_before(now - timedelta(days=self.config.pins.history_days))
