@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from storage import Store, search
+from storage.decisions import PROPOSALS, SUGGESTIONS
 from storage.dialect import Database, connect
 from storage.errors import SchemaTooNew
 from storage.models import (
@@ -24,6 +25,7 @@ from storage.models import (
     Channel,
     Level,
     Limits,
+    NewSuggestion,
     Seen,
     State,
     UsageTotals,
@@ -31,7 +33,6 @@ from storage.models import (
     label_key,
 )
 from storage.schema import LATEST, STEPS, migrate
-from storage.suggestions import NewSuggestion
 from tests.pg import PgCluster, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -244,9 +245,14 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
         await store.append_turn("telegram:direct:42", "again", "yes", now=NOW)
         # Pin suggestions and the compaction part of usage (the suggestions step) work on it.
         new = NewSuggestion("telegram:direct:42", "tz", "Lives in Lisbon.", "asked twice", "x")
-        added = await store.add_suggestion(new, now=NOW, expires_at=NOW, max_pending=1)
+        added = await store.add_decision(SUGGESTIONS, new, now=NOW, expires_at=NOW, max_pending=1)
         assert added is not None and added.number == 1
-        assert [s.new for s in await store.open_suggestions("telegram:direct:42")] == [new]
+        assert [
+            s.new
+            for s in await store.decisions(
+                SUGGESTIONS, "telegram:direct:42", ("pending", "dismissed")
+            )
+        ] == [new]
         used = UsageTotals(1, 10, 0, 5, 0, 0.0, 0)
         await store.add_usage(
             platform="telegram",
@@ -284,7 +290,7 @@ async def test_a_database_of_1c7eede_upgrades_and_its_pending_proposals_keep_the
         ]
         group = "telegram:group:-100123"
         _, marks = await store.scope_now(group)
-        fresh, stale = await store.pending_proposals(group)
+        fresh, stale = await store.decisions(PROPOSALS, group)
         assert fresh.new.base_version == marks["deadline"] != ""
         assert stale.new.base_version is None
         assert await store.integrity_ok()

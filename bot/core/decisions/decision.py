@@ -1,0 +1,202 @@
+"""What proposals and pin suggestions share: a decision numbered per scope, expiring after
+`pins.proposal_ttl_hours`, shown by a message with two buttons (their tap data keeps its wire
+format, `pinbot:proposal:approve:3`), decided once, and the same answers for a number that is
+unknown, decided already or expired. Every refusal of this package is built by `_refused`."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from bot.clock import Clock
+from bot.config import PinsConfig
+from bot.core.blocks import BlockOps, Refused, Rule
+from bot.core.replies import Button, Messenger, Reply, Sent
+from storage import Store
+from storage.decisions import Kind
+from storage.models import Decision, NewProposal, NewSuggestion
+
+log = logging.getLogger(__name__)
+N = TypeVar("N", NewProposal, NewSuggestion)
+S = TypeVar("S", bound=StrEnum)
+MAX_NUMBER = 10**9  # the largest number a tap or a command names
+IN_GROUPS = (
+    "Pin suggestions are made in DMs; in a group the model's suggestions become proposals to "
+    "its shared admins (/pin shared proposals)."
+)
+# Each refusal's text, by the kind of refusal: a block rule's code each, once merged with Rule.
+_REFUSALS = {
+    "not-a-group": "proposals are for a group's shared blocks; use pin_set here.",
+    "same-content": "the shared block '{label}' already has this content.",
+    "too-many-proposals": (
+        "this group already has {most} pending proposals (pins.max_pending_proposals); wait "
+        "until an admin decides one."
+    ),
+    "proposal-unknown": (
+        "There is no proposal #{number} in this group. Send /pin shared proposals to see the "
+        "pending ones."
+    ),
+    "proposal-decided": "Proposal #{number} was {decided} already.",
+    "proposal-decided-first": "Proposal #{number} was {decided} already; nothing changed.",
+    "proposal-expired": "Proposal #{number} expired without a decision; nothing changed.",
+    "proposal-not-applied": "Proposal #{number} could not be applied: {why}",
+    "suggestion-unknown": (
+        "There is no pin suggestion #{number} here. Send /pin suggestions to see the waiting ones."
+    ),
+    "suggestion-decided": "Suggestion #{number} was {decided} already.",
+    "suggestion-expired": "Suggestion #{number} expired; nothing was saved.",
+    "suggestion-not-saved": "Suggestion #{number} was not saved: {why}",
+    "suggestions-in-groups": IN_GROUPS,
+}
+# How a decided status reads in "was … already", where it is not the status itself.
+_DECIDED = {"applied": "approved", "refused": "approved, but could not be applied"}
+
+
+def _refused(what: str, code: Rule | None = None, **facts: Any) -> Refused:
+    """The refusal what (a key of _REFUSALS), its text filled in with facts; code: the block
+    rule that refused what this refusal reports, if one did."""
+    return Refused(_REFUSALS[what].format(**facts), code)
+
+
+@dataclass(frozen=True)
+class Taps:
+    """A kind's two buttons: each tells the bot `{prefix}{verb}:{number}` when tapped."""
+
+    prefix: str
+    yes: str
+    no: str
+
+    def data(self, verb: str, number: int) -> str:
+        """What the button of verb tells the bot when tapped."""
+        return f"{self.prefix}{verb}:{number}"
+
+    def parse(self, data: str) -> tuple[bool, int] | None:
+        """(yes?, number) of a button's data; None for data that is not one (forged data
+        included: only ASCII digits make a number, as a command takes it; "²" or "١" are digits
+        to str.isdigit, and int() fails on the first and reads the second)."""
+        verb, _, number = data.removeprefix(self.prefix).partition(":")
+        if not data.startswith(self.prefix) or verb not in (self.yes, self.no):
+            return None
+        if not re.fullmatch(r"[1-9][0-9]{0,9}", number, flags=re.ASCII):
+            return None
+        return (verb == self.yes, int(number)) if int(number) <= MAX_NUMBER else None
+
+    def buttons(self, number: int, yes: str, no: str) -> tuple[Button, Button]:
+        """The two buttons of decision number, labelled yes and no."""
+        return Button(yes, self.data(self.yes, number)), Button(no, self.data(self.no, number))
+
+
+class Decisions(Generic[N, S]):
+    """One kind of decision (noun: how refusals and logs name one): makes, lists and decides
+    them; posts each through the messenger the platform adapter sets, and updates that message
+    once decided."""
+
+    noun = ""
+
+    def __init__(
+        self, store: Store, kind: Kind[N, S], ops: BlockOps, pins: PinsConfig, clock: Clock
+    ) -> None:
+        self._store = store
+        self._kind: Kind[N, S] = kind
+        self._ops = ops
+        self._pins = pins
+        self._clock = clock
+        self.messenger: Messenger | None = None
+
+    def shown(self, decision: Decision[N, S]) -> Reply:
+        """The message that shows decision: with its buttons while pending, the outcome in
+        their place once decided."""
+        raise NotImplementedError
+
+    async def _add(self, new: N, most: int) -> Decision[N, S] | None:
+        """Store a pending decision that expires after pins.proposal_ttl_hours; None when its
+        scope holds most pending ones already."""
+        now = self._clock()
+        expires = now + timedelta(hours=self._pins.proposal_ttl_hours)
+        return await self._store.add_decision(
+            self._kind, new, now=now, expires_at=expires, max_pending=most
+        )
+
+    async def _post(self, chat: str, reply: Reply, what: str) -> Sent | None:
+        """Post in chat; None when nothing could be posted. A platform's failure costs the
+        message only (the decision stays listed by its command), never the turn or the
+        compaction that made it."""
+        if self.messenger is None or not chat:
+            return None
+        try:
+            return await self.messenger.send(chat, reply)
+        except Exception as error:  # any platform's failure: core knows none of their errors
+            # The error's type only: what a platform says may quote the message.
+            log.warning("posting %s failed (%s)", what, type(error).__name__)
+            return None
+
+    async def _show(self, chat: str, decision: Decision[N, S], what: str) -> None:
+        """Post the message that shows decision, and remember it."""
+        sent = await self._post(chat, self.shown(decision), what)
+        if sent is not None:
+            await self._store.show_decision(
+                self._kind, decision.new.scope, decision.number, sent.chat, sent.message_id
+            )
+
+    async def _pending(self, scope: str) -> list[Decision[N, S]]:
+        """A scope's pending decisions, oldest first; expired ones are closed on the way."""
+        pending = []
+        for decision in await self._store.decisions(self._kind, scope, [self._kind.of("pending")]):
+            if self._clock() >= decision.expires_at:
+                await self._close(decision, self._kind.of("expired"))
+            else:
+                pending.append(decision)
+        return pending
+
+    async def _pending_one(self, scope: str, number: int) -> Decision[N, S] | Refused:
+        """Decision number of scope while it may be decided; else why not (unknown, decided
+        already, or expired: then it is closed so)."""
+        decision = await self._store.decision(self._kind, scope, number)
+        if decision is None:
+            return _refused(f"{self.noun}-unknown", number=number)
+        if decision.status != "pending":
+            return _refused(f"{self.noun}-decided", number=number, decided=_said(decision.status))
+        if self._clock() >= decision.expires_at:
+            await self._close(decision, self._kind.of("expired"))
+            return _refused(f"{self.noun}-expired", number=number)
+        return decision
+
+    async def _close(
+        self, decision: Decision[N, S], status: S, *, by: str = "", outcome: str = ""
+    ) -> bool:
+        """Mark decision decided and show the outcome in its message; False when another
+        decision came first (its message shows that one already)."""
+        scope, number = decision.new.scope, decision.number
+        decided = await self._store.decide_once(
+            self._kind, scope, number, status, now=self._clock(), by=by, outcome=outcome
+        )
+        if decided:
+            await self._update(scope, number, status)
+        return decided
+
+    async def _update(self, scope: str, number: int, status: S) -> None:
+        """Show the outcome in the message of decision number, decided as status."""
+        decision = await self._store.decision(self._kind, scope, number)
+        if decision is not None and decision.status is status:
+            await self._edit(decision, self.shown(decision))
+
+    async def _edit(self, decision: Decision[N, S], reply: Reply) -> None:
+        if not decision.message_id or self.messenger is None:
+            return
+        sent = Sent(decision.chat or "", decision.message_id)
+        try:
+            edited = await self.messenger.edit(sent, reply)
+        except Exception as error:  # the decision stands; its message only is not updated
+            edited = False
+            log.warning("updating the message failed (%s)", type(error).__name__)
+        if not edited:
+            log.warning("could not update the message of %s #%d", self.noun, decision.number)
+
+
+def _said(status: StrEnum) -> str:
+    """How a decided status reads in "was … already"."""
+    return _DECIDED.get(status.value, status.value)
