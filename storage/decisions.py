@@ -52,11 +52,6 @@ class Kind(Generic[N, S]):
         decider = "decided_by, outcome" if self.decider else "NULL, ''"
         return f"{_SHARED}, {decider}, {self.columns}"
 
-    def of(self, value: str) -> S:
-        """The status of this kind that value names."""
-        status: S = self.status(value)
-        return status
-
     def decision(self, row: Row) -> Decision[N, S]:
         """A decision from a row of `selected`."""
         decided = None if row[6] is None else dt(row[6])
@@ -116,7 +111,7 @@ class DecisionStore(Protocol):
                 f"INSERT INTO {kind.table} ({columns}) VALUES ({', '.join('?' * len(values))})",
                 *values,
             )
-        return Decision(number, new, kind.of("pending"), now, expires_at)
+        return Decision(number, new, kind.status("pending"), now, expires_at)
 
     async def decision(self, kind: Kind[N, S], scope: str, number: int) -> Decision[N, S] | None:
         """One decision of a scope by its number."""

@@ -184,6 +184,19 @@ def test_each_adapter_hands_a_message_to_the_core_one_way() -> None:
         assert len(returned) == 1 and returned[0].startswith("await from_inbox("), name
 
 
+def test_every_refusal_of_the_decisions_package_is_built_by_its_one_helper() -> None:
+    # Then giving each its rule's code (bot.core.blocks.review.Rule) is a change in one place.
+    built = [
+        f"{path.name}:{function.name}"
+        for path in files("bot/core/decisions")
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "Refused"
+    ]
+    assert built == ["decision.py:_refused"]
+
+
 # The house from the bottom up: a module may import its own layer's and lower layers' modules,
 # never a higher one's. Within bot/core, the packages stand in this order too.
 LAYERS: list[tuple[str, ...]] = [

@@ -12,9 +12,9 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from bot.clock import Clock
+from bot.clock import Clock, utc_now
 from bot.config import PinsConfig
-from bot.core.blocks import BlockOps, Refused, Rule
+from bot.core.blocks import BlockOps, Done, Refused, Rule
 from bot.core.replies import Button, Messenger, Reply, Sent
 from storage import Store
 from storage.decisions import Kind
@@ -24,10 +24,6 @@ log = logging.getLogger(__name__)
 N = TypeVar("N", NewProposal, NewSuggestion)
 S = TypeVar("S", bound=StrEnum)
 MAX_NUMBER = 10**9  # the largest number a tap or a command names
-IN_GROUPS = (
-    "Pin suggestions are made in DMs; in a group the model's suggestions become proposals to "
-    "its shared admins (/pin shared proposals)."
-)
 # Each refusal's text, by the kind of refusal: a block rule's code each, once merged with Rule.
 _REFUSALS = {
     "not-a-group": "proposals are for a group's shared blocks; use pin_set here.",
@@ -40,17 +36,19 @@ _REFUSALS = {
         "There is no proposal #{number} in this group. Send /pin shared proposals to see the "
         "pending ones."
     ),
-    "proposal-decided": "Proposal #{number} was {decided} already.",
+    "decided": "{Noun} #{number} was {decided} already.",
     "proposal-decided-first": "Proposal #{number} was {decided} already; nothing changed.",
     "proposal-expired": "Proposal #{number} expired without a decision; nothing changed.",
     "proposal-not-applied": "Proposal #{number} could not be applied: {why}",
     "suggestion-unknown": (
         "There is no pin suggestion #{number} here. Send /pin suggestions to see the waiting ones."
     ),
-    "suggestion-decided": "Suggestion #{number} was {decided} already.",
     "suggestion-expired": "Suggestion #{number} expired; nothing was saved.",
     "suggestion-not-saved": "Suggestion #{number} was not saved: {why}",
-    "suggestions-in-groups": IN_GROUPS,
+    "suggestions-in-groups": (
+        "Pin suggestions are made in DMs; in a group the model's suggestions become proposals "
+        "to its shared admins (/pin shared proposals)."
+    ),
 }
 # How a decided status reads in "was … already", where it is not the status itself.
 _DECIDED = {"applied": "approved", "refused": "approved, but could not be applied"}
@@ -85,9 +83,9 @@ class Taps:
             return None
         return (verb == self.yes, int(number)) if int(number) <= MAX_NUMBER else None
 
-    def buttons(self, number: int, yes: str, no: str) -> tuple[Button, Button]:
-        """The two buttons of decision number, labelled yes and no."""
-        return Button(yes, self.data(self.yes, number)), Button(no, self.data(self.no, number))
+    def buttons(self, number: int) -> tuple[Button, ...]:
+        """The two buttons of decision number, each labelled with its verb."""
+        return tuple(Button(verb.title(), self.data(verb, number)) for verb in (self.yes, self.no))
 
 
 class Decisions(Generic[N, S]):
@@ -96,20 +94,45 @@ class Decisions(Generic[N, S]):
     once decided."""
 
     noun = ""
+    taps: Taps
+    _kind: Kind[N, S]
 
     def __init__(
-        self, store: Store, kind: Kind[N, S], ops: BlockOps, pins: PinsConfig, clock: Clock
+        self, store: Store, ops: BlockOps, pins: PinsConfig, clock: Clock = utc_now
     ) -> None:
         self._store = store
-        self._kind: Kind[N, S] = kind
         self._ops = ops
         self._pins = pins
         self._clock = clock
         self.messenger: Messenger | None = None
 
-    def shown(self, decision: Decision[N, S]) -> Reply:
-        """The message that shows decision: with its buttons while pending, the outcome in
-        their place once decided."""
+    def shown(self, decision: Decision[N, S], note: str = "") -> Reply:
+        """The message that shows decision: what it would do and why; while pending how to
+        decide it, with its buttons (and note: why doing it failed), once decided its outcome in
+        their place."""
+        lines = self._shown(decision)
+        if decision.status != "pending":
+            return Reply("\n".join(lines), buttons=())
+        if note:
+            lines.insert(-1, f"Not saved: {note}")
+        return Reply("\n".join(lines), buttons=self.taps.buttons(decision.number))
+
+    def _shown(self, decision: Decision[N, S]) -> list[str]:
+        """The lines of the message that shows decision, the last how to decide it (while
+        pending) or its outcome."""
+        raise NotImplementedError
+
+    async def _listing(self, scope: str, empty: str, title: str, how: str) -> Done:
+        """The scope's pending decisions, one line each, under title and followed by how to
+        decide them; expired ones are closed on the way."""
+        pending: list[Decision[N, S]] = await self._pending(scope)
+        if not pending:
+            return Done(empty)
+        lines = [f"{title} ({len(pending)}):", *map(self._line, pending), how]
+        return Done("\n".join(lines))
+
+    def _line(self, decision: Decision[N, S]) -> str:
+        """Decision on one line of a listing."""
         raise NotImplementedError
 
     async def _add(self, new: N, most: int) -> Decision[N, S] | None:
@@ -144,10 +167,10 @@ class Decisions(Generic[N, S]):
 
     async def _pending(self, scope: str) -> list[Decision[N, S]]:
         """A scope's pending decisions, oldest first; expired ones are closed on the way."""
-        pending = []
-        for decision in await self._store.decisions(self._kind, scope, [self._kind.of("pending")]):
+        pending: list[Decision[N, S]] = []
+        for decision in await self._store.decisions(self._kind, scope):
             if self._clock() >= decision.expires_at:
-                await self._close(decision, self._kind.of("expired"))
+                await self._close(decision, self._kind.status("expired"))
             else:
                 pending.append(decision)
         return pending
@@ -159,9 +182,10 @@ class Decisions(Generic[N, S]):
         if decision is None:
             return _refused(f"{self.noun}-unknown", number=number)
         if decision.status != "pending":
-            return _refused(f"{self.noun}-decided", number=number, decided=_said(decision.status))
+            decided = _said(decision.status)
+            return _refused("decided", Noun=self.noun.title(), number=number, decided=decided)
         if self._clock() >= decision.expires_at:
-            await self._close(decision, self._kind.of("expired"))
+            await self._close(decision, self._kind.status("expired"))
             return _refused(f"{self.noun}-expired", number=number)
         return decision
 
@@ -190,9 +214,8 @@ class Decisions(Generic[N, S]):
         sent = Sent(decision.chat or "", decision.message_id)
         try:
             edited = await self.messenger.edit(sent, reply)
-        except Exception as error:  # the decision stands; its message only is not updated
+        except Exception:  # the decision stands; its message only is not updated
             edited = False
-            log.warning("updating the message failed (%s)", type(error).__name__)
         if not edited:
             log.warning("could not update the message of %s #%d", self.noun, decision.number)
 

@@ -5,11 +5,10 @@ again when it is approved; it is decided once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bot import metrics
-from bot.clock import Clock, utc_now
-from bot.config import PinsConfig
 from bot.core.blocks import (
-    BlockOps,
     Done,
     Outcome,
     Refused,
@@ -24,9 +23,7 @@ from bot.core.blocks import (
 )
 from bot.core.decisions.decision import Decisions, Taps, _refused, _said
 from bot.core.people import Action, ChatKind, MessageContext
-from bot.core.replies import Reply
 from bot.secrets import has_marks, redact
-from storage import Store
 from storage.decisions import PROPOSALS
 from storage.errors import AlreadyDecided, Stale
 from storage.models import (
@@ -55,12 +52,7 @@ ADMINS_ONLY = "Only this group's shared admins can approve or reject proposals."
 class Proposals(Decisions[NewProposal, ProposalStatus]):
     """Makes, lists and decides the proposals of a group's shared blocks."""
 
-    noun = "proposal"
-
-    def __init__(
-        self, store: Store, ops: BlockOps, pins: PinsConfig, clock: Clock = utc_now
-    ) -> None:
-        super().__init__(store, PROPOSALS, ops, pins, clock)
+    noun, taps, _kind = "proposal", TAPS, PROPOSALS
 
     # --- making ---------------------------------------------------------------------------------
 
@@ -104,18 +96,17 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
             and (problem := policy.secret_problem(f"{existing.label} {content}", group=True))
         ):
             return problem
-        change = _proposed(target, blocks, marks, label, content, level, priority)
+        new = NewProposal(
+            *(target.scope, existing.label if existing else label, content, level, priority),
+            *(reason, context.actor if proposer is None else proposer),
+            *((existing.rev, existing.content) if existing else (None, None)),
+        )
+        change = _proposed(target, blocks, marks, new)
         # Every rule of /pin shared add but the approver's rights, which count when approving.
         if problem := await policy.review(change, target.where, speaker=None, blocks=blocks):
             return problem
         seen = change.seen[label_key(label)]
-        new = NewProposal(
-            *(target.scope, existing.label if existing else label, content, level, priority),
-            *(reason, context.actor if proposer is None else proposer),
-            existing.rev if existing else None,
-            existing.content if existing else None,
-            seen.mark if seen is not None else None,
-        )
+        new = replace(new, base_version=seen.mark if seen is not None else None)
         most = self._pins.max_pending_proposals
         if (proposal := await self._add(new, most)) is None:
             return _refused("too-many-proposals", most=most)
@@ -132,26 +123,20 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
 
     async def listing(self, target: Target) -> Outcome:
         """The group's pending proposals, for every member; expired ones are closed on the way."""
-        pending = await self._pending(target.scope)
-        if not pending:
-            return Done("This group has no pending proposals.")
-        lines = [f"Pending proposals ({len(pending)}):"]
-        for proposal in pending:
-            new = proposal.new
-            what = "replace" if new.base_rev is not None else "add"
-            left = proposal.expires_at - self._clock()
-            hours = max(1, round(left.total_seconds() / 3600))
-            reason = f" Reason: {_unmarked(new.reason)}" if new.reason else ""
-            content = _unmarked(new.content) if new.base_rev is None else redact(new.content)
-            lines.append(
-                f"#{proposal.number} {what} '{new.label}': {content}{reason} (expires in {hours} h)"
-            )
-        lines.append("Shared admins: /pin shared approve <n> or /pin shared reject <n>.")
-        return Done("\n".join(lines))
+        how = "Shared admins: /pin shared approve <n> or /pin shared reject <n>."
+        return await self._listing(
+            target.scope, "This group has no pending proposals.", "Pending proposals", how
+        )
 
-    def shown(self, proposal: Proposal) -> Reply:
-        """The proposal message: what would change and why; with buttons while pending, the
-        outcome in their place once decided."""
+    def _line(self, proposal: Proposal) -> str:
+        new = proposal.new
+        what = "replace" if new.base_rev is not None else "add"
+        hours = max(1, round((proposal.expires_at - self._clock()).total_seconds() / 3600))
+        reason = f" Reason: {_unmarked(new.reason)}" if new.reason else ""
+        content = _unmarked(new.content) if new.base_rev is None else redact(new.content)
+        return f"#{proposal.number} {what} '{new.label}': {content}{reason} (expires in {hours} h)"
+
+    def _shown(self, proposal: Proposal) -> list[str]:
         new, number, by = proposal.new, proposal.number, proposal.decided_by
         level = f" ({new.level.value})" if new.level else ""
         lines = [f"Proposal #{number} for this group's shared blocks:"]
@@ -167,20 +152,15 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
             ]
         if new.reason:
             lines.append(f"Reason: {_unmarked(new.reason)}")
-        if proposal.status is ProposalStatus.PENDING:
-            lines.append(
-                f"Shared admins decide: the buttons below, or /pin shared approve {number} / "
-                f"reject {number}."
-            )
-            return Reply("\n".join(lines), buttons=TAPS.buttons(number, "Approve", "Reject"))
-        lines.append(
-            {
-                ProposalStatus.APPLIED: f"Approved by {by}: saved.",
-                ProposalStatus.REFUSED: f"Approved by {by}, but not saved: {proposal.outcome}",
-                ProposalStatus.REJECTED: f"Rejected by {by}; nothing changed.",
-            }.get(proposal.status, "Expired without a decision; nothing changed.")
-        )
-        return Reply("\n".join(lines), buttons=())
+        outcomes = {
+            ProposalStatus.PENDING: f"Shared admins decide: the buttons below, or /pin shared "
+            f"approve {number} / reject {number}.",
+            ProposalStatus.APPLIED: f"Approved by {by}: saved.",
+            ProposalStatus.REFUSED: f"Approved by {by}, but not saved: {proposal.outcome}",
+            ProposalStatus.REJECTED: f"Rejected by {by}; nothing changed.",
+            ProposalStatus.EXPIRED: "Expired without a decision; nothing changed.",
+        }
+        return [*lines, outcomes[proposal.status]]
 
     # --- deciding -------------------------------------------------------------------------------
 
@@ -239,10 +219,7 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
             or existing.content != new.base_content
         ):
             return stale
-        origin = Origin(proposal=proposal.number)
-        change = _proposed(
-            target, blocks, marks, new.label, new.content, new.level, new.priority, origin
-        )
+        change = _proposed(target, blocks, marks, new, Origin(proposal=proposal.number))
         try:
             applied = await self._ops.commit(target, change, blocks)
         except Stale:
@@ -261,29 +238,23 @@ def _proposed(
     target: Target,
     blocks: list[Block],
     marks: dict[str, str],
-    label: str,
-    content: str,
-    level: Level | None,
-    priority: int | None,
+    new: NewProposal,
     origin: Origin | None = None,
 ) -> BlockChange:
     """The change a proposal makes when approved: a new shared block, or new content (and level
     or priority, if given) of the existing one."""
-    existing = find_block(blocks, label)
+    existing = find_block(blocks, new.label)
     seen: dict[str, Seen | None]
     if existing is None:
-        state = BlockState(content, level or default_level(True), State.ACTIVE, priority or 0)
-        seen = {label_key(label): ABSENT}
+        level, priority = new.level or default_level(True), new.priority or 0
+        state = BlockState(new.content, level, State.ACTIVE, priority)
+        seen = {label_key(new.label): ABSENT}
     else:
-        state = BlockState(
-            content,
-            level or existing.level,
-            existing.state,
-            existing.priority if priority is None else priority,
-            existing.sensitive,
-        )
+        level = new.level or existing.level
+        priority = existing.priority if new.priority is None else new.priority
+        state = BlockState(new.content, level, existing.state, priority, existing.sensitive)
         seen = seen_of(blocks, marks, [existing.label])
-    wanted = [Wanted(existing.label if existing else label, state)]
+    wanted = [Wanted(existing.label if existing else new.label, state)]
     return target.changed(wanted, seen, channel=Channel.PROPOSAL, origin=origin)
 
 

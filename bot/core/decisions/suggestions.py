@@ -82,7 +82,7 @@ class Place:
 class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
     """Checks, stores, shows and decides the model's pin suggestions."""
 
-    noun = "suggestion"
+    noun, taps, _kind = "suggestion", TAPS, SUGGESTIONS
 
     def __init__(
         self,
@@ -92,7 +92,7 @@ class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
         pins: PinsConfig,
         clock: Clock = utc_now,
     ) -> None:
-        super().__init__(store, SUGGESTIONS, ops, pins, clock)
+        super().__init__(store, ops, pins, clock)
         self._proposals = proposals
 
     # --- where, and whether ---------------------------------------------------------------------
@@ -274,9 +274,7 @@ class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
 
     # --- showing --------------------------------------------------------------------------------
 
-    def shown(self, suggestion: Suggestion, note: str = "") -> Reply:
-        """The suggestion's message: what it would pin and why; with buttons while pending (and
-        note, why a Pin did not save it), the outcome in their place once decided."""
+    def _shown(self, suggestion: Suggestion) -> list[str]:
         new, number = suggestion.new, suggestion.number
         lines = [
             f"Pin suggestion #{number}, from our earlier conversation:",
@@ -284,40 +282,31 @@ class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
         ]
         if new.reason:
             lines.append(f"Why: {one_line(new.reason)}")
-        if suggestion.status is SuggestionStatus.PENDING:
-            if note:
-                lines.append(f"Not saved: {note}")
-            lines.append(
-                f"Pin saves it as a {default_level(False).value} block; Dismiss forgets it for "
-                f"good. Or send /pin accept {number} or /pin dismiss {number} (within "
-                f"{self._pins.proposal_ttl_hours} hours)."
-            )
-            return Reply("\n".join(lines), buttons=TAPS.buttons(number, "Pin", "Dismiss"))
-        lines.append(
-            {
-                SuggestionStatus.PINNED: "Pinned: saved.",
-                SuggestionStatus.DISMISSED: "Dismissed; it will not be suggested again.",
-            }.get(suggestion.status, "Expired; nothing was saved.")
-        )
-        return Reply("\n".join(lines), buttons=())
+        outcomes = {
+            SuggestionStatus.PENDING: f"Pin saves it as a {default_level(False).value} block; "
+            f"Dismiss forgets it for good. Or send /pin accept {number} or /pin dismiss {number} "
+            f"(within {self._pins.proposal_ttl_hours} hours).",
+            SuggestionStatus.PINNED: "Pinned: saved.",
+            SuggestionStatus.DISMISSED: "Dismissed; it will not be suggested again.",
+            SuggestionStatus.EXPIRED: "Expired; nothing was saved.",
+        }
+        return [*lines, outcomes[suggestion.status]]
 
     async def listing(self, target: Target) -> Outcome:
         """The pending suggestions of the speaker's DM; expired ones are closed on the way."""
         if target.group:
             return _refused("suggestions-in-groups")
-        pending = await self._pending(target.scope)
-        if not pending:
-            return Done(
-                "No pin suggestions are waiting. When the conversation grows long and older "
-                "messages are compacted, the model may suggest facts worth pinning."
-            )
-        lines = [f"Pin suggestions ({len(pending)}):"]
-        for kept in pending:
-            new = kept.new
-            why = f" (why: {one_line(new.reason)})" if new.reason else ""
-            lines.append(f"#{kept.number} {one_line(new.label)}: {one_line(new.content)}{why}")
-        lines.append("/pin accept <n> pins one; /pin dismiss <n> forgets it.")
-        return Done("\n".join(lines))
+        empty = (
+            "No pin suggestions are waiting. When the conversation grows long and older "
+            "messages are compacted, the model may suggest facts worth pinning."
+        )
+        how = "/pin accept <n> pins one; /pin dismiss <n> forgets it."
+        return await self._listing(target.scope, empty, "Pin suggestions", how)
+
+    def _line(self, suggestion: Suggestion) -> str:
+        new = suggestion.new
+        why = f" (why: {one_line(new.reason)})" if new.reason else ""
+        return f"#{suggestion.number} {one_line(new.label)}: {one_line(new.content)}{why}"
 
     # --- deciding -------------------------------------------------------------------------------
 
