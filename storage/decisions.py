@@ -115,21 +115,30 @@ class DecisionStore(Protocol):
 
     async def decision(self, kind: Kind[N, S], scope: str, number: int) -> Decision[N, S] | None:
         """One decision of a scope by its number."""
-        row = await self._db.fetchrow(
-            f"SELECT {kind.selected} FROM {kind.table} WHERE {kind.scope} = ? AND number = ?",
-            *(scope, number),
-        )
-        return None if row is None else kind.decision(row)
+        found = await self._decisions(kind, scope, "number = ?", number)
+        return found[0] if found else None
 
     async def decisions(
         self, kind: Kind[N, S], scope: str, statuses: Sequence[str] = ("pending",)
     ) -> list[Decision[N, S]]:
         """A scope's decisions of this kind in one of statuses (pending when not given), oldest
         first; pending ones include the expired, until they are marked so."""
+        where = f"status IN ({', '.join('?' * len(statuses))})"
+        return await self._decisions(kind, scope, where, *map(str, statuses))
+
+    async def shown_at(self, kind: Kind[N, S], scope: str, chat: str, message_id: str) -> bool:
+        """Whether a message (chat and id) shows one of a scope's decisions of this kind."""
+        return bool(
+            await self._decisions(kind, scope, "chat = ? AND message_id = ?", chat, message_id)
+        )
+
+    async def _decisions(
+        self, kind: Kind[N, S], scope: str, where: str, *args: object
+    ) -> list[Decision[N, S]]:
         rows = await self._db.fetch(
-            f"SELECT {kind.selected} FROM {kind.table} WHERE {kind.scope} = ? "
-            f"AND status IN ({', '.join('?' * len(statuses))}) ORDER BY number",
-            *(scope, *map(str, statuses)),
+            f"SELECT {kind.selected} FROM {kind.table} WHERE {kind.scope} = ? AND {where} "
+            "ORDER BY number",
+            *(scope, *args),
         )
         return [kind.decision(row) for row in rows]
 
@@ -164,11 +173,3 @@ class DecisionStore(Protocol):
             f"WHERE {kind.scope} = ? AND number = ?",
             *(chat, message_id, scope, number),
         )
-
-    async def shown_at(self, kind: Kind[N, S], scope: str, chat: str, message_id: str) -> bool:
-        """Whether a message (chat and id) shows one of a scope's decisions of this kind."""
-        row = await self._db.fetchrow(
-            f"SELECT 1 FROM {kind.table} WHERE {kind.scope} = ? AND chat = ? AND message_id = ?",
-            *(scope, chat, message_id),
-        )
-        return row is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -60,42 +59,31 @@ def _refused(what: str, code: Rule | None = None, **facts: Any) -> Refused:
     return Refused(_REFUSALS[what].format(**facts), code)
 
 
-@dataclass(frozen=True)
-class Taps:
-    """A kind's two buttons: each tells the bot `{prefix}{verb}:{number}` when tapped."""
+class Decisions(Generic[N, S]):
+    """One kind of decision (noun: how taps, refusals and logs name one; verbs: its buttons',
+    yes first): makes, lists and decides them; posts each through the messenger the platform
+    adapter sets, and updates that message once decided."""
 
-    prefix: str
-    yes: str
-    no: str
+    noun, verbs = "", ("", "")
+    _kind: Kind[N, S]
 
-    def data(self, verb: str, number: int) -> str:
-        """What the button of verb tells the bot when tapped."""
-        return f"{self.prefix}{verb}:{number}"
+    @classmethod
+    def tap(cls, verb: str, number: int) -> str:
+        """What the button of verb tells the bot when tapped: pinbot:proposal:approve:3."""
+        return f"pinbot:{cls.noun}:{verb}:{number}"
 
-    def parse(self, data: str) -> tuple[bool, int] | None:
+    @classmethod
+    def parse(cls, data: str) -> tuple[bool, int] | None:
         """(yes?, number) of a button's data; None for data that is not one (forged data
         included: only ASCII digits make a number, as a command takes it; "²" or "١" are digits
         to str.isdigit, and int() fails on the first and reads the second)."""
-        verb, _, number = data.removeprefix(self.prefix).partition(":")
-        if not data.startswith(self.prefix) or verb not in (self.yes, self.no):
+        prefix = f"pinbot:{cls.noun}:"
+        verb, _, number = data.removeprefix(prefix).partition(":")
+        if not data.startswith(prefix) or verb not in cls.verbs:
             return None
         if not re.fullmatch(r"[1-9][0-9]{0,9}", number, flags=re.ASCII):
             return None
-        return (verb == self.yes, int(number)) if int(number) <= MAX_NUMBER else None
-
-    def buttons(self, number: int) -> tuple[Button, ...]:
-        """The two buttons of decision number, each labelled with its verb."""
-        return tuple(Button(verb.title(), self.data(verb, number)) for verb in (self.yes, self.no))
-
-
-class Decisions(Generic[N, S]):
-    """One kind of decision (noun: how refusals and logs name one): makes, lists and decides
-    them; posts each through the messenger the platform adapter sets, and updates that message
-    once decided."""
-
-    noun = ""
-    taps: Taps
-    _kind: Kind[N, S]
+        return (verb == cls.verbs[0], int(number)) if int(number) <= MAX_NUMBER else None
 
     def __init__(
         self, store: Store, ops: BlockOps, pins: PinsConfig, clock: Clock = utc_now
@@ -115,7 +103,8 @@ class Decisions(Generic[N, S]):
             return Reply("\n".join(lines), buttons=())
         if note:
             lines.insert(-1, f"Not saved: {note}")
-        return Reply("\n".join(lines), buttons=self.taps.buttons(decision.number))
+        buttons = (Button(verb.title(), self.tap(verb, decision.number)) for verb in self.verbs)
+        return Reply("\n".join(lines), buttons=tuple(buttons))
 
     def _shown(self, decision: Decision[N, S]) -> list[str]:
         """The lines of the message that shows decision, the last how to decide it (while
@@ -182,7 +171,7 @@ class Decisions(Generic[N, S]):
         if decision is None:
             return _refused(f"{self.noun}-unknown", number=number)
         if decision.status != "pending":
-            decided = _said(decision.status)
+            decided = _DECIDED.get(decision.status, decision.status)
             return _refused("decided", Noun=self.noun.title(), number=number, decided=decided)
         if self._clock() >= decision.expires_at:
             await self._close(decision, self._kind.status("expired"))
@@ -218,8 +207,3 @@ class Decisions(Generic[N, S]):
             edited = False
         if not edited:
             log.warning("could not update the message of %s #%d", self.noun, decision.number)
-
-
-def _said(status: StrEnum) -> str:
-    """How a decided status reads in "was … already"."""
-    return _DECIDED.get(status.value, status.value)

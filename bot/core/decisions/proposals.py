@@ -21,7 +21,7 @@ from bot.core.blocks import (
     shown_content,
     text_problem,
 )
-from bot.core.decisions.decision import Decisions, Taps, _refused, _said
+from bot.core.decisions.decision import _DECIDED, Decisions, _refused
 from bot.core.people import Action, ChatKind, MessageContext
 from bot.secrets import has_marks, redact
 from storage.decisions import PROPOSALS
@@ -43,8 +43,6 @@ from storage.models import (
     label_key,
 )
 
-TAPS = Taps("pinbot:proposal:", "approve", "reject")  # a button's data: pinbot:proposal:approve:3
-parse_tap = TAPS.parse
 MAX_REASON_CHARS = 300
 ADMINS_ONLY = "Only this group's shared admins can approve or reject proposals."
 
@@ -52,7 +50,7 @@ ADMINS_ONLY = "Only this group's shared admins can approve or reject proposals."
 class Proposals(Decisions[NewProposal, ProposalStatus]):
     """Makes, lists and decides the proposals of a group's shared blocks."""
 
-    noun, taps, _kind = "proposal", TAPS, PROPOSALS
+    noun, verbs, _kind = "proposal", ("approve", "reject"), PROPOSALS
 
     # --- making ---------------------------------------------------------------------------------
 
@@ -198,7 +196,9 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         """What the loser of two decisions made at once is told: the one that counted."""
         proposal = await self._store.decision(PROPOSALS, target.scope, number)
         status = proposal.status if proposal else ProposalStatus.REJECTED
-        return _refused("proposal-decided-first", number=number, decided=_said(status))
+        return _refused(
+            "proposal-decided-first", number=number, decided=_DECIDED.get(status, status)
+        )
 
     async def _apply(self, target: Target, proposal: Proposal) -> Outcome:
         """Carry out a proposal as the approver's change, on the block it was made against:
@@ -232,6 +232,9 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         if existing is None:
             return Done(f"Saved {want.state.level.value} block '{want.label}'.")
         return Done(self._ops.changed_text(target, existing, want.state))
+
+
+parse_tap = Proposals.parse
 
 
 def _proposed(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from bot.clock import Clock, utc_now
 from bot.config import PinsConfig
 from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, default_level, text_problem
-from bot.core.decisions.decision import Decisions, Taps, _refused
+from bot.core.decisions.decision import Decisions, _refused
 from bot.core.decisions.proposals import MAX_REASON_CHARS, Proposals
 from bot.core.people import ChatKind, MessageContext
 from bot.core.replies import Reply, Sent
@@ -41,8 +41,6 @@ from storage.models import (
 )
 
 log = logging.getLogger(__name__)
-TAPS = Taps("pinbot:suggestion:", "pin", "dismiss")  # a button's data: pinbot:suggestion:pin:3
-suggestion_tap = TAPS.parse
 MAX_PENDING = 20  # pending suggestions a scope holds at once; older ones expire meanwhile
 MODEL = "model"  # who a group's proposal from a suggestion is from, as the audit trail says it
 IN_PROPOSALS = "Suggested by the model at compaction"  # the start of such a proposal's reason
@@ -52,7 +50,7 @@ POSTING = "a pin suggestion message"  # what a failure to post is logged as
 
 def is_suggestion_tap(data: str) -> bool:
     """Whether a button's data is a suggestion's (these buttons are only ever in DMs)."""
-    return data.startswith(TAPS.prefix)
+    return data.startswith(f"pinbot:{Suggestions.noun}:")
 
 
 def content_key(text: str) -> str:
@@ -82,7 +80,7 @@ class Place:
 class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
     """Checks, stores, shows and decides the model's pin suggestions."""
 
-    noun, taps, _kind = "suggestion", TAPS, SUGGESTIONS
+    noun, verbs, _kind = "suggestion", ("pin", "dismiss"), SUGGESTIONS
 
     def __init__(
         self,
@@ -329,3 +327,6 @@ class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
         # One chat's commands and taps run in order, so nothing decides it in between.
         await self._close(suggestion, SuggestionStatus.PINNED)
         return outcome
+
+
+suggestion_tap = Suggestions.parse
