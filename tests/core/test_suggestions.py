@@ -14,6 +14,7 @@ from bot.core.entry import SILENT, ChatKind, Pinbot, Tap, Tapped
 from bot.core.replies import Reply, Result, Sent
 from bot.llm.suggest import COMPACT_TOOL
 from bot.llm.summary import SUMMARY_INSTRUCTIONS
+from storage.decisions import PROPOSALS, SUGGESTIONS
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
@@ -231,14 +232,19 @@ async def test_in_a_group_suggestions_become_proposals_only_shared_admins_approv
     assert "Release on Friday." in proposal.text and "sk-proj" not in proposal.text
     # Nobody in the group asked for it: the model is its proposer, and the reason says so.
     assert "\nReason: Suggested by the model at compaction: agreed\n" in proposal.text
-    (pending,) = await bot.store.pending_proposals("console:group:-100123")
+    (pending,) = await bot.store.decisions(PROPOSALS, "console:group:-100123")
     assert pending.new.proposer == "model"
     assert [b.data for b in proposal.buttons or ()] == [
         "pinbot:proposal:approve:1",
         "pinbot:proposal:reject:1",
     ]
     # Nothing personal is suggested in a group, and a suggestion's button does nothing there.
-    assert await bot.store.open_suggestions("console:group:-100123::u:42") == []
+    assert (
+        await bot.store.decisions(
+            SUGGESTIONS, "console:group:-100123::u:42", ("pending", "dismissed")
+        )
+        == []
+    )
     forged = await bot.handle(Tap(member, PIN_1, Sent("-100123", "1")), SILENT)
     assert forged is not None and forged.command is None
     here = await ask(bot, member, "/pin suggestions")

@@ -339,11 +339,6 @@ def test_a_core_package_is_reached_from_outside_only_through_its_surface() -> No
     assert offenders == []
 
 
-# The decisions package builds refusals of its own until its rewrite (the codes it needs are at
-# the end of Rule) is merged: then delete this, and Refused.code's default of None.
-REFUSED_WITHOUT_RULE_UNTIL_DECISIONS_MERGE = "bot/core/decisions/"
-
-
 def test_only_the_rules_build_a_refusal() -> None:
     """Every Refused comes from review.refusal (or a constant it made): it has a code, and its
     text is that code's one text."""
@@ -351,7 +346,6 @@ def test_only_the_rules_build_a_refusal() -> None:
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path in files("bot")
         if path != ROOT / "bot/core/blocks/review.py"
-        and not str(path.relative_to(ROOT)).startswith(REFUSED_WITHOUT_RULE_UNTIL_DECISIONS_MERGE)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call)
         and "Refused" in (getattr(node.func, "id", None), getattr(node.func, "attr", None))

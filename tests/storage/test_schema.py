@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from storage import Store, search
+from storage.decisions import PROPOSALS, SUGGESTIONS
 from storage.dialect import Database, connect
 from storage.errors import SchemaTooNew
 from storage.models import (
@@ -25,16 +26,17 @@ from storage.models import (
     Level,
     Limits,
     NewProposal,
+    NewSuggestion,
     Origin,
     ProposalStatus,
     Seen,
     State,
+    SuggestionStatus,
     UsageTotals,
     Wanted,
     label_key,
 )
 from storage.schema import LATEST, STEPS, migrate
-from storage.suggestions import NewSuggestion, SuggestionStatus
 from tests.pg import PgCluster, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -255,9 +257,14 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
         await store.append_turn("telegram:direct:42", "again", "yes", now=NOW)
         # Pin suggestions and the compaction part of usage (the suggestions step) work on it.
         new = NewSuggestion("telegram:direct:42", "tz", "Lives in Lisbon.", "asked twice", "x")
-        added = await store.add_suggestion(new, now=NOW, expires_at=NOW, max_pending=1)
+        added = await store.add_decision(SUGGESTIONS, new, now=NOW, expires_at=NOW, max_pending=1)
         assert added is not None and added.number == 1
-        assert [s.new for s in await store.open_suggestions("telegram:direct:42")] == [new]
+        assert [
+            s.new
+            for s in await store.decisions(
+                SUGGESTIONS, "telegram:direct:42", ("pending", "dismissed")
+            )
+        ] == [new]
         used = UsageTotals(1, 10, 0, 5, 0, 0.0, 0)
         await store.add_usage(
             platform="telegram",
@@ -295,7 +302,7 @@ async def test_a_database_of_1c7eede_upgrades_and_its_pending_proposals_keep_the
         ]
         group = "telegram:group:-100123"
         _, marks = await store.scope_now(group)
-        fresh, stale = await store.pending_proposals(group)
+        fresh, stale = await store.decisions(PROPOSALS, group)
         assert fresh.new.base_version == marks["deadline"] != ""
         assert stale.new.base_version is None
         assert await store.integrity_ok()
@@ -451,17 +458,20 @@ async def test_a_database_of_36c7ab2_opens_keeping_every_row_as_it_was(
         (pinned,) = [e for e in await store.audit_log(R36_GROUP, 20) if e.label == "lunch"]
         assert pinned.origin == Origin(proposal=2)
         # decided proposals and suggestions stay decided
-        statuses = [await store.proposal(R36_GROUP, n) for n in (2, 3, 4)]
+        statuses = [await store.decision(PROPOSALS, R36_GROUP, n) for n in (2, 3, 4)]
         assert [(p.status, p.decided_by) for p in statuses if p is not None] == [
             (ProposalStatus.APPLIED, "7"),
             (ProposalStatus.REJECTED, "7"),
             (ProposalStatus.EXPIRED, ""),
         ]
-        assert [(s.number, s.status) for s in await store.open_suggestions(R36_DM)] == [
+        assert [
+            (s.number, s.status)
+            for s in await store.decisions(SUGGESTIONS, R36_DM, ("pending", "dismissed"))
+        ] == [
             (1, SuggestionStatus.PENDING),
             (2, SuggestionStatus.DISMISSED),
         ]
-        assert await store.suggestion_at(R36_DM, "42", "77")
+        assert await store.shown_at(SUGGESTIONS, R36_DM, "42", "77")
         # history (the summary first), counts, notes, usage and its kept sums
         assert [(e.role, e.content) for e in await store.history(R36_DM)] == [
             ("summary", "The user asked question 1."),
@@ -502,7 +512,7 @@ async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writ
     where = await _release_copy(backend, tmp_path, cluster, "36c7ab2")
     async with await Store.open(where["path"], url=where.get("url")) as store:
         # the pending proposal was made on the block as it still is: approving it applies
-        (pending,) = await store.pending_proposals(R36_GROUP)
+        (pending,) = await store.decisions(PROPOSALS, R36_GROUP)
         blocks, marks = await store.scope_now(R36_GROUP)
         (style,) = [b for b in blocks if b.label == "style"]
         assert (pending.number, pending.new.label, pending.new.content) == (
@@ -521,18 +531,22 @@ async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writ
             audited=True,
         )
         await store.apply_change(approve, now=NOW, limits=Limits(20))
-        decided = await store.proposal(R36_GROUP, 1)
+        decided = await store.decision(PROPOSALS, R36_GROUP, 1)
         assert decided is not None and decided.status is ProposalStatus.APPLIED
         assert [b.content for b in await store.blocks([R36_GROUP]) if b.label == "style"] == [
             "Use Oxford spelling."
         ]
         # the pending suggestion is still there to decide
-        (suggested,) = [s for s in await store.open_suggestions(R36_DM) if s.number == 1]
+        (suggested,) = [
+            s
+            for s in await store.decisions(SUGGESTIONS, R36_DM, ("pending", "dismissed"))
+            if s.number == 1
+        ]
         assert (suggested.new.label, suggested.new.content) == (
             "tz",
             "Lives in the Lisbon time zone.",
         )
-        assert await store.decide_suggestion(R36_DM, 1, SuggestionStatus.PINNED, now=NOW)
+        assert await store.decide_once(SUGGESTIONS, R36_DM, 1, SuggestionStatus.PINNED, now=NOW)
         # the waiting update is the chat's next; the processed one is not
         chat = "telegram:-100123"
         waiting = await store.next_update(chat)
@@ -563,10 +577,12 @@ async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writ
         await store.append_turn(R36_DM, "again", "yes", now=NOW)
         assert [e.content for e in await store.history(R36_DM)][-2:] == ["again", "yes"]
         proposed = NewProposal(R36_GROUP, "menu", "Pizza.", None, None, "asked", "model")
-        made = await store.add_proposal(proposed, now=NOW, expires_at=NOW, max_pending=5)
+        made = await store.add_decision(PROPOSALS, proposed, now=NOW, expires_at=NOW, max_pending=5)
         assert made is not None and made.number == 5
         new = NewSuggestion(R36_DM, "lang", "Speaks Portuguese.", "asked", "speaksportuguese")
-        suggestion = await store.add_suggestion(new, now=NOW, expires_at=NOW, max_pending=5)
+        suggestion = await store.add_decision(
+            SUGGESTIONS, new, now=NOW, expires_at=NOW, max_pending=5
+        )
         assert suggestion is not None and suggestion.number == 5
         used = UsageTotals(1, 10, 0, 5, 0, 0.0, 0)
         day = "2026-12-01"

@@ -287,10 +287,7 @@ class Refused:
     of code, the rule that refused it. Built only by `refusal`."""
 
     reason: str
-    # None only from the decisions package until its rewrite builds its refusals with
-    # `refusal` (tests/ops/test_layers.py: REFUSED_WITHOUT_RULE_UNTIL_DECISIONS_MERGE); then
-    # the default goes and code is required.
-    code: Rule | None = None
+    code: Rule
 
 
 Outcome = Done | Refused
