@@ -330,7 +330,7 @@ def count_refusal(outcome: Outcome) -> Outcome:
     """outcome, counted (bot.metrics) when a block rule refused it: called where an outcome
     reaches whoever asked (a reply, the model, the web page), never where a refusal is built
     (a refusal may be built and never given)."""
-    if isinstance(outcome, Refused) and outcome.code is not None and outcome.code.block_rule:
+    if isinstance(outcome, Refused) and outcome.code.block_rule:
         metrics.refused("block_rules")
     return outcome
 
