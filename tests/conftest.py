@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
@@ -39,6 +38,7 @@ from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.pg import PgCluster, fresh_database
+from tests.process import logging_kept
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -54,20 +54,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """Each test gets the logging set-up the one before it found: a test that configures
-    logging (setup_logging, the Feishu adapter adopting lark-oapi's logger) would otherwise
-    change what later tests on the same worker capture."""
-    loggers = [logging.getLogger()] + [
-        logger
-        for logger in logging.root.manager.loggerDict.values()
-        if isinstance(logger, logging.Logger)
-    ]
-    saved = [(lg, lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers]
-    yield
-    for logger, level, handlers, propagate, disabled in saved:
-        logger.setLevel(level)
-        logger.handlers[:] = handlers
-        logger.propagate = propagate
-        logger.disabled = disabled
+    logging would otherwise change what later tests on the same worker capture."""
+    with logging_kept():
+        yield
 
 
 # Modules whose tests take longest (whole groups of worker processes, generated replies): they
