@@ -9,9 +9,10 @@ import contextlib
 import io
 import logging
 import os
+import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ async def run_pinbot_here(
 
 
 _ONE_AT_A_TIME = threading.Lock()  # stdio, environment and folder belong to the whole process
+# signal number -> (the loop, the handler, its arguments) a call in this process asked for
+_SIGNALLED: dict[int, tuple[asyncio.AbstractEventLoop, Any, tuple[Any, ...]]] = {}
 
 
 class _Stream(io.TextIOWrapper):
@@ -109,17 +112,42 @@ def _main_here(
                 metrics.disable()
 
 
+@contextlib.asynccontextmanager
+async def serving_here(
+    *args: str, env: Mapping[str, str | None] | None = None, cwd: Path | None = None
+) -> AsyncIterator[list[str]]:
+    """`pinbot ARGS` (a command that serves until SIGINT or SIGTERM) run as run_pinbot_here
+    runs it, until the block ends; then its SIGTERM handler is called, as the signal would,
+    and the list gets its stderr. The command must have started serving when the block ends;
+    a command that failed to start fails here with its output."""
+    _SIGNALLED.clear()
+    call = asyncio.ensure_future(
+        asyncio.to_thread(_main_here, args, b"", env or {}, cwd), loop=asyncio.get_running_loop()
+    )
+    err: list[str] = []
+    try:
+        yield err
+    finally:
+        if signal.SIGTERM in _SIGNALLED:
+            loop, handler, arguments = _SIGNALLED.pop(signal.SIGTERM)
+            loop.call_soon_threadsafe(handler, *arguments)
+        code, out, stderr = await asyncio.wait_for(call, PROCESS_TIMEOUT_S)
+        err.append(stderr)
+    assert code == 0, (code, out, stderr)
+
+
 @contextlib.contextmanager
 def _no_signals() -> Iterator[None]:
     """Signal handlers asked for outside the main thread are not installed (Python allows them
-    only there): nothing sends a signal to a call in this process, and the commands that serve
-    until a signal comes are run here only to see them fail to start."""
+    only there) but kept in _SIGNALLED, for serving_here to call as the signal would."""
     loop_class = asyncio.SelectorEventLoop
     install = loop_class.add_signal_handler
 
     def add_signal_handler(loop: Any, signum: int, callback: Any, *args: Any) -> None:
         if threading.current_thread() is threading.main_thread():
             install(loop, signum, callback, *args)
+        else:
+            _SIGNALLED[signum] = (loop, callback, args)
 
     loop_class.add_signal_handler = add_signal_handler  # type: ignore[method-assign,assignment]
     try:
