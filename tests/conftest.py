@@ -63,15 +63,20 @@ def _logging_as_it_was() -> Iterator[None]:
 # are handed out first, so that no parallel worker is still running them when the others are
 # done. The order of everything else is as collected.
 LONGEST_FIRST = (
+    # each of two groups of tests that run clusters of pinbot processes, one test after another
+    # on one worker (xdist_group), is the longest chain of the run: they start first
+    "tests/integration/test_workers.py",
     # one worker runs the real model's group, one test after another (xdist_group)
     "tests/real_model/test_console.py",
     "tests/real_model/test_server.py",
     "tests/real_model/test_streamed.py",
-    "tests/integration/test_workers.py",
+    "tests/integration/test_metrics.py",
     "tests/adapters/test_markdown_properties.py",
     "tests/ops/test_crash_safety.py",
-    "tests/integration/test_web.py",
     "tests/integration/test_web_changes.py",
+    "tests/integration/test_secret_doors.py",
+    "tests/integration/test_web.py",
+    "tests/integration/test_feishu.py",
 )
 
 

@@ -51,9 +51,17 @@ async def run_pinbot_here(
     for the whole process (logging, the secrets it hides, metrics) put back afterwards. Not for
     what only a process shows: signals, a crash's exit status, serving until stopped, the modes
     of the files it creates, variables read at start."""
+    _import_feishu_here(args)
     return await asyncio.wait_for(
         asyncio.to_thread(_main_here, args, stdin, env or {}, cwd), PROCESS_TIMEOUT_S
     )
+
+
+def _import_feishu_here(args: tuple[str, ...]) -> None:
+    """lark-oapi, which `pinbot feishu` imports, keeps the event loop it is first imported in:
+    imported here, that is the test's loop, as for the other tests, not the call's own."""
+    if args[:1] == ("feishu",):
+        import bot.adapters.feishu  # noqa: F401
 
 
 _ONE_AT_A_TIME = threading.Lock()  # stdio, environment and folder belong to the whole process
@@ -121,6 +129,7 @@ async def serving_here(
     and the list gets its stderr. The command must have started serving when the block ends;
     a command that failed to start fails here with its output."""
     _SIGNALLED.clear()
+    _import_feishu_here(args)
     call = asyncio.ensure_future(
         asyncio.to_thread(_main_here, args, b"", env or {}, cwd), loop=asyncio.get_running_loop()
     )
