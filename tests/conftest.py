@@ -32,7 +32,7 @@ from storage.models import (
     Wanted,
     label_key,
 )
-from tests.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.browser import ServedChromium
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
@@ -287,12 +287,18 @@ def group(
     return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)
 
 
+@pytest.fixture(scope="session")
+def served_chromium() -> Iterator[ServedChromium]:
+    """Debian's Chromium, headless, started the first time a test of this process needs it."""
+    chromium = ServedChromium()
+    yield chromium
+    chromium.stop()
+
+
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    """Debian's Chromium, headless, driven by Playwright."""
+async def browser(served_chromium: ServedChromium) -> AsyncIterator[Browser]:
+    """Debian's Chromium, driven by Playwright; the contexts a test opens close with it."""
     async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield launched
-        await launched.close()
+        connected = await playwright.chromium.connect_over_cdp(served_chromium.endpoint)
+        yield connected
+        await connected.close()
