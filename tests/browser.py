@@ -1,9 +1,12 @@
 """Driving Debian's Chromium with Playwright (never a downloaded browser), for the web page's
-tests: launch settings, signing in, and screenshots kept as test artifacts."""
+tests: launch settings, one browser process per test process that each test connects to,
+signing in, and screenshots kept as test artifacts."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -18,6 +21,18 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+# What Playwright's own launch adds that matters to pages: no throttled timers or renderers.
+SERVED_ARGS = [
+    "--headless",
+    "--remote-debugging-port=0",
+    "--disable-background-timer-throttling",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-renderer-backgrounding",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--no-default-browser-check",
+]
+LISTENING = "DevTools listening on "
 ARTIFACTS = Path(os.environ.get("PINBOT_TEST_ARTIFACTS", "test-artifacts")) / "web"
 WAIT_MS = 10_000  # a safety net for a page that never comes, not a pause
 
@@ -43,3 +58,40 @@ async def shot(page: Page, name: str) -> None:
         part.write(png)
     os.chmod(part.name, 0o644)  # as a file written directly would be
     os.replace(part.name, ARTIFACTS / f"{name}.png")
+
+
+class ServedChromium:
+    """Chromium running headless with its DevTools endpoint open, for tests to connect to with
+    Playwright (`connect_over_cdp`): one launch per test process instead of one per test. Each
+    test uses contexts of its own, which share no cookies or storage."""
+
+    def __init__(self) -> None:
+        self.profile = tempfile.mkdtemp(prefix="pinbot-chromium-")
+        self.process = subprocess.Popen(
+            [CHROMIUM, *SERVED_ARGS, *CHROMIUM_ARGS, f"--user-data-dir={self.profile}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        said: list[str] = []
+        assert self.process.stderr is not None
+        for line in self.process.stderr:  # it says where it listens once it does
+            said.append(line)
+            if line.startswith(LISTENING):
+                self.endpoint = line.removeprefix(LISTENING).strip()
+                break
+        else:
+            self.stop()
+            raise RuntimeError("Chromium did not start:\n" + "".join(said))
+        self.process.stderr.close()  # nothing reads its further chatter
+
+    def stop(self) -> None:
+        """End the browser and delete its profile."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=WAIT_MS / 1000)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)

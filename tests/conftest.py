@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
@@ -33,12 +32,13 @@ from storage.models import (
     Wanted,
     label_key,
 )
-from tests.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.browser import ServedChromium
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.pg import PgCluster, fresh_database
+from tests.process import logging_kept
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -54,35 +54,29 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """Each test gets the logging set-up the one before it found: a test that configures
-    logging (setup_logging, the Feishu adapter adopting lark-oapi's logger) would otherwise
-    change what later tests on the same worker capture."""
-    loggers = [logging.getLogger()] + [
-        logger
-        for logger in logging.root.manager.loggerDict.values()
-        if isinstance(logger, logging.Logger)
-    ]
-    saved = [(lg, lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers]
-    yield
-    for logger, level, handlers, propagate, disabled in saved:
-        logger.setLevel(level)
-        logger.handlers[:] = handlers
-        logger.propagate = propagate
-        logger.disabled = disabled
+    logging would otherwise change what later tests on the same worker capture."""
+    with logging_kept():
+        yield
 
 
 # Modules whose tests take longest (whole groups of worker processes, generated replies): they
 # are handed out first, so that no parallel worker is still running them when the others are
 # done. The order of everything else is as collected.
 LONGEST_FIRST = (
+    # each of two groups of tests that run clusters of pinbot processes, one test after another
+    # on one worker (xdist_group), is the longest chain of the run: they start first
+    "tests/integration/test_workers.py",
     # one worker runs the real model's group, one test after another (xdist_group)
     "tests/real_model/test_console.py",
     "tests/real_model/test_server.py",
     "tests/real_model/test_streamed.py",
-    "tests/integration/test_workers.py",
+    "tests/integration/test_metrics.py",
     "tests/adapters/test_markdown_properties.py",
     "tests/ops/test_crash_safety.py",
-    "tests/integration/test_web.py",
     "tests/integration/test_web_changes.py",
+    "tests/integration/test_secret_doors.py",
+    "tests/integration/test_web.py",
+    "tests/integration/test_feishu.py",
 )
 
 
@@ -294,12 +288,18 @@ def group(
     return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)
 
 
+@pytest.fixture(scope="session")
+def served_chromium() -> Iterator[ServedChromium]:
+    """Debian's Chromium, headless, started the first time a test of this process needs it."""
+    chromium = ServedChromium()
+    yield chromium
+    chromium.stop()
+
+
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    """Debian's Chromium, headless, driven by Playwright."""
+async def browser(served_chromium: ServedChromium) -> AsyncIterator[Browser]:
+    """Debian's Chromium, driven by Playwright; the contexts a test opens close with it."""
     async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield launched
-        await launched.close()
+        connected = await playwright.chromium.connect_over_cdp(served_chromium.endpoint)
+        yield connected
+        await connected.close()

@@ -118,11 +118,17 @@ class PgCluster:
         return f"postgresql://postgres{secret}@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
-        """Stop the server and delete its files."""
+        """Stop the server and delete its files (in the background: a run's hundred databases
+        are thousands of files, seconds to delete on a busy disk, and nothing waits for them)."""
         try:
             self._run(str(self._bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
         finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            subprocess.Popen(
+                ["rm", "-rf", str(self.folder)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
 
 async def fresh_database(cluster: PgCluster) -> str:
@@ -132,7 +138,9 @@ async def fresh_database(cluster: PgCluster) -> str:
     name = f"test_{os.getpid()}_{next(_databases)}"
     connection = await asyncpg.connect(cluster.url())
     try:
-        await connection.execute(f"CREATE DATABASE {name}")
+        # FILE_COPY copies the small template's files, twice as fast here as PostgreSQL 15's
+        # default (WAL_LOG, which writes them through the log).
+        await connection.execute(f"CREATE DATABASE {name} STRATEGY FILE_COPY")
     finally:
         await connection.close()
     return cluster.url(name)

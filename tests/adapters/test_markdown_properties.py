@@ -10,7 +10,7 @@ its message at character boundaries, properly nested or disjoint, nothing sits i
 block elements.
 
 CI runs 2,000 generated replies (8-12 s here, about 9 s of CPU, on two cores other sessions
-shared). The longer run, 20,000 replies:
+shared), in four shards that parallel workers share. The longer run, 20,000 replies:
 
     PINBOT_PROPERTY_EXAMPLES=20000 .venv/bin/python -m pytest -q \\
         tests/adapters/test_markdown_properties.py
@@ -90,13 +90,19 @@ def check_feishu(source: str, must_show: str, limit: int) -> None:
     assert in_order(significant(must_show), significant(shown)), (must_show, shown)
 
 
+# The examples are run in shards, each of its own random examples, so that parallel workers
+# share them (one test of 2,000 examples was the longest single test of the suite).
+SHARDS = 4
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=-(-EXAMPLES // SHARDS),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(reply=replies, limit=limits)
-def test_formatted_replies_never_lose_a_character(reply: Piece, limit: int) -> None:
+def test_formatted_replies_never_lose_a_character(shard: int, reply: Piece, limit: int) -> None:
     source, must_show = reply
     check_telegram(source, must_show, limit or TELEGRAM_LIMIT)
     assert dropped.records == [] and not LAST_CHECK.disabled  # valid before the last check

@@ -4,11 +4,8 @@ server."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ from bot.core.replies import Result
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.process import run_pinbot_here
 
 USAGE = {
     "prompt_tokens": 100,
@@ -213,20 +211,15 @@ async def test_pinbot_usage_json(
     await ask(bot, group("2"), "c")
     config = tmp_path / "config.yaml"
     config.write_text(f"storage: {{path: '{tmp_path / 'bot.sqlite3'}'}}\n", encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "pinbot"),
+    code, out, err = await run_pinbot_here(
         "usage",
         "--json",
         "--days",
         "400",  # the fake clock's day is months before today's
         "--config",
         str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
     )
-    out, err = await process.communicate()
-    assert process.returncode == 0, err
+    assert code == 0, err
     document = json.loads(out)
     assert document["days"] == 400
     users = {row["id"]: row for row in document["users"]}

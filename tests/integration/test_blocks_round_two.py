@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from storage import Store
-from tests.integration.test_console import PINBOT, console, stored, write_config
+from tests.integration.test_console import console, stored, write_config
+from tests.process import run_pinbot_here
 
 
 async def test_a_budget_never_locks_a_scope(tmp_path: Path) -> None:
@@ -141,8 +142,6 @@ async def test_labels_that_cannot_deceive(tmp_path: Path) -> None:
 
 
 async def test_the_smallest_import_file(tmp_path: Path) -> None:
-    import asyncio
-
     db = tmp_path / "pins.sqlite3"
     config = write_config(tmp_path)
     document = {
@@ -153,18 +152,9 @@ async def test_the_smallest_import_file(tmp_path: Path) -> None:
     }
     file = tmp_path / "mine.json"
     file.write_text(json.dumps(document), encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        PINBOT,
-        "import",
-        str(file),
-        "--config",
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode == 0, err
-    assert b"imported 2 block(s) in 2 scope(s)" in out
+    code, out, err = await run_pinbot_here("import", str(file), "--config", str(config))
+    assert code == 0, err
+    assert "imported 2 block(s) in 2 scope(s)" in out
     assert db.exists()
     assert await stored(tmp_path, "console:direct:42") == [
         ("tone", "Be brief.", "strong", "active")
@@ -172,8 +162,5 @@ async def test_the_smallest_import_file(tmp_path: Path) -> None:
     assert await stored(tmp_path, "console:group:-1") == [("rule", "Be kind.", "context", "active")]
     for bad in ({"format": "other", "scopes": {}}, {"version": 2, "scopes": {}}):
         file.write_text(json.dumps(bad), encoding="utf-8")
-        process = await asyncio.create_subprocess_exec(
-            PINBOT, "import", str(file), "--config", str(config), stdout=asyncio.subprocess.PIPE
-        )
-        out, _ = await process.communicate()
-        assert process.returncode == 1 and b"nothing was imported" in out
+        code, out, _ = await run_pinbot_here("import", str(file), "--config", str(config))
+        assert code == 1 and "nothing was imported" in out

@@ -1,12 +1,12 @@
-"""`pinbot console` as a user meets it: a subprocess fed lines on stdin, judged by its stdout, the
-blocks in the database and the requests a fake OpenAI-compatible server receives."""
+"""`pinbot console` as a user meets it: fed lines on stdin, judged by its stdout, the blocks in
+the database and the requests a fake OpenAI-compatible server receives. Its main runs in this
+process; a real process where the test is about one (the model over HTTP, SIGKILL, a terminal)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,27 +17,20 @@ import yaml
 from storage import Store, open_store
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.pg import fresh_database
-
-PINBOT = str(Path(sys.executable).parent / "pinbot")
+from tests.process import PINBOT, run_pinbot, run_pinbot_here
 
 
 async def console(
-    config: Path, lines: list[str], *args: str, env: dict[str, str] | None = None
+    config: Path,
+    lines: list[str],
+    *args: str,
+    env: dict[str, str] | None = None,
+    process: bool = False,
 ) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        PINBOT,
-        "console",
-        "--config",
-        str(config),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    out, err = await process.communicate("".join(f"{line}\n" for line in lines).encode())
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    """`pinbot console --config CONFIG ARGS` fed lines: in this process unless process."""
+    run = run_pinbot if process else run_pinbot_here
+    stdin = "".join(f"{line}\n" for line in lines).encode()
+    return await run("console", "--config", str(config), *args, stdin=stdin, env=env)
 
 
 _BACKEND: dict[str, str | None] = {"url": None}  # the PostgreSQL database of this test, if any
@@ -159,7 +152,7 @@ async def test_group_roles_with_scoped_entries_across_runs(tmp_path: Path) -> No
 
 
 async def test_console_against_an_openai_compatible_server(
-    tmp_path: Path, fake_openai: FakeOpenAI
+    tmp_path: Path, fake_openai: FakeOpenAI, backend: str
 ) -> None:
     config = write_config(
         tmp_path,
@@ -173,7 +166,12 @@ async def test_console_against_an_openai_compatible_server(
         },
     )
     code, out, err = await console(
-        config, ["first", "second"], "--user", "42", env={"PINBOT_CONSOLE_KEY": "sk-console"}
+        config,
+        ["first", "second"],
+        "--user",
+        "42",
+        env={"PINBOT_CONSOLE_KEY": "sk-console"},
+        process=backend == "sqlite",  # the real command once; the same in process on PostgreSQL
     )
     assert code == 0, err
     assert out.splitlines() == ["reply 1", "reply 2"]

@@ -42,6 +42,7 @@ from tests.fakes.feishu_server import (
 )
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.process import run_pinbot_here
 
 ENCRYPT_KEY = "encrypt-key-value"
 BOT = mention("@_user_1", BOT_OPEN_ID, "pinbot")
@@ -323,24 +324,15 @@ def test_leading_bot_mention_is_removed_and_others_resolved() -> None:
 
 async def test_cli_needs_app_id_and_secret(tmp_path: Any) -> None:
     import os
-    import sys
-    from pathlib import Path
 
-    pinbot = str(Path(sys.executable).parent / "pinbot")
     config = tmp_path / "c.yaml"
     config.write_text(f"storage: {{path: {tmp_path / 'db.sqlite3'}}}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FEISHU_")}
-    process = await asyncio.create_subprocess_exec(
-        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env
-    )
-    _, err = await process.communicate()
-    assert process.returncode == 2 and b"feishu.app_id" in err
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("FEISHU_")}
+    code, _, err = await run_pinbot_here("feishu", "--config", str(config), env=env)
+    assert code == 2 and "feishu.app_id" in err
     config.write_text(config.read_text() + "feishu: {app_id: cli_x}\n")
-    process = await asyncio.create_subprocess_exec(
-        pinbot, "feishu", "--config", str(config), stderr=asyncio.subprocess.PIPE, env=env
-    )
-    _, err = await process.communicate()
-    assert process.returncode == 2 and b"FEISHU_APP_SECRET" in err
+    code, _, err = await run_pinbot_here("feishu", "--config", str(config), env=env)
+    assert code == 2 and "FEISHU_APP_SECRET" in err
 
 
 async def test_websocket_mode_runs_the_client_in_its_own_thread(

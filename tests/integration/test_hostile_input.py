@@ -1,5 +1,6 @@
-"""Hostile input through the real `pinbot` process (console, import, check-config): no input
-from a user, the model, a file or the network stops it, prints a traceback, or loses data."""
+"""Hostile input through the `pinbot` command (console, import, check-config; its main in this
+process, a real process for the files it creates): no input from a user, the model, a file or
+the network stops it, prints a traceback, or loses data."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import yaml
 
 from storage import Store
 from tests.fakes.openai_server import FakeOpenAI, completion
-from tests.process import PINBOT, PROCESS_TIMEOUT_S, run_pinbot
+from tests.process import PINBOT, PROCESS_TIMEOUT_S, run_pinbot, run_pinbot_here
 
 
 def write_config(tmp_path: Path, **sections: Any) -> Path:
@@ -60,7 +61,7 @@ async def test_bad_tool_calls_never_stop_the_console(
     }
     config = write_config(tmp_path, llm=llm)
     lines = b"use the tools\n/pin list\nand again\n"
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "console",
         "--user",
         "1",
@@ -86,7 +87,7 @@ async def test_bad_tool_calls_never_stop_the_console(
 
 async def test_invalid_utf8_on_the_console(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "console",
         "--user",
         "1",
@@ -174,7 +175,7 @@ async def test_hostile_imports_list_problems_and_write_nothing(
     shutil.copy2(kept_database, tmp_path / "pins.sqlite3")
     file = tmp_path / "import.json"
     file.write_text(text, encoding="utf-8", errors="surrogatepass")
-    code, out, err = await run_pinbot("import", str(file), "--config", str(config))
+    code, out, err = await run_pinbot_here("import", str(file), "--config", str(config))
     assert code == 1 and "Traceback" not in err
     assert problem in out + err
     async with await Store.open(tmp_path / "pins.sqlite3") as store:
@@ -197,7 +198,9 @@ async def test_config_values_that_cannot_be_right(tmp_path: Path, raw: bytes, ne
     config = tmp_path / "config.yaml"
     config.write_bytes(raw)
     for command in (["check-config"], ["console", "--user", "1"]):
-        code, out, err = await run_pinbot(*command, "--config", str(config), stdin=b"/pin list\n")
+        code, out, err = await run_pinbot_here(
+            *command, "--config", str(config), stdin=b"/pin list\n"
+        )
         assert code == 2 and out == "" and "Traceback" not in err
         assert needle in err and len(err.strip().splitlines()) == 1
 

@@ -26,7 +26,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_console import console, tool_results
 from tests.pg import fresh_database
-from tests.process import run_pinbot
+from tests.process import run_pinbot_here
 
 URL_VARIABLE = "PINBOT_ROAD_DB"
 GROUP = ["--group", "-100", "--user"]
@@ -123,7 +123,7 @@ async def test_an_import_with_history_meets_every_rule(tmp_path: Path, url: str 
     file = tmp_path / "import.json"
     file.write_text(json.dumps(document), encoding="utf-8")
     config = configure(tmp_path, url)
-    code, out, _ = await run_pinbot("import", str(file), "--config", str(config))
+    code, out, _ = await run_pinbot_here("import", str(file), "--config", str(config))
     assert code == 1
     problems = [line for line in out.splitlines() if line.startswith("problem:")]
     assert len(problems) == 5, out

@@ -12,7 +12,7 @@ import yaml
 
 from storage import Store
 from tests.pg import PgCluster, fresh_database
-from tests.process import run_pinbot
+from tests.process import run_pinbot_here
 
 VARIABLE = "PINBOT_TEST_DB"
 DOCUMENT = {"scopes": {"telegram:direct:42": {"blocks": [{"label": "tone", "content": "Brief."}]}}}
@@ -32,25 +32,25 @@ async def test_every_subcommand_uses_postgresql_when_configured(
     blocks = tmp_path / "blocks.json"
     blocks.write_text(json.dumps(DOCUMENT), encoding="utf-8")
     env = {VARIABLE: url}
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "import", str(blocks), "--config", str(pg), "--dry-run", env=env
     )
     assert code == 0, err
     assert "telegram:direct:42: add tone" in out and "nothing was written" in out
-    code, out, err = await run_pinbot("import", str(blocks), "--config", str(pg), env=env)
+    code, out, err = await run_pinbot_here("import", str(blocks), "--config", str(pg), env=env)
     assert code == 0 and "imported 1 block(s)" in out, err
     async with await Store.open(url=url) as store:
         assert [b.content for b in await store.blocks(["telegram:direct:42"])] == ["Brief."]
-    code, out, _ = await run_pinbot("export", "--config", str(pg), env=env)
+    code, out, _ = await run_pinbot_here("export", "--config", str(pg), env=env)
     assert code == 0
     assert json.loads(out)["scopes"]["telegram:direct:42"]["blocks"][0]["label"] == "tone"
     blocks.write_text(out, encoding="utf-8")  # what PostgreSQL holds, times and all
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "import", str(blocks), "--config", str(pg), "--dry-run", env=env
     )
     assert code == 0 and "no changes" in out, err  # compared against PostgreSQL
     for args in (("usage", "--json"), ("migrate",)):
-        code, _, err = await run_pinbot(*args, "--config", str(pg), env=env)
+        code, _, err = await run_pinbot_here(*args, "--config", str(pg), env=env)
         assert code == 0, err
     assert not (tmp_path / "stray.sqlite3").exists()
 
@@ -70,7 +70,7 @@ async def test_an_unset_variable_or_a_server_away_is_one_line_and_no_sqlite_file
             ("usage",),
             ("migrate",),
         ):
-            code, out, err = await run_pinbot(*args, "--config", str(pg), env=env)
+            code, out, err = await run_pinbot_here(*args, "--config", str(pg), env=env)
             assert code == 2 and len(err.splitlines()) == 1, (args, env, err)
             assert VARIABLE in err and "secret-pw" not in out + err
     assert not (tmp_path / "stray.sqlite3").exists()
@@ -80,13 +80,15 @@ async def test_a_password_with_reserved_characters_is_named_never_printed(tmp_pa
     pg = config(tmp_path)
     for password in ("Pw/Slash", "Pw#Hash9", "Pw?Query", "Pw[Open"):
         url = f"postgresql://postgres:{password}Tail9@127.0.0.1:5432/db"
-        code, out, err = await run_pinbot("migrate", "--config", str(pg), env={VARIABLE: url})
+        code, out, err = await run_pinbot_here("migrate", "--config", str(pg), env={VARIABLE: url})
         assert code == 2 and len(err.splitlines()) == 1, err
         assert VARIABLE in err and "percent-encode" in err
         assert "Tail9" not in out + err and password not in out + err
-        code, out, err = await run_pinbot("check-config", "--config", str(pg), env={VARIABLE: url})
+        code, out, err = await run_pinbot_here(
+            "check-config", "--config", str(pg), env={VARIABLE: url}
+        )
         assert code == 1 and "percent-encode" in out and "Tail9" not in out + err
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "migrate", "--config", str(pg), env={VARIABLE: "mysql://u:Secret7@h/db"}
     )
     assert code == 2 and "postgresql://" in err and "Secret7" not in out + err
@@ -97,7 +99,7 @@ async def test_an_import_with_a_repeated_key_is_refused_and_writes_nothing(tmp_p
     sqlite.write_text(yaml.safe_dump({"storage": {"path": str(tmp_path / "db.sqlite3")}}))
     good = tmp_path / "good.json"
     good.write_text(json.dumps(DOCUMENT), encoding="utf-8")
-    assert (await run_pinbot("import", str(good), "--config", str(sqlite)))[0] == 0
+    assert (await run_pinbot_here("import", str(good), "--config", str(sqlite)))[0] == 0
     scope = '{"blocks": [{"label": "x", "content": "y"}]}'
     twice = f'"telegram:direct:42": {scope}, "telegram:direct:42": {{"blocks": []}}'
     for text, key in (
@@ -109,10 +111,10 @@ async def test_an_import_with_a_repeated_key_is_refused_and_writes_nothing(tmp_p
     ):
         bad = tmp_path / "bad.json"
         bad.write_text(text, encoding="utf-8")
-        code, out, _ = await run_pinbot("import", str(bad), "--config", str(sqlite))
+        code, out, _ = await run_pinbot_here("import", str(bad), "--config", str(sqlite))
         assert code == 1 and f"the key {key!r} appears more than once" in out
         assert "nothing was imported" in out
-    code, out, _ = await run_pinbot("export", "--config", str(sqlite))
+    code, out, _ = await run_pinbot_here("export", "--config", str(sqlite))
     assert json.loads(out)["scopes"]["telegram:direct:42"]["blocks"][0]["content"] == "Brief."
 
 
@@ -121,11 +123,11 @@ async def test_an_impossible_bot_token_is_a_configuration_error(tmp_path: Path) 
     settings.write_text(yaml.safe_dump({"storage": {"path": str(tmp_path / "db.sqlite3")}}))
     for token in ("123456:ABCdef\nghiJKL", "123456:ABC def", "not-a-token"):
         env = {"TELEGRAM_BOT_TOKEN": token}
-        code, out, err = await run_pinbot("telegram", "--config", str(settings), env=env)
+        code, out, err = await run_pinbot_here("telegram", "--config", str(settings), env=env)
         assert code == 2 and len(err.splitlines()) == 1, err
         assert "TELEGRAM_BOT_TOKEN" in err and "@BotFather" in err
         assert "ABCdef" not in out + err and "ABC def" not in out + err
-        code, out, err = await run_pinbot(
+        code, out, err = await run_pinbot_here(
             "check-config", "--config", str(settings), "--platform", "telegram", env=env
         )
         assert code == 1 and "telegram.token_env" in out and "ABC" not in out + err

@@ -1,6 +1,7 @@
-"""Safe to run for real, through the real `pinbot` process: every start-up failure ends with one
-line naming what to fix (exit 2) or is retried with one warning line, no secret appears in any
-output, check-config --online asks the servers, and a first run is guided."""
+"""Safe to run for real, through the `pinbot` command (its main in this process; a real process
+where a signal stops it): every start-up failure ends with one line naming what to fix (exit 2)
+or is retried with one warning line, no secret appears in any output, check-config --online asks
+the servers, and a first run is guided."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.process import PINBOT, run_pinbot
+from tests.process import PINBOT, run_pinbot_here
 
 LLM_KEY = "sk-live-secret-key-0123456789"
 SECRETS = (TOKEN, TOKEN.split(":")[1], LLM_KEY, APP_SECRET)
@@ -45,7 +46,7 @@ def assert_one_clean_line(out: str, err: str, *needles: str) -> None:
 async def test_a_rejected_token(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
     config = config_file(tmp_path, telegram={"base_url": fake_telegram.base_url})
     wrong = "123456:WRONG-TOKEN-SECRET"
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "telegram", "--config", str(config), env={"TELEGRAM_BOT_TOKEN": wrong}
     )
     assert code == 2
@@ -56,7 +57,7 @@ async def test_a_rejected_token(tmp_path: Path, fake_telegram: FakeTelegram) -> 
 async def test_a_wrong_base_url(tmp_path: Path, fake_telegram: FakeTelegram) -> None:
     base = f"http://127.0.0.1:{fake_telegram.port}/not-the-api/bot"
     config = config_file(tmp_path, telegram={"base_url": base})
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "telegram", "--config", str(config), env={"TELEGRAM_BOT_TOKEN": TOKEN}
     )
     assert code == 2
@@ -78,13 +79,13 @@ async def test_config_shapes_that_cannot_work(
 ) -> None:
     config = config_file(tmp_path, **sections)
     for command in ("telegram", "check-config"):
-        code, out, err = await run_pinbot(command, "--config", str(config))
+        code, out, err = await run_pinbot_here(command, "--config", str(config))
         assert code == 2
         assert_one_clean_line(out, err, *needles)
 
 
 async def test_a_missing_config_file_and_an_unwritable_database(tmp_path: Path) -> None:
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "console", "--user", "1", "--config", str(tmp_path / "no.yaml")
     )
     assert code == 2
@@ -92,7 +93,7 @@ async def test_a_missing_config_file_and_an_unwritable_database(tmp_path: Path) 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder", encoding="utf-8")
     config = config_file(tmp_path, storage={"path": str(blocker / "pins.sqlite3")})
-    code, out, err = await run_pinbot("console", "--user", "1", "--config", str(config))
+    code, out, err = await run_pinbot_here("console", "--user", "1", "--config", str(config))
     assert code == 2
     assert_one_clean_line(out, err, "storage.path", "cannot open the database")
 
@@ -112,7 +113,7 @@ async def test_a_port_in_use(tmp_path: Path, fake_telegram: FakeTelegram) -> Non
             },
         )
         env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": "hook-secret"}
-        code, out, err = await run_pinbot("telegram", "--config", str(config), env=env)
+        code, out, err = await run_pinbot_here("telegram", "--config", str(config), env=env)
     assert code == 2
     assert_one_clean_line(out, err, "telegram.webhook_port", "choose a free port")
 
@@ -144,7 +145,7 @@ async def test_feishu_credentials_rejected(tmp_path: Path, fake_feishu: FakeFeis
         feishu={"app_id": APP_ID, "base_url": fake_feishu.base_url, "webhook_port": free_port()},
     )
     env = {"FEISHU_APP_SECRET": "not-the-secret-0000", "FEISHU_VERIFICATION_TOKEN": "verify-0000"}
-    code, out, err = await run_pinbot("feishu", "--config", str(config), env=env)
+    code, out, err = await run_pinbot_here("feishu", "--config", str(config), env=env)
     assert code == 2
     assert_one_clean_line(out, err, "refused the app credentials", "$FEISHU_APP_SECRET")
     assert "not-the-secret-0000" not in err
@@ -170,7 +171,7 @@ async def test_check_config_online(
     }
 
     async def check(env: dict[str, str], path: Path = config) -> tuple[int, dict[str, str], str]:
-        code, out, err = await run_pinbot(
+        code, out, err = await run_pinbot_here(
             "check-config", "--online", "--config", str(path), env=env
         )
         for secret in SECRETS:
@@ -224,19 +225,19 @@ async def test_check_config_online(
 
 
 async def test_a_first_run_that_guides(tmp_path: Path) -> None:
-    code, out, _ = await run_pinbot()
+    code, out, _ = await run_pinbot_here()
     assert code == 0 and "usage: pinbot" in out and "init" in out
     target = tmp_path / "config.yaml"
-    code, out, _ = await run_pinbot("init", "--config", str(target))
+    code, out, _ = await run_pinbot_here("init", "--config", str(target))
     assert code == 0 and "pinbot console --config" in out and target.exists()
-    code, _, err = await run_pinbot("init", "--config", str(target))
+    code, _, err = await run_pinbot_here("init", "--config", str(target))
     assert code == 2 and "--force" in err
-    code, out, err = await run_pinbot("check-config", "--config", str(target), cwd=tmp_path)
+    code, out, err = await run_pinbot_here("check-config", "--config", str(target), cwd=tmp_path)
     assert code == 0, out + err
     for command, variable in (("telegram", "TELEGRAM_BOT_TOKEN"), ("feishu", "FEISHU_APP_SECRET")):
-        code, out, _ = await run_pinbot(command, "--help")
+        code, out, _ = await run_pinbot_here(command, "--help")
         assert code == 0 and variable in out and "example:" in out
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "console",
         "--user",
         "1",

@@ -4,10 +4,8 @@ and never taking them back; `/sticky raw`, `/sticky delete` and the preview of `
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from bot.secrets import redact
 from storage.models import ChangeKind, State
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.process import run_pinbot_here
 
 GROUPS = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
 # Each kind redaction covers, as a user would write it, and the part that must not be shown.
@@ -212,8 +211,6 @@ async def test_sticky_previews_each_block_redacted_if_sensitive(
 
 # --- pinbot import of a Sticky Context file --------------------------------------------------
 
-PINBOT = str(Path(sys.executable).parent / "pinbot")
-
 
 async def pinbot_import(tmp_path: Path, document: Any, *args: str, pins: str = "{}") -> str:
     """`pinbot import` of document into the database openai_bots opens; its output."""
@@ -223,13 +220,8 @@ async def pinbot_import(tmp_path: Path, document: Any, *args: str, pins: str = "
     )
     file = tmp_path / "sticky-context.json"
     file.write_text(json.dumps(document), encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        *(PINBOT, "import", str(file), "--config", str(config), *args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    return out.decode() + err.decode()
+    _, out, err = await run_pinbot_here("import", str(file), "--config", str(config), *args)
+    return out + err
 
 
 def slot(content: str, priority: int = 0, pinned: bool = False, **more: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ them; masking catches how people write secrets."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
@@ -34,9 +33,10 @@ from storage.models import (
 from tests.conftest import BotFactory, OpenAIBots, ask, dm, group, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
-from tests.integration.test_sticky import PINBOT, pinbot_import, slot
+from tests.integration.test_sticky import pinbot_import, slot
 from tests.integration.test_web_keys_and_history import GROUP, Serve, said, serve
 from tests.ops.test_transfer import run_cli
+from tests.process import run_pinbot_here
 
 __all__ = ["serve"]  # the web page's fixture, served here too
 
@@ -292,14 +292,11 @@ async def test_a_sticky_file_with_impossible_times_or_too_large_is_refused(
     with huge.open("wb") as file:
         file.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written to disk
     config = tmp_path / "import.yaml"
-    process = await asyncio.create_subprocess_exec(
-        *(PINBOT, "import", str(huge), "--config", str(config), "--scope", "console:direct:42"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    code, _, err = await run_pinbot_here(
+        "import", str(huge), "--config", str(config), "--scope", "console:direct:42"
     )
-    _, err = await process.communicate()
-    assert process.returncode == 1
-    assert err.decode().strip() == (
+    assert code == 1
+    assert err.strip() == (
         f"pinbot: cannot read {huge}: it is {MAX_FILE_BYTES + 1:,} bytes, over the "
         f"{MAX_FILE_BYTES:,} an import reads; to copy a whole store, use pinbot transfer"
     )

@@ -47,6 +47,7 @@ from tests.fakes.telegram_server import (
     user,
 )
 from tests.pg import fresh_database
+from tests.process import run_pinbot_here
 
 GROUP = -1001234
 GROUP_KEY = f"telegram:group:{GROUP}"
@@ -593,16 +594,8 @@ async def test_a_webhook_worker_is_not_ready_while_telegram_answers_none_of_its_
 
 
 async def test_cli_without_token_names_the_variable(tmp_path: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "pinbot"),
-        "telegram",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-        env={k: v for k, v in os.environ.items() if k != "TELEGRAM_BOT_TOKEN"},
-    )
-    _, err = await process.communicate()
-    assert process.returncode == 2 and b"TELEGRAM_BOT_TOKEN" in err
+    code, _, err = await run_pinbot_here("telegram", cwd=tmp_path, env={"TELEGRAM_BOT_TOKEN": None})
+    assert code == 2 and "TELEGRAM_BOT_TOKEN" in err
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""Issue 36 through the real `pinbot telegram` process, fed by the fake Bot API by polling and
-by its webhook: the chat's pinned message followed whatever its history (finding 2), and every
-button tap answered whatever its data, forged data changing nothing (finding 5)."""
+"""Issue 36 through `pinbot telegram` (its main in this process; a real process for the
+webhook's answers), fed by the fake Bot API by polling and by its webhook: the chat's pinned
+message followed whatever its history (finding 2), and every button tap answered whatever its
+data, forged data changing nothing (finding 5)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import itertools
 import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from tests.conftest import TEST_KEY_ENV, agent_llm
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, service, tap, user
+from tests.process import PINBOT, serving_here
 
 GROUP = -1003636
 SECRET = "hook-s3cret"
@@ -86,10 +87,16 @@ class Front:
 
 @contextlib.asynccontextmanager
 async def running_bot(
-    tmp_path: Path, server: FakeTelegram, mode: str, settings: dict[str, Any]
+    tmp_path: Path,
+    server: FakeTelegram,
+    mode: str,
+    settings: dict[str, Any],
+    *,
+    process: bool = False,
 ) -> AsyncIterator[tuple[Front, list[str]]]:
     """Run `pinbot telegram --config …` (polling or webhook) on a SQLite file in tmp_path (kept
-    across runs) until the block ends, then stop it with SIGTERM; the list gets its stderr."""
+    across runs) until the block ends, then stop it with SIGTERM; the list gets its stderr.
+    Its main runs in this process (serving_here) unless process."""
     telegram: dict[str, Any] = {"base_url": server.base_url + "/", "poll_timeout_s": 1}
     hook = None
     if mode == "webhook":
@@ -111,26 +118,32 @@ async def running_bot(
     config.write_text(yaml.safe_dump(document))
     ready = "setWebhook" if hook else "setMyCommands"
     before = len(server.called(ready))
-    process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "pinbot"),
+    env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}
+    if not process:
+        async with serving_here("telegram", "--config", str(config), env=env) as err:
+            await server.wait_for(lambda: len(server.called(ready)) > before, WAIT_S)
+            yield Front(server, hook), err
+        return
+    started = await asyncio.create_subprocess_exec(
+        PINBOT,
         "telegram",
         "--config",
         str(config),
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET},
+        env={**os.environ, **env},
     )
-    err: list[str] = []
+    err = []
     try:
         await server.wait_for(lambda: len(server.called(ready)) > before, WAIT_S)
         yield Front(server, hook), err
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), WAIT_S)
+        started.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(started.communicate(), WAIT_S)
         err.append(stderr.decode())
-        assert process.returncode == 0, err[0]
+        assert started.returncode == 0, err[0]
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        if started.returncode is None:
+            started.kill()
+            await started.wait()
 
 
 MODES = pytest.mark.parametrize("mode", ["polling", "webhook"])
@@ -282,7 +295,7 @@ async def test_the_webhook_acknowledges_an_update_it_cannot_handle(
     """A recorded update that cannot be read (a callback query without its sender) is
     acknowledged with 200 and logged, never 500 (Telegram would deliver it again and again);
     a body that is no update at all is 400; the bot goes on answering."""
-    async with running_bot(tmp_path, fake_telegram, "webhook", {}) as (bot, err):
+    async with running_bot(tmp_path, fake_telegram, "webhook", {}, process=True) as (bot, err):
         await bot.post({"callback_query": {"id": "broken", "data": "pinbot:proposal:approve:1"}})
         assert bot.statuses == [200]
         assert bot.hook is not None

@@ -22,7 +22,7 @@ from tests.browser import WAIT_MS, shot, sign_in
 from tests.conftest import make_config, put_block
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
-from tests.process import run_pinbot
+from tests.process import run_pinbot_here
 from tests.workers import Worker
 
 TOKEN = "web-token-for-tests-0123456789"
@@ -214,7 +214,8 @@ async def test_the_session_cookie_is_httponly_strict_and_secure_when_asked(
 
 
 async def test_pinbot_web_refuses_to_start_without_its_token(tmp_path: Path) -> None:
-    code, out, err = await run_pinbot("web", env={"PINBOT_WEB_TOKEN": "", "HOME": str(tmp_path)})
+    env = {"PINBOT_WEB_TOKEN": "", "HOME": str(tmp_path)}
+    code, out, err = await run_pinbot_here("web", env=env)
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "PINBOT_WEB_TOKEN" in err
 

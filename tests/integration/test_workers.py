@@ -35,11 +35,13 @@ from tests.fakes.telegram_server import (
     user,
 )
 from tests.pg import PgCluster, fresh_database
-from tests.process import run_pinbot
+from tests.process import run_pinbot_here
 from tests.workers import WAIT_S, Cluster, Worker
 
-# Each test runs several pinbot processes: one such test at a time, on one parallel worker.
-pytestmark = pytest.mark.xdist_group("pinbot-workers")
+# Each test runs several pinbot processes: at most two such tests at a time, each of two groups
+# on one parallel worker (the groups share the module's time about equally).
+FIRST = pytest.mark.xdist_group("pinbot-workers-1")
+SECOND = pytest.mark.xdist_group("pinbot-workers-2")
 
 SECRET = "webhook-secret-0000"
 DB_ENV = "PINBOT_TEST_DB"
@@ -160,6 +162,7 @@ def expected(script: list[str]) -> list[str]:
     return [saved.get(text, f"echo {text}") for text in script]
 
 
+@FIRST
 async def test_three_workers_keep_each_chats_order_and_lose_or_double_nothing(
     start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
 ) -> None:
@@ -192,6 +195,7 @@ async def test_three_workers_keep_each_chats_order_and_lose_or_double_nothing(
         await store.close()
 
 
+@FIRST
 async def test_rate_limits_hold_across_workers(
     start_cluster: StartCluster, fake_telegram: FakeTelegram
 ) -> None:
@@ -208,6 +212,7 @@ async def test_rate_limits_hold_across_workers(
     assert sum("too fast" in text for text in said) == 5, said
 
 
+@SECOND
 async def test_a_feishu_event_delivered_to_every_worker_is_handled_once(
     start_cluster: StartCluster, fake_feishu: FakeFeishu, fake_openai: FakeOpenAI
 ) -> None:
@@ -233,6 +238,7 @@ async def test_a_feishu_event_delivered_to_every_worker_is_handled_once(
     assert texts[2].startswith("Your blocks (1 of ") and "1. tone (strong, active)" in texts[2]
 
 
+@SECOND
 async def test_a_worker_killed_mid_turn_loses_nothing_acknowledged(
     start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
 ) -> None:
@@ -266,6 +272,7 @@ async def test_a_worker_killed_mid_turn_loses_nothing_acknowledged(
         await store.close()
 
 
+@FIRST
 async def test_a_rolling_restart_during_traffic_loses_and_reorders_nothing(
     start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
@@ -297,6 +304,7 @@ async def test_a_rolling_restart_during_traffic_loses_and_reorders_nothing(
     assert_turns_in_order(fake_openai)
 
 
+@FIRST
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_a_second_poller_of_one_bot_is_refused_at_start(
     backend: str, tmp_path: Path, pg_url: str, fake_telegram: FakeTelegram
@@ -308,13 +316,15 @@ async def test_a_second_poller_of_one_bot_is_refused_at_start(
     env = {DB_ENV: pg_url, "TELEGRAM_BOT_TOKEN": TOKEN}
     first = Worker(["telegram", "--config", str(config)], env, 0, "")
     await first.start()
-    code, out, err = await run_pinbot("telegram", "--config", str(config), env=env)
+    # The second poller's main in this process: refused at start, it needs no process of its own.
+    code, out, err = await run_pinbot_here("telegram", "--config", str(config), env=env)
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert "only one process may poll a bot" in err and "webhook" in err
     assert await first.stop() == 0  # the first poller kept going
     assert TOKEN not in err + "\n".join(first.log)
 
 
+@SECOND
 async def test_a_users_budget_holds_across_three_workers(
     start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
 ) -> None:
@@ -358,6 +368,7 @@ async def test_a_users_budget_holds_across_three_workers(
     assert used.billed_tokens == 120 <= 100 + 60  # the budget plus one call at most
 
 
+@SECOND
 async def test_one_update_gets_one_answer_across_a_database_outage(
     start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI
 ) -> None:
@@ -408,6 +419,7 @@ async def until_async(nothing_left: Callable[[], Awaitable[object]]) -> None:
             await asyncio.sleep(0.02)
 
 
+@FIRST
 async def test_one_tap_delivered_to_two_workers_applies_once(
     start_cluster: StartCluster, fake_telegram: FakeTelegram, fake_openai: FakeOpenAI, pg_url: str
 ) -> None:

@@ -1,12 +1,11 @@
-"""`pinbot check-config`: each problem printed with its key, and the exit status."""
+"""`pinbot check-config` (its main, in this process): each problem printed with its key, and the
+exit status."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,7 @@ import yaml
 
 from storage.schema import LATEST
 from tests.pg import PgCluster, fresh_database
-
-PINBOT = str(Path(sys.executable).parent / "pinbot")
+from tests.process import run_pinbot_here
 
 
 async def check(
@@ -23,22 +21,13 @@ async def check(
 ) -> tuple[int, str]:
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "FEISHU_", "OPENAI_"))
+    unset: dict[str, str | None] = {
+        k: None for k in os.environ if k.startswith(("TELEGRAM_", "FEISHU_", "OPENAI_"))
     }
-    process = await asyncio.create_subprocess_exec(
-        PINBOT,
-        "check-config",
-        "--config",
-        str(config),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**clean, **(env or {})},
+    code, out, err = await run_pinbot_here(
+        "check-config", "--config", str(config), *args, env={**unset, **(env or {})}
     )
-    out, _ = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode()
+    return code, out + err
 
 
 async def test_a_good_configuration(tmp_path: Path) -> None:
@@ -167,10 +156,7 @@ async def test_the_store_is_checked_offline_and_read_online_without_a_write(
     code, out = await check(tmp_path, pg, "--online", env={variable: url})
     assert f"storage: schema 0, this release expects {LATEST}" in out  # still: nothing migrated
     config = tmp_path / "config.yaml"
-    migrated = await asyncio.create_subprocess_exec(
-        PINBOT, "migrate", "--config", str(config), env={**os.environ, variable: url}
-    )
-    assert await migrated.wait() == 0
+    assert (await run_pinbot_here("migrate", "--config", str(config), env={variable: url}))[0] == 0
     code, out = await check(tmp_path, pg, "--online", env={variable: url})
     assert code == 0 and f", schema {LATEST})" in out and "storage: ok (PostgreSQL 1" in out
     away = "postgresql://postgres:Secret9@127.0.0.1:1/nowhere"

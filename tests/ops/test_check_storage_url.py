@@ -12,7 +12,7 @@ import yaml
 from storage import Store
 from storage.errors import Unavailable
 from tests.pg import PgCluster, fresh_database
-from tests.process import run_pinbot
+from tests.process import run_pinbot_here
 
 VARIABLE = "PINBOT_TEST_DB"
 SECRETS = ("AlphaQ", "BravoR")
@@ -28,8 +28,8 @@ def config(folder: Path) -> Path:
 async def verdicts(pg: Path, url: str) -> tuple[tuple[int, str], tuple[int, str]]:
     """(check-config's exit status and output, migrate's exit status and output) for url."""
     env = {VARIABLE: url}
-    checked, out, err = await run_pinbot("check-config", "--config", str(pg), env=env)
-    migrated, out2, err2 = await run_pinbot("migrate", "--config", str(pg), env=env)
+    checked, out, err = await run_pinbot_here("check-config", "--config", str(pg), env=env)
+    migrated, out2, err2 = await run_pinbot_here("migrate", "--config", str(pg), env=env)
     return (checked, out + err), (migrated, out2 + err2)
 
 

@@ -3,10 +3,7 @@ written, dry runs, and the CLI commands that expose them."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +15,9 @@ from bot.core.blocks.transfer import apply_import, describe_changes, export_docu
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, make_config
 from tests.fakes.clock import FakeClock
+from tests.process import run_pinbot_here
 
 NOW = FakeClock()()
-
-PINBOT = str(Path(sys.executable).parent / "pinbot")
 
 
 async def populate(make_bot: BotFactory, clock: FakeClock) -> None:
@@ -126,21 +122,11 @@ async def test_dry_run_describes_changes(
 
 
 async def run_cli(*args: str, db: Path) -> tuple[int, str, str]:
+    """`pinbot ARGS` (its main, in this process) on the SQLite database db."""
     config = db.parent / "config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(f"storage: {{path: '{db}'}}\n", encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        PINBOT,
-        *args,
-        "--config",
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_pinbot_here(*args, "--config", str(config))
 
 
 async def test_cli_export_and_import(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.process import run_pinbot
+from tests.process import run_pinbot_here
 
 DOCUMENT = {"scopes": {"telegram:direct:42": {"blocks": [{"label": "tone", "content": "Brief."}]}}}
 
@@ -24,7 +24,7 @@ async def test_a_missing_source_exits_2_naming_it_and_creates_nothing(tmp_path: 
     target = tmp_path / "target.sqlite3"
     source_config = sqlite_config(tmp_path, "from.yaml", missing)
     target_config = sqlite_config(tmp_path, "to.yaml", target)
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "transfer", "--from-config", str(source_config), "--to-config", str(target_config)
     )
     assert code == 2 and out == "", (out, err)
@@ -37,7 +37,7 @@ async def test_a_missing_source_exits_2_naming_it_and_creates_nothing(tmp_path: 
 async def test_a_directory_as_the_source_exits_2(tmp_path: Path) -> None:
     folder = tmp_path / "data"
     folder.mkdir()
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "transfer",
         "--from-config",
         str(sqlite_config(tmp_path, "from.yaml", folder)),
@@ -52,10 +52,10 @@ async def test_an_existing_source_is_still_copied(tmp_path: Path) -> None:
     source = sqlite_config(tmp_path, "from.yaml", tmp_path / "source.sqlite3")
     blocks = tmp_path / "blocks.json"
     blocks.write_text(json.dumps(DOCUMENT), encoding="utf-8")
-    code, _, err = await run_pinbot("import", str(blocks), "--config", str(source))
+    code, _, err = await run_pinbot_here("import", str(blocks), "--config", str(source))
     assert code == 0, err
     target = sqlite_config(tmp_path, "to.yaml", tmp_path / "target.sqlite3")
-    code, out, err = await run_pinbot(
+    code, out, err = await run_pinbot_here(
         "transfer", "--from-config", str(source), "--to-config", str(target)
     )
     assert code == 0 and "copied 1 blocks" in out, (out, err)
