@@ -1,12 +1,12 @@
 """The pin lifecycle at each model request: count the call for each scope, and delete the idle
-blocks whose retention has passed."""
+blocks whose retention has passed (a change of the clean-up's, reviewed like any other)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot import metrics
 from bot.clock import Clock, utc_now
+from bot.core.blocks.ops import BlockOps
 from bot.core.blocks.review import BlockPolicy
 from bot.core.people import is_shared_scope
 from bot.secrets import redact
@@ -24,6 +24,7 @@ class Lifecycle:
         self._store = store
         self._policy = policy
         self._clock = clock
+        self._ops = BlockOps(store, policy, clock)
 
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
         """Count one model call for each scope, delete its expired idle blocks, and return the
@@ -42,9 +43,10 @@ class Lifecycle:
         return blocks
 
     async def _remove(self, gone: Sequence[Block]) -> bool:
-        """Remove expired blocks as one change per scope (kept as versions: the user can bring
-        them back), each only if it is still as read; False when one changed meanwhile (it is
-        looked at again at the next request)."""
+        """Remove expired blocks as one change per scope, the clean-up's, reviewed and written
+        like any other (kept as versions: the user can bring them back), each only if it is
+        still as read; False when one changed meanwhile (it is looked at again at the next
+        request) or the review refused."""
         by_scope: dict[str, list[Block]] = {}
         for block in gone:
             by_scope.setdefault(block.scope, []).append(block)
@@ -60,8 +62,7 @@ class Lifecycle:
             for scope, blocks in by_scope.items()
         ]
         try:
-            await self._store.apply_changes(changes, now=self._clock(), limits=self._policy.limits)
+            done = await self._ops.commit_all(changes)
         except Conflict:
             return False
-        metrics.blocks_written(CLEANUP.channel, len(gone))
-        return True
+        return isinstance(done, list)

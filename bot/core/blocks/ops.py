@@ -22,7 +22,15 @@ from bot.core.blocks.review import (
     refusal,
 )
 from bot.core.blocks.sensitive import masked_note
-from bot.core.people import Access, ChatKind, MessageContext, Role, Speaker
+from bot.core.people import (
+    Access,
+    ChatKind,
+    MessageContext,
+    Role,
+    Speaker,
+    is_group_scope,
+    is_shared_scope,
+)
 from bot.secrets import has_marks, hide_parts, marked_parts, redact
 from storage import Store
 from storage.changes import Applied
@@ -133,6 +141,11 @@ class Target:
         )
 
 
+def where_of(scope: str) -> Where:
+    """A scope, by its key, as the block policy and replies name it."""
+    return Where(is_shared_scope(scope), is_group_scope(scope))
+
+
 def _masked(marked: Sequence[str], text: str) -> str:
     """What the audit trail keeps of text: redacted, and the parts the change marks hidden where
     an earlier entry held them unmarked."""
@@ -196,10 +209,31 @@ class BlockOps:
         against them."""
         return await self._store.scope_now(target if isinstance(target, str) else target.scope)
 
-    async def commit_all(self, changes: Sequence[BlockChange]) -> list[Applied]:
-        """Apply changes of several scopes, each reviewed already (an import), as one operation
-        in one transaction; raises as the store does, and then nothing changed."""
-        changes = [self.policy.kept_sensitive(change) for change in changes]
+    async def commit_all(
+        self,
+        changes: Sequence[BlockChange],
+        blocks: Mapping[str, Sequence[Block]] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[Applied] | dict[str, Refused]:
+        """Review changes of one or more scopes that the system makes, not a person (the
+        operator's import, the idle clean-up), and apply them as one operation in one
+        transaction: what changed; or, with nothing changed, each refused scope's refusal.
+
+        The review is the one every change meets, with the system's rights: no speaker is asked
+        for permission, every other rule holds. Each scope is reviewed against its blocks in
+        blocks (a scope not there: the labels its change saw; the store holds the limits). A
+        dry run reviews and writes nothing. Raises as the store does (nothing changed then)."""
+        changes = [await self._kept_sensitive(change) for change in changes]
+        refused = {}
+        for change in changes:
+            scope = change.scope
+            found = (blocks or {}).get(scope)
+            where = where_of(scope)
+            if problem := await self.policy.review(change, where, speaker=None, blocks=found):
+                refused[scope] = problem
+        if refused or dry_run:
+            return refused or []
         applied = await self._store.apply_changes(
             changes, now=self._clock(), limits=self.policy.limits
         )
