@@ -265,3 +265,66 @@ def test_a_core_package_is_reached_from_outside_only_through_its_surface() -> No
                     if alias.name not in surface
                 ]
     assert offenders == []
+
+
+# A statement that writes blocks or their versions; `{` is a table named by a variable.
+BLOCK_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(blocks\b|block_versions\b|\{)")
+# Where else a statement may write them, and why: the schema's steps migrate the tables, and a
+# transfer (`Store.load`) copies a whole database row for row into an empty store, a raw copy
+# that changes no block (its docstring says so).
+BLOCK_WRITERS = {"storage/changes.py", "storage/schema.py"}
+RAW_COPY = ("storage/__init__.py", "Store.load")
+
+
+def statements(path: Path) -> list[tuple[str, str]]:
+    """Each string literal and f-string of path, with the function (`Class.name`) it is in; in
+    an f-string, a module's string constant stands as its text, any other value as `{...}`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    constants = {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+    def text(node: ast.JoinedStr) -> str:
+        return "".join(
+            str(part.value)
+            if isinstance(part, ast.Constant)
+            else constants.get(part.value.id, "{")
+            if isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name)
+            else "{"
+            for part in node.values
+        )
+
+    found: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, f"{where}.{child.name}".lstrip("."))
+            elif isinstance(child, ast.JoinedStr):
+                found.append((text(child), where))
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+                found.append((child.value, where))
+            else:
+                visit(child, where)
+
+    visit(tree, "")
+    return found
+
+
+def test_every_write_of_blocks_and_versions_is_in_the_change_module() -> None:
+    """The one road: every INSERT, UPDATE and DELETE of `blocks` or `block_versions` in the bot
+    and its storage is a statement of storage/changes.py."""
+    offenders = [
+        f"{name} ({where}): {text[:60]}"
+        for folder in ("bot", "storage")
+        for path in files(folder)
+        if (name := str(path.relative_to(ROOT))) not in BLOCK_WRITERS
+        for text, where in statements(path)
+        if BLOCK_WRITE.search(text) and (name, where) != RAW_COPY
+    ]
+    assert offenders == []
