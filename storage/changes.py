@@ -549,7 +549,7 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
         where = Sql("id = ?", before.id)
         if held is not None:
             total = Sql(_CHARS, scope)
-            grown = total - Sql("length(content)") + Sql("length(?)", after.content)
+            grown = total + Sql("length(?) - length(content)", after.content)
             where &= Sql(f"rev = ? AND {MARK} = ?", before.rev, entry.mark)
             where &= held.chars_hold(total, grown)
         return Step(

@@ -202,8 +202,8 @@ class BlockChange:
 
 
 class Sql:
-    """An SQL expression and its arguments, which `+`, `-`, `<=`, `|` and `&` combine as they
-    combine numbers and truths: a rule written once over numbers (`Limits`') also gives the SQL
+    """An SQL expression and its arguments, which `+`, `<=`, `|` and `&` combine as they combine
+    numbers and truths: a rule written once over numbers (`Limits`') also gives the SQL
     that holds it inside a statement."""
 
     __slots__ = ("args", "text")
@@ -219,22 +219,15 @@ class Sql:
     def __add__(self, other: Sql | int) -> Sql:
         return self._join("+", other)
 
-    def __sub__(self, other: Sql | int) -> Sql:
-        return self._join("-", other)
-
     def __le__(self, other: Sql | int) -> Sql:
         return self._join("<=", other)
 
     def __or__(self, other: Sql | bool) -> Sql:
-        if isinstance(other, bool):  # a truth known in Python: the expression, or always true
+        if isinstance(other, bool):  # a truth known in Python: always true, or the expression
             return Sql("1 = 1") if other else self
         return self._join("OR", other)
 
-    __ror__ = __or__
-
-    def __and__(self, other: Sql | bool) -> Sql:
-        if isinstance(other, bool):
-            return self if other else Sql("1 = 0")
+    def __and__(self, other: Sql) -> Sql:
         return self._join("AND", other)
 
 

@@ -225,13 +225,11 @@ class BlockOps:
         blocks (a scope not there: the labels its change saw; the store holds the limits). A
         dry run reviews and writes nothing. Raises as the store does (nothing changed then)."""
         changes = [await self._kept_sensitive(change) for change in changes]
-        refused = {}
+        refused, blocks = {}, blocks or {}
         for change in changes:
-            scope = change.scope
-            found = (blocks or {}).get(scope)
-            where = where_of(scope)
+            where, found = where_of(change.scope), blocks.get(change.scope)
             if problem := await self.policy.review(change, where, speaker=None, blocks=found):
-                refused[scope] = problem
+                refused[change.scope] = problem
         if refused or dry_run:
             return refused or []
         applied = await self._store.apply_changes(
