@@ -104,9 +104,6 @@ class Store(
         return await self._db.integrity_ok()
 
     # --- the whole store, for pinbot transfer -------------------------------------------------
-    # A transfer copies a whole database to an empty one, row for row, as it is: it changes no
-    # block, so blocks and versions are copied raw here, not written through storage.changes
-    # (a change would add versions, audit entries and new times the source never had).
 
     async def dump(self) -> Dump:
         """Every row of every table a transfer copies."""
@@ -125,8 +122,9 @@ class Store(
         return True
 
     async def load(self, dump: Dump) -> None:
-        """Add every row of a dump, in one transaction: a raw copy of every table (blocks and
-        their versions too) into an empty store, no change reviewed or recorded."""
+        """Add every row of a dump, in one transaction: a raw copy of every table into an empty
+        store, blocks and versions too, not a change through storage.changes (a transfer moves
+        a database; a change would add versions, audit entries and times it never had)."""
         async with self._db.transaction() as tx:
             for table, (columns, _) in TABLES.items():
                 marks = ", ".join("?" * len(columns.split(",")))

@@ -49,9 +49,10 @@ MARK = (
 )
 _SCOPE_NOW = f"SELECT {BLOCK_COLUMNS}, {MARK} FROM blocks WHERE scope = ?"
 _BLOCK_COLUMNS = (
-    "scope, label, label_key, content, level, state, priority, sensitive, created_at, "
-    "updated_at, idle_since, idle_calls"
+    "scope, label, label_key, content, level, state, priority, sensitive, updated_at, "
+    "created_at, idle_since, idle_calls"
 )
+_TEN = ", ".join("?" * 10)
 # A scope's blocks, characters and model calls, as a statement holds them.
 _COUNT = "(SELECT COUNT(*) FROM blocks b WHERE b.scope = ?)"
 _CHARS = "(SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = ?)"
@@ -59,6 +60,11 @@ _CALLS = "(SELECT COALESCE(MAX(calls), 0) FROM scope_calls WHERE scope = ?)"
 _DECIDE = (
     "UPDATE proposals SET status = ?, outcome = '', decided_by = ?, decided_at = ? "
     "WHERE group_scope = ? AND number = ? AND status = 'pending'"
+)
+_UNDONE = "UPDATE block_versions SET undone_by = ? WHERE scope = ? AND op = ?"
+_SET_CALLS = (
+    "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
+    "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls"
 )
 _VERSION_COLUMNS = (
     "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, content, "
@@ -180,15 +186,6 @@ def _audit(change: BlockChange, at: datetime, entries: list[tuple[Any, ...]]) ->
             rows.AUDIT_INSERT, rows.audit_rows(change.scope, change.change, at, entries), many=True
         ),
     )
-
-
-async def write_steps(tx: Executor, steps: Sequence[Step]) -> None:
-    """Run steps inside a transaction."""
-    for step in steps:
-        if step.many:
-            await tx.executemany(step.sql, step.args)
-        else:
-            await tx.execute(step.sql, *step.args)
 
 
 class ChangeStore(Protocol):
@@ -409,57 +406,34 @@ async def _apply_in(
                 steps += await _mask_audit(tx, change, entry.label)
         steps.append(_write(change, entry, now))
     if change.undoes is not None:
-        steps.append(
-            Step(
-                "UPDATE block_versions SET undone_by = ? WHERE scope = ? AND op = ?",
-                (op, scope, change.undoes),
-            )
-        )
+        steps.append(Step(_UNDONE, (op, scope, change.undoes)))
     if change.history is not None:
         steps.append(Step("DELETE FROM block_versions WHERE scope = ?", (scope,)))
         steps.append(Step(VERSION_INSERT, _given(change.history), many=True))
         versions = []
     if change.calls is not None:
-        steps.append(
-            Step(
-                "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
-                "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls",
-                (scope, change.calls),
-            )
-        )
-    await write_steps(
-        tx, [*steps, *_versions(versions, limits.versions), *_audit(change, now, audit)]
-    )
+        steps.append(Step(_SET_CALLS, (scope, change.calls)))
+    for step in [*steps, *_versions(versions, limits.versions), *_audit(change, now, audit)]:
+        if step.many:
+            await tx.executemany(step.sql, step.args)
+        else:
+            await tx.execute(step.sql, *step.args)
     return [Applied(e.label, e.before, e.wanted.state) for e in plan if e.changed]
 
 
 def _recorded(
     change: BlockChange, entry: _Entry, op: str, now: datetime
 ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
-    """The version row and the audit entries of one label's change."""
-    found = [(change.kind, "")] if change.kind else kinds(entry.before, entry.wanted.state)
-    kind, detail = found[0]
-    version = version_row(
-        op, change.scope, entry.label, kind, change.change, now, entry.before, detail
-    )
-    return version, _audit_entries(change, entry, found)
-
-
-def _audit_entries(
-    change: BlockChange, entry: _Entry, found: list[tuple[ChangeKind, str]]
-) -> list[tuple[Any, ...]]:
-    """The audit entries of one label's change (an import that keeps a block's content, only
-    its times or state, makes none)."""
+    """The version row and the audit entries of one label's change (an import that keeps a
+    block's content, only its times or state, makes no entry)."""
     before, after = entry.before, entry.wanted.state
-    if (
-        change.kind is ChangeKind.IMPORT
-        and before is not None
-        and after is not None
-        and before.content == after.content
-    ):
-        return []
+    found = [(change.kind, "")] if change.kind else kinds(before, after)
+    (kind, detail), scope = found[0], change.scope
+    version = version_row(op, scope, entry.label, kind, change.change, now, before, detail)
+    if change.kind is ChangeKind.IMPORT and before and after and before.content == after.content:
+        return version, []
     audited = change.audit_contents(before, after)
-    return [(kind, entry.label, *audited, detail) for kind, detail in found]
+    return version, [(kind, entry.label, *audited, detail) for kind, detail in found]
 
 
 async def _mask_audit(tx: Executor, change: BlockChange, label: str) -> list[Step]:
@@ -520,14 +494,14 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
     the label as the change saw it (its revision and mark) and the scope's limits, and changes
     no row where either fails."""
     scope, before, want = change.scope, entry.before, entry.wanted
-    after = want.state
-    if after is None:
-        assert before is not None
+    after, stamp = want.state, ts(now)
+    if before is not None:
         where = Sql("id = ?", before.id)
         if held is not None:
-            where = where & Sql(f"rev = ? AND {MARK} = ?", before.rev, entry.mark)
-        return Step(f"DELETE FROM blocks WHERE {where.text}", where.args)
-    stamp = ts(now)
+            where &= Sql(f"rev = ? AND {MARK} = ?", before.rev, entry.mark)
+        if after is None:
+            return Step(f"DELETE FROM blocks WHERE {where.text}", where.args)
+    assert after is not None
     if after.state is not State.IDLE:
         since, calls = Sql("NULL"), Sql("NULL")
     elif before is not None and before.state is State.IDLE and want.idle_since is None:
@@ -535,45 +509,33 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
     else:
         since = Sql("?", ts(want.idle_since) if want.idle_since else stamp)
         calls = Sql(_CALLS, scope) if want.idle_calls is None else Sql("?", want.idle_calls)
-    state = (after.content, after.level.value, after.state.value, after.priority)
     updated = ts(want.updated_at) if want.updated_at else stamp
+    state: tuple[Any, ...] = (after.content, after.level.value, after.state.value, after.priority)
+    state += (int(after.sensitive), updated)
     if before is not None:
-        sets = Sql(
-            "content = ?, level = ?, state = ?, priority = ?, sensitive = ?, updated_at = ?",
-            *state,
-            int(after.sensitive),
-            updated,
-        )
+        sets = "content = ?, level = ?, state = ?, priority = ?, sensitive = ?, updated_at = ?"
         if want.created_at and change.kind is ChangeKind.IMPORT:
-            sets = Sql(f"{sets.text}, created_at = ?", *sets.args, ts(want.created_at))
-        where = Sql("id = ?", before.id)
+            sets, state = f"{sets}, created_at = ?", (*state, ts(want.created_at))
         if held is not None:
             total = Sql(_CHARS, scope)
             grown = total + Sql("length(?) - length(content)", after.content)
-            where &= Sql(f"rev = ? AND {MARK} = ?", before.rev, entry.mark)
             where &= held.chars_hold(total, grown)
         return Step(
-            f"UPDATE blocks SET {sets.text}, idle_since = {since.text}, "
-            f"idle_calls = {calls.text}, rev = rev + 1 WHERE {where.text}",
-            (*sets.args, *since.args, *calls.args, *where.args),
+            f"UPDATE blocks SET {sets}, idle_since = {since.text}, idle_calls = {calls.text}, "
+            f"rev = rev + 1 WHERE {where.text}",
+            (*state, *since.args, *calls.args, *where.args),
         )
     created = ts(want.created_at) if want.created_at else stamp
     key = models.label_key(entry.label)
-    values = (scope, entry.label, key, *state, int(after.sensitive), created, updated)
-    insert = (
-        f"INSERT INTO blocks ({_BLOCK_COLUMNS}) SELECT {', '.join('?' * 10)}, "
-        f"{since.text}, {calls.text}"
-    )
+    args = (scope, entry.label, key, *state, created, *since.args, *calls.args)
+    insert = f"INSERT INTO blocks ({_BLOCK_COLUMNS}) SELECT {_TEN}, {since.text}, {calls.text}"
     if held is None:
-        return Step(insert, (*values, *since.args, *calls.args))
+        return Step(insert, args)
     count, total = Sql(_COUNT, scope), Sql(_CHARS, scope)
-    fits = held.blocks_hold(count, count + 1) & held.chars_hold(
-        total, total + Sql("length(?)", after.content)
-    )
-    return Step(
-        f"{insert} WHERE {fits.text} ON CONFLICT (scope, label_key) DO NOTHING",
-        (*values, *since.args, *calls.args, *fits.args),
-    )
+    fits = held.blocks_hold(count, count + 1)
+    fits &= held.chars_hold(total, total + Sql("length(?)", after.content))
+    guarded = f"{insert} WHERE {fits.text} ON CONFLICT (scope, label_key) DO NOTHING"
+    return Step(guarded, (*args, *fits.args))
 
 
 def _given(versions: Sequence[models.Version]) -> list[tuple[Any, ...]]:
