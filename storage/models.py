@@ -206,8 +206,6 @@ class Sql:
     numbers and truths: a rule written once over numbers (`Limits`') also gives the SQL
     that holds it inside a statement."""
 
-    __slots__ = ("args", "text")
-
     def __init__(self, text: str, *args: object) -> None:
         self.text, self.args = text, args
 
@@ -237,13 +235,9 @@ _Number = TypeVar("_Number", int, Sql)
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What a scope may hold: at most max_blocks blocks and max_total_chars characters of
-    content (0: no budget). Only growth past a limit breaks it: a scope over a limit lowered
-    since may still shrink, or change without growing.
-
-    The rule is written here once, over numbers: the block policy's review and the store's
-    check of a change read inside its transaction ask it with counts, and the statement that
-    writes one label's change without reading its scope first holds it as SQL (`Sql`), so a
-    write that would break a limit changes nothing, whoever wrote in between."""
+    content (0: no budget); only growth past a limit breaks it. The rule is written once, here:
+    the review and the store's check inside a transaction ask it with counts, and a write that
+    reads nothing first holds it as SQL (`Sql`), changing nothing that would break a limit."""
 
     max_blocks: int
     max_total_chars: int = 0

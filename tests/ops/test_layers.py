@@ -328,3 +328,14 @@ def test_every_write_of_blocks_and_versions_is_in_the_change_module() -> None:
         if BLOCK_WRITE.search(text) and (name, where) != RAW_COPY
     ]
     assert offenders == []
+
+
+def test_only_the_block_operations_hand_a_change_to_the_store() -> None:
+    """Every change reaches the store's one write through `BlockOps` (bot/core/blocks/ops.py),
+    which reviews it first: the clean-up and imports included."""
+    callers = {
+        str(path.relative_to(ROOT))
+        for path in files("bot")
+        if calls_of(path, "apply_change") or calls_of(path, "apply_changes")
+    }
+    assert callers == {"bot/core/blocks/ops.py"}
