@@ -16,6 +16,7 @@ scope inside the transaction that writes it. Besides changes: a group's move to 
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -517,9 +518,7 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
         if want.created_at and change.kind is ChangeKind.IMPORT:
             sets, state = f"{sets}, created_at = ?", (*state, ts(want.created_at))
         if held is not None:
-            total = Sql(_CHARS, scope)
-            grown = total + Sql("length(?) - length(content)", after.content)
-            where &= held.chars_hold(total, grown)
+            where &= _held(held, scope, after.content, adding=False)
         return Step(
             f"UPDATE blocks SET {sets}, idle_since = {since.text}, idle_calls = {calls.text}, "
             f"rev = rev + 1 WHERE {where.text}",
@@ -531,11 +530,30 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
     insert = f"INSERT INTO blocks ({_BLOCK_COLUMNS}) SELECT {_TEN}, {since.text}, {calls.text}"
     if held is None:
         return Step(insert, args)
-    count, total = Sql(_COUNT, scope), Sql(_CHARS, scope)
-    fits = held.blocks_hold(count, count + 1)
-    fits &= held.chars_hold(total, total + Sql("length(?)", after.content))
+    fits = _held(held, scope, after.content, adding=True)
     guarded = f"{insert} WHERE {fits.text} ON CONFLICT (scope, label_key) DO NOTHING"
     return Step(guarded, (*args, *fits.args))
+
+
+_SCOPE, _CONTENT = object(), object()  # the arguments of a guard, as _guard builds it
+
+
+@functools.lru_cache(maxsize=16)
+def _guard(limits: Limits, adding: bool) -> Sql:
+    """The limits as a one-label add (or edit) holds them: the scope (_SCOPE) may take one
+    block more (adding) and the new content (_CONTENT) instead of the block's. Built once per
+    limits: a write only fills in its arguments."""
+    total = Sql(_CHARS, _SCOPE)
+    if not adding:
+        return limits.chars_hold(total, total + Sql("length(?) - length(content)", _CONTENT))
+    count, grown = Sql(_COUNT, _SCOPE), total + Sql("length(?)", _CONTENT)
+    return limits.blocks_hold(count, count + 1) & limits.chars_hold(total, grown)
+
+
+def _held(limits: Limits, scope: str, content: str, *, adding: bool) -> Sql:
+    """_guard for one write: of scope, with content."""
+    guard = _guard(limits, adding)
+    return Sql(guard.text, *(scope if arg is _SCOPE else content for arg in guard.args))
 
 
 def _given(versions: Sequence[models.Version]) -> list[tuple[Any, ...]]:
