@@ -8,11 +8,11 @@ undoes — or not at all. A change is refused (`Stale`) when a label it was revi
 changed in between, compared by the label's newest version, so a decision is never taken on
 blocks that are no longer there.
 
-Each label's statement is built in one place (`_write`) for every change. One label's add, edit
-or removal (most changes) is that statement holding itself what the change was reviewed against
-and the scope's limits, in one batch as cheap as a plain write; every other change reads its
-scope inside the transaction that writes it. Besides changes: a group's move to a new key
-(`move_group`) and the retention of versions (`forget_versions_before`)."""
+Each label's statement is built in one place (`_write`) for every change; one label's add, edit
+or removal (most changes) is that statement holding what the change was reviewed against and
+the scope's limits, one batch as cheap as a plain write; every other change reads its scope in
+the transaction that writes it. Besides: a group's move to a new key (`move_group`) and the
+retention of versions (`forget_versions_before`)."""
 
 from __future__ import annotations
 
@@ -49,11 +49,10 @@ MARK = (
     "v.label_key = blocks.label_key ORDER BY v.id DESC LIMIT 1), '')"
 )
 _SCOPE_NOW = f"SELECT {BLOCK_COLUMNS}, {MARK} FROM blocks WHERE scope = ?"
-_BLOCK_COLUMNS = (
-    "scope, label, label_key, content, level, state, priority, sensitive, updated_at, "
-    "created_at, idle_since, idle_calls"
+_INSERT_BLOCK = (
+    "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, sensitive, "
+    f"updated_at, created_at, idle_since, idle_calls) SELECT {', '.join('?' * 10)}"
 )
-_TEN = ", ".join("?" * 10)
 # A scope's blocks, characters and model calls, as a statement holds them.
 _COUNT = "(SELECT COUNT(*) FROM blocks b WHERE b.scope = ?)"
 _CHARS = "(SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = ?)"
@@ -180,13 +179,9 @@ def kinds(
 
 
 def _audit(change: BlockChange, at: datetime, entries: list[tuple[Any, ...]]) -> tuple[Step, ...]:
-    if not change.audited or not entries:
-        return ()
-    return (
-        Step(
-            rows.AUDIT_INSERT, rows.audit_rows(change.scope, change.change, at, entries), many=True
-        ),
-    )
+    """The step adding entries to the scope's audit trail, where the change is audited."""
+    found = rows.audit_rows(change.scope, change.change, at, entries)
+    return (Step(rows.AUDIT_INSERT, found, many=True),) if change.audited and entries else ()
 
 
 class ChangeStore(Protocol):
@@ -241,7 +236,8 @@ class ChangeStore(Protocol):
             return []
         label = wanted.label if before is None else before.label
         entry = _Entry(label, before, wanted, True, None if seen is None else seen.mark)
-        if _goes_idle(entry):
+        idle = wanted.state is not None and wanted.state.state is State.IDLE
+        if idle and (before is None or before.state is not State.IDLE):
             await self.flush_calls()  # the idle mark records the scope's current count
         version, audit = _recorded(change, entry, new_op(), now)
         steps = (
@@ -254,9 +250,8 @@ class ChangeStore(Protocol):
         return [Applied(label, before, wanted.state)]
 
     async def _why_not(self, change: BlockChange, limits: Limits) -> NoReturn:
-        """Raise why one label's guarded write changed nothing, by the scope as it is now: the
-        label changed (Stale; LabelTaken where it was to be added), the scope would grow past
-        a limit, or (neither: it changed again meanwhile) Conflict."""
+        """Raise why one label's guarded write changed nothing, by its scope now: the label
+        changed (Stale; LabelTaken for an add), a limit, or else Conflict."""
         current = _current(await self._db.fetch(_SCOPE_NOW, change.scope))
         key = models.label_key(change.wanted[0].label)
         if change.seen[key] is None and key in current:
@@ -351,16 +346,6 @@ def _one_label(change: BlockChange) -> bool:
     if seen is not None:
         return seen.mark is not None
     return wanted.state is not None and wanted.created_at is None and wanted.updated_at is None
-
-
-def _goes_idle(entry: _Entry) -> bool:
-    """Whether the entry brings a block into the idle state."""
-    after, before = entry.wanted.state, entry.before
-    return (
-        after is not None
-        and after.state is State.IDLE
-        and (before is None or before.state is not State.IDLE)
-    )
 
 
 def _current(found: Sequence[Sequence[Any]]) -> dict[str, Seen]:
@@ -527,7 +512,7 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
     created = ts(want.created_at) if want.created_at else stamp
     key = models.label_key(entry.label)
     args = (scope, entry.label, key, *state, created, *since.args, *calls.args)
-    insert = f"INSERT INTO blocks ({_BLOCK_COLUMNS}) SELECT {_TEN}, {since.text}, {calls.text}"
+    insert = f"{_INSERT_BLOCK}, {since.text}, {calls.text}"
     if held is None:
         return Step(insert, args)
     fits = _held(held, scope, after.content, adding=True)
@@ -540,9 +525,8 @@ _SCOPE, _CONTENT = object(), object()  # the arguments of a guard, as _guard bui
 
 @functools.lru_cache(maxsize=16)
 def _guard(limits: Limits, adding: bool) -> Sql:
-    """The limits as a one-label add (or edit) holds them: the scope (_SCOPE) may take one
-    block more (adding) and the new content (_CONTENT) instead of the block's. Built once per
-    limits: a write only fills in its arguments."""
+    """The limits as one label's add (or edit) holds them, built once per limits: the scope
+    (_SCOPE) takes one block more (adding) and the new content (_CONTENT)."""
     total = Sql(_CHARS, _SCOPE)
     if not adding:
         return limits.chars_hold(total, total + Sql("length(?) - length(content)", _CONTENT))

@@ -22,20 +22,18 @@ class Lifecycle:
 
     def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
         self._store = store
-        self._policy = policy
-        self._clock = clock
         self._ops = BlockOps(store, policy, clock)
 
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
         """Count one model call for each scope, delete its expired idle blocks, and return the
         blocks left (idle ones included; rendering leaves those out)."""
         blocks, before = await self._store.start_model_call(scopes)
-        now = self._clock()
+        now = self._ops.now()
         idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
         gone = [
             b
             for b in blocks
-            if b.state is idle and self._policy.expired(b, now, before.get(b.scope, 0))
+            if b.state is idle and self._ops.policy.expired(b, now, before.get(b.scope, 0))
         ]
         if gone and await self._remove(gone):
             ids = {b.id for b in gone}

@@ -216,14 +216,11 @@ class BlockOps:
         *,
         dry_run: bool = False,
     ) -> list[Applied] | dict[str, Refused]:
-        """Review changes of one or more scopes that the system makes, not a person (the
-        operator's import, the idle clean-up), and apply them as one operation in one
-        transaction: what changed; or, with nothing changed, each refused scope's refusal.
-
-        The review is the one every change meets, with the system's rights: no speaker is asked
-        for permission, every other rule holds. Each scope is reviewed against its blocks in
-        blocks (a scope not there: the labels its change saw; the store holds the limits). A
-        dry run reviews and writes nothing. Raises as the store does (nothing changed then)."""
+        """Review changes the system makes (the operator's import, the idle clean-up) with its
+        rights (no speaker is asked; every other rule holds), each scope against its blocks in
+        blocks (else the labels its change saw), and apply them as one operation in one
+        transaction: what changed, or each refused scope's refusal with nothing changed. A dry
+        run only reviews. Raises as the store does (nothing changed then)."""
         changes = [await self._kept_sensitive(change) for change in changes]
         refused, blocks = {}, blocks or {}
         for change in changes:
