@@ -26,7 +26,7 @@ except ImportError:  # an earlier tree, measured by this harness (bench.history.
 async def handle(bot: Pinbot, conversation: Conversation, text: str) -> Reply | None:
     """bot's answer to text in conversation, through the entry this tree's Pinbot has."""
     if Incoming is None:
-        return await bot.handle(conversation, text)  # type: ignore[arg-type]
+        return await bot.handle(conversation, text)  # type: ignore[call-overload,no-any-return]
     return await bot.handle(Incoming(conversation, text), SILENT)
 
 

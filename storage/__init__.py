@@ -11,15 +11,14 @@ from storage import usage_sums
 from storage.blocks import BlockStore, BrowseStore
 from storage.buckets import TokenBuckets
 from storage.changes import ChangeStore
+from storage.decisions import DecisionStore
 from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
 from storage.history import HistoryStore
 from storage.models import StoreCheck
-from storage.proposals import ProposalStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.search import SearchIndex
-from storage.suggestions import SuggestionStore
 from storage.usage import UsageStore
 from storage.versions import VersionStore
 
@@ -34,8 +33,7 @@ class Store(
     UsageStore,
     DeliveryStore,
     BrowseStore,
-    ProposalStore,
-    SuggestionStore,
+    DecisionStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers."""

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 
 @functools.lru_cache(maxsize=65_536)  # every change looks its labels up several times
@@ -436,12 +436,22 @@ class ProposalStatus(StrEnum):
     EXPIRED = "expired"
 
 
+class SuggestionStatus(StrEnum):
+    """Where a pin suggestion stands: waiting for its user, or decided (and how)."""
+
+    PENDING = "pending"
+    PINNED = "pinned"
+    DISMISSED = "dismissed"
+    EXPIRED = "expired"
+
+
 @dataclass(frozen=True, slots=True)
 class NewProposal:
-    """A proposed shared block, as the model made it: to add one (base_rev None) or to replace
-    the content of the block at revision base_rev (whose content was base_content)."""
+    """A proposed shared block for the group of scope, as the model made it: to add one
+    (base_rev None) or to replace the content of the block at revision base_rev (whose content
+    was base_content, at the version base_version)."""
 
-    group_scope: str
+    scope: str
     label: str
     content: str
     level: Level | None
@@ -454,20 +464,42 @@ class NewProposal:
 
 
 @dataclass(frozen=True, slots=True)
-class Proposal:
-    """A stored proposal: its short number within the group, what it proposes, where it stands,
-    and the message that shows it (chat and message id, once posted)."""
+class NewSuggestion:
+    """A suggested block for a DM user's scope: its label, content and why; content_key is the
+    content as it was compared when stored (see bot.core.decisions.suggestions.content_key)."""
+
+    scope: str
+    label: str
+    content: str
+    reason: str
+    content_key: str
+
+
+_New = TypeVar("_New")
+_Status = TypeVar("_Status")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[_New, _Status]):
+    """A stored decision (a proposal or a pin suggestion): its short number within its scope,
+    what it decides (new), where it stands, the message that shows it (chat and message id, once
+    posted), and once decided when; a proposal also keeps who decided and, when an approval
+    could not be applied, why (outcome)."""
 
     number: int
-    new: NewProposal
-    status: ProposalStatus
-    outcome: str
+    new: _New
+    status: _Status
     created_at: datetime
     expires_at: datetime
-    decided_by: str | None = None
-    decided_at: datetime | None = None
     chat: str | None = None
     message_id: str | None = None
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+    outcome: str = ""
+
+
+Proposal = Decision[NewProposal, ProposalStatus]
+Suggestion = Decision[NewSuggestion, SuggestionStatus]
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import pytest
 from playwright.async_api import Browser, async_playwright
 
 from bot.config import Config, parse_config
-from bot.core.entry.incoming import Incoming, Silent
+from bot.core.entry.incoming import SILENT, Incoming, ReplySurface
 from bot.core.entry.pinbot import Pinbot
 from bot.core.people.chats import ChatKind, Conversation
 from bot.core.people.permissions import AdminLookup
@@ -246,10 +246,11 @@ def outcome_of(reply: Reply | None) -> Result | None:
     return None if reply is None else reply.outcome
 
 
-class Previewed(Silent):
+class Previewed(ReplySurface):
     """A surface that shows a streamed answer's previews to on_text, and nothing else."""
 
     def __init__(self, on_text: TextSink) -> None:
+        super().__init__()
         self._on_text = on_text
 
     @property
@@ -277,7 +278,7 @@ async def ask(
         replied_to_bot=replied_to_bot,
         platform_admin=platform_admin,
     )
-    return await bot.handle(incoming, Silent() if on_text is None else Previewed(on_text))
+    return await bot.handle(incoming, SILENT if on_text is None else Previewed(on_text))
 
 
 def dm(user: str = "42", platform: str = "console") -> Conversation:

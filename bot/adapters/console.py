@@ -7,10 +7,7 @@ import sys
 from typing import BinaryIO, TextIO
 
 from bot.adapters import CONSOLE
-from bot.adapters.kit import ReplySurface
-from bot.core.entry import Incoming, Pinbot
-from bot.core.people import ChatKind, Conversation
-from bot.core.replies import Reply, Sent
+from bot.core.entry import ChatKind, Conversation, Incoming, Pinbot, Reply, ReplySurface, Sent
 
 PLATFORM = CONSOLE
 PROMPT = "> "
@@ -56,7 +53,7 @@ def decode_line(raw: bytes) -> tuple[str | None, str | None]:
 
 
 async def run_console(
-    bot: Pinbot,
+    pinbot: Pinbot,
     conversation: Conversation,
     source: BinaryIO | None = None,
     sink: TextIO = sys.stdout,
@@ -67,7 +64,7 @@ async def run_console(
     refusal and the next line is served. At a terminal a one-line banner and a prompt are shown;
     piped input gets replies only."""
     source = source or sys.stdin.buffer
-    bot.use_messenger(ConsoleMessenger(sink))
+    pinbot.use_messenger(ConsoleMessenger(sink))
     loop = asyncio.get_running_loop()
 
     async def write(reply: Reply) -> None:
@@ -91,4 +88,4 @@ async def run_console(
         if line is None:
             await surface.send(Reply.refused(refusal or ""))
         else:
-            await bot.handle(Incoming(conversation, line), surface)
+            await pinbot.handle(Incoming(conversation, line), surface)

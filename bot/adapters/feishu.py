@@ -31,8 +31,7 @@ from bot.adapters.feishu_format import CARD_VALUE_KEY
 from bot.adapters.kit import (
     Reachability,
     RefusalLog,
-    ReplySurface,
-    Sent,
+    after_commit,
     from_inbox,
     in_inbox,
     with_backoff,
@@ -40,9 +39,22 @@ from bot.adapters.kit import (
 from bot.adapters.webhook import serve_webhook
 from bot.clock import Clock, utc_now
 from bot.config import ConfigError, FeishuConfig, secret_from_env
-from bot.core.entry import SILENT, Deliver, Incoming, Pinbot, Surface
-from bot.core.people import ChatKind, Conversation, Quoted, QuotedLookup, delivery_chat
-from bot.core.replies import Reply
+from bot.core.entry import (
+    SILENT,
+    ChatKind,
+    Conversation,
+    Deliver,
+    Incoming,
+    Pinbot,
+    Quoted,
+    QuotedLookup,
+    Reply,
+    ReplySurface,
+    Sent,
+    Surface,
+    Tap,
+    delivery_chat,
+)
 from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
@@ -532,9 +544,9 @@ class FeishuFrontend:
         # chat is the tapper's DM when the tapped card is one of their suggestions (never what
         # the button's data says: anyone can copy a card).
         message = Sent(tap.chat_id or "", tap.message_id)
-        direct = await self.pinbot.shows_suggestions(tap.conversation(), message)
-        tap = dataclasses.replace(tap, chat_type="p2p" if direct else "group")
-        tapped = await self.pinbot.tapped(tap.conversation(), tap.content, message=message)
+        tapped = await self.pinbot.handle(
+            Tap(tap.conversation(), tap.content, message, chat_kind_known=False), SILENT
+        )
         # A tap carried out is counted when recorded (a repeated delivery is not), the others
         # as they come.
         if tapped is None or tapped.command is None:
@@ -542,7 +554,11 @@ class FeishuFrontend:
         if tapped is None:
             return {"toast": {"type": "info", "content": "This button does nothing any more."}}
         if tapped.command is not None:
-            await self._record(dataclasses.replace(tap, content=tapped.command))
+            direct = tapped.conversation.kind is ChatKind.DIRECT
+            chat_type = "p2p" if direct else "group"
+            await self._record(
+                dataclasses.replace(tap, chat_type=chat_type, content=tapped.command)
+            )
         kind = "info" if tapped.command is not None else "warning"
         return {"toast": {"type": kind, "content": tapped.notice}}
 
@@ -613,7 +629,7 @@ class FeishuFrontend:
                 replied=self._replied_lookup(event.parent_id),
                 redelivered=in_inbox(),
             )
-            surface = ReplySurface(functools.partial(self._reply, event.message_id))
+            surface = ReplySurface(after_commit(functools.partial(self._reply, event.message_id)))
         await self.pinbot.handle(incoming, surface)
 
     def _replied_lookup(self, parent_id: str | None) -> QuotedLookup | None:

@@ -16,7 +16,7 @@ import httpx
 from bot.adapters.feishu_format import card_content, formatted_posts, post_content
 from bot.adapters.kit import Reachability, Sent, formatted_or_plain
 from bot.config import FeishuConfig
-from bot.core.replies import Reply, split_message
+from bot.core.entry import Reply, split_message
 
 log = logging.getLogger(__name__)
 Poster = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]

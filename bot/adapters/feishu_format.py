@@ -20,7 +20,7 @@ from itertools import pairwise
 from typing import Any
 
 from bot.adapters.rich_text import FEISHU, Rich, Span, render, split_rich
-from bot.core.replies import Reply, split_message
+from bot.core.entry import Reply, split_message
 
 Element = dict[str, Any]
 _STYLES = {"bold": "bold", "italic": "italic", "strikethrough": "lineThrough"}

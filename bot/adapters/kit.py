@@ -1,22 +1,18 @@
-"""What every platform frontend shares: the interface the runtime drives, the surface a message
-is answered on and the one way its answer waits for the inbox's commit, retries with backoff
-while a platform cannot be reached, the formatted-then-plain fallback of a send, and one log
-line per refused webhook source a minute."""
+"""What every platform frontend shares: the interface the runtime drives, the one way a message's
+answer waits for the inbox's commit (`after_commit`), retries with backoff while a platform
+cannot be reached, the formatted-then-plain fallback of a send, and one log line per refused
+webhook source a minute."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeVar
 
-from bot.core.entry import Deliver
-from bot.core.replies import Messenger, Reply, Sent
-from bot.llm.base import TextSink
+from bot.core.entry import Deliver, Messenger, Reply, Sent
 from storage.errors import Unavailable
 
 __all__ = [
@@ -25,8 +21,8 @@ __all__ = [
     "Messenger",
     "Reachability",
     "RefusalLog",
-    "ReplySurface",
     "Sent",
+    "after_commit",
     "formatted_or_plain",
     "from_inbox",
     "in_inbox",
@@ -41,6 +37,7 @@ RETRY_MAX_S = 60.0
 REFUSAL_LOG_INTERVAL_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000
 Sleep = Callable[[float], Awaitable[None]]
+Answer = Callable[[Reply], Awaitable[None]]
 
 
 class Frontend(Protocol):
@@ -112,36 +109,18 @@ async def unless_lost(work: Awaitable[T]) -> T | Lost:
         return Lost()
 
 
-class ReplySurface:
-    """The surface of one message a frontend answers (a `Surface` of the core): no indicator and
-    no previews unless a platform's subclass adds them; send() hands the reply to answer, at once
-    or, when the message comes from the inbox, once the inbox has marked it processed. Build it
-    while the message is processed (it reads which of the two from there)."""
+def after_commit(answer: Answer) -> Answer:
+    """answer, or, for a message from the inbox, answer held back until the inbox has marked the
+    message processed: what a `ReplySurface` of the message sends through. Call it while the
+    message is processed (it reads which of the two from there)."""
+    outbox = _OUTBOX.get()
+    if outbox is None:
+        return answer
 
-    def __init__(self, answer: Callable[[Reply], Awaitable[None]]) -> None:
-        self._answer = answer
-        self._outbox = _OUTBOX.get()
+    async def held(reply: Reply) -> None:
+        outbox.sends.append(functools.partial(answer, reply))
 
-    @property
-    def deferred(self) -> bool:
-        """Whether sends wait for the inbox's commit (then nothing may show before it)."""
-        return self._outbox is not None
-
-    @property
-    def on_text(self) -> TextSink | None:
-        """No previews."""
-        return None
-
-    def thinking(self) -> AbstractAsyncContextManager[None]:
-        """No indicator."""
-        return contextlib.nullcontext()
-
-    async def send(self, reply: Reply) -> None:
-        """Answer the message with reply now, or once the update is marked processed."""
-        if self._outbox is None:
-            await self._answer(reply)
-        else:
-            self._outbox.sends.append(functools.partial(self._answer, reply))
+    return held
 
 
 async def with_backoff(

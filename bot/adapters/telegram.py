@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hmac
 import json
@@ -34,6 +35,7 @@ from telegram.ext import (
     ApplicationBuilder,
     BaseUpdateProcessor,
     CallbackQueryHandler,
+    ChatMemberHandler,
     ContextTypes,
     MessageHandler,
     filters,
@@ -44,8 +46,7 @@ from bot.adapters import TELEGRAM
 from bot.adapters.kit import (
     Lost,
     RefusalLog,
-    ReplySurface,
-    Sent,
+    after_commit,
     from_inbox,
     in_inbox,
     unless_lost,
@@ -55,10 +56,27 @@ from bot.adapters.telegram_http import AiohttpRequest
 from bot.adapters.telegram_send import StreamedReply, TelegramSender
 from bot.adapters.webhook import serve_webhook
 from bot.config import ConfigError, TelegramConfig, secret_from_env, telegram_token_problem
-from bot.core.decisions import is_suggestion_tap
-from bot.core.entry import SILENT, Deliver, Incoming, Pinbot, Surface
-from bot.core.people import ChatKind, Conversation, Quoted, QuotedLookup, delivery_chat
-from bot.core.replies import Reply
+from bot.core.entry import (
+    SILENT,
+    BotRemoved,
+    ChatKind,
+    ChatPinned,
+    ChatUnpinned,
+    Conversation,
+    Deliver,
+    GroupMoved,
+    Incoming,
+    Pinbot,
+    PinnedChats,
+    Quoted,
+    QuotedLookup,
+    Reply,
+    ReplySurface,
+    Sent,
+    Surface,
+    Tap,
+    delivery_chat,
+)
 from bot.llm.base import TextSink
 from storage.models import PendingUpdate
 
@@ -237,7 +255,7 @@ class TelegramFrontend:
             self.app.add_handler(
                 MessageHandler(filters.StatusUpdate.PINNED_MESSAGE, self.on_pinned)
             )
-            pinbot.jobs.add(
+            pinbot.every(
                 "telegram pinned messages",
                 timedelta(seconds=config.pinned_check_s),
                 self.check_pinned_messages,
@@ -248,6 +266,7 @@ class TelegramFrontend:
             MessageHandler(filters.UpdateType.MESSAGE & UNREADABLE_CONTENT, self.on_message)
         )
         self.app.add_handler(CallbackQueryHandler(self.on_tap))
+        self.app.add_handler(ChatMemberHandler(self.on_removed, ChatMemberHandler.MY_CHAT_MEMBER))
         self.app.add_error_handler(self.on_error)
         self.sender = TelegramSender(self.app.bot, config, sleep, monotonic)
         pinbot.use_messenger(self)
@@ -282,7 +301,7 @@ class TelegramFrontend:
 
     async def _start(self) -> None:
         await self._connect()
-        self.pinbot.bot_username = self.app.bot.username
+        self.pinbot.known_as(self.app.bot.username)
         await self._register_commands()
         if self.config.mode == "webhook":
             await self._start_webhook()
@@ -530,15 +549,10 @@ class TelegramFrontend:
             else None
         )
         author = readable.from_user if readable else None
-        outcome = await unless_lost(
-            self.pinbot.chat_pinned(
-                conversation,
-                text,
-                message_id=str(pinned.message_id),
-                author=str(author.id) if author else None,
-                platform_admin=self._admin_lookup(message, conversation),
-            )
-        )
+        admin = self._admin_lookup(message, conversation)
+        author_id = str(author.id) if author else None
+        pin = ChatPinned(conversation, text, str(pinned.message_id), author_id, admin)
+        outcome = await unless_lost(self.pinbot.handle(pin, SILENT))
         if isinstance(outcome, Lost):
             return
         log.info("pinned message %s in chat %s %s", pinned.message_id, message.chat.id, outcome)
@@ -551,26 +565,17 @@ class TelegramFrontend:
         if query is None:
             return
         message = query.message
-        if not isinstance(message, Message):
-            command = (
-                "/pin suggestions"
-                if is_suggestion_tap(query.data or "")
-                else ("/pin shared proposals")
-            )
-            notice = f"This message is too old for its buttons; use {command}."
-        else:
-            try:
-                conversation = conversation_of(message, query.from_user)
-                tapped = await self.pinbot.tapped(
-                    conversation,
-                    query.data or "",
-                    self._admin_lookup(message, conversation),
-                    message=Sent(str(message.chat.id), str(message.message_id)),
-                )
-                notice = tapped.notice if tapped else "This button does nothing any more."
-            except Exception:
-                log.exception("working out the answer to a button tap failed")
-                notice = "That did not work; try again, or use /pin shared proposals."
+        try:
+            if isinstance(message, Message):
+                tap = self._tap(message, query.from_user, query.data)
+            else:  # too old for Telegram to show: the core says what to use instead
+                tapper = Conversation(PLATFORM, ChatKind.UNKNOWN, None, str(query.from_user.id))
+                tap = Tap(tapper, query.data or "", None)
+            tapped = await self.pinbot.handle(tap, SILENT)
+            notice = tapped.notice if tapped else "This button does nothing any more."
+        except Exception:
+            log.exception("working out the answer to a button tap failed")
+            notice = "That did not work; try again, or use /pin shared proposals."
         try:
             await query.answer(notice)
         except TelegramError as error:
@@ -583,23 +588,16 @@ class TelegramFrontend:
         message = query.message if query else None
         if query is None or not isinstance(message, Message):
             return
-        conversation = conversation_of(message, query.from_user)
-        platform_admin = self._admin_lookup(message, conversation)
         # Counted when it was answered (answer_tap): asked again here for the command.
-        tapped = await self.pinbot.tapped(
-            conversation,
-            query.data or "",
-            platform_admin,
-            message=Sent(str(message.chat.id), str(message.message_id)),
-            counted=False,
-        )
+        tap = dataclasses.replace(self._tap(message, query.from_user, query.data), counted=False)
+        tapped = await self.pinbot.handle(tap, SILENT)
         if tapped is None or tapped.command is None:
             return
         incoming = Incoming(
-            conversation,
+            tapped.conversation,
             tapped.command,
             mentioned=True,
-            platform_admin=platform_admin,
+            platform_admin=tap.platform_admin,
             redelivered=in_inbox(),
         )
         reply = await self._handle(incoming, SILENT)  # the outcome shows in the buttons' message
@@ -607,16 +605,23 @@ class TelegramFrontend:
             # The outcome quotes blocks and labels, which are the chat's: only at debug level.
             log.debug("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
 
+    def _tap(self, message: Message, tapper: User, data: str | None) -> Tap:
+        """A tap on one of message's buttons, as the core takes it."""
+        conversation = conversation_of(message, tapper)
+        sent = Sent(str(message.chat.id), str(message.message_id))
+        return Tap(conversation, data or "", sent, self._admin_lookup(message, conversation))
+
     async def check_pinned_messages(self, now: datetime) -> None:
         """Telegram sends nothing when a message is unpinned: ask getChat of each group whose
         pinned message is a block, and idle the block where the chat has none pinned now."""
-        for scope, chat_id in await self.pinbot.chat_pin_groups(PLATFORM):
+        for chat_id in await self.pinbot.handle(PinnedChats(PLATFORM), SILENT):
             try:
                 chat = await self.app.bot.get_chat(chat_id)
             except TelegramError as error:
                 log.warning("getChat for chat %s failed: %s", chat_id, error)
                 continue
-            if chat.pinned_message is None and await self.pinbot.chat_pin.unpinned(scope):
+            unpinned = ChatUnpinned(PLATFORM, chat_id)
+            if chat.pinned_message is None and await self.pinbot.handle(unpinned, SILENT):
                 log.info("chat %s has no pinned message now: its block is idle", chat_id)
 
     async def on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -630,10 +635,22 @@ class TelegramFrontend:
             old, new = message.migrate_from_chat_id, message.chat.id
         else:
             return
-        moved = await unless_lost(self.pinbot.move_group(PLATFORM, str(old), str(new)))
+        moved = await unless_lost(
+            self.pinbot.handle(GroupMoved(PLATFORM, str(old), str(new)), SILENT)
+        )
         if isinstance(moved, Lost):
             return
         log.info("group %s migrated to %s: %d block(s) moved", old, new, moved)
+
+    async def on_removed(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """The bot was removed from a group, or left it: the core logs and counts it."""
+        change = update.my_chat_member
+        gone = (ChatMemberStatus.LEFT, ChatMemberStatus.BANNED)
+        group = change and change.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        if change and group and change.new_chat_member.status in gone:
+            by = str(change.from_user.id)
+            where = Conversation(PLATFORM, ChatKind.GROUP, str(change.chat.id), by)
+            await unless_lost(self.pinbot.handle(BotRemoved(where), SILENT))
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Log a failure of one update (without secrets) and keep going."""
@@ -761,13 +778,14 @@ class TelegramSurface(ReplySurface):
 
     def __init__(self, frontend: TelegramFrontend, message: Message) -> None:
         self._stream = StreamedReply(frontend.sender, message)
-        super().__init__(self._stream.finish)
+        super().__init__(after_commit(self._stream.finish))
+        self._deferred = in_inbox()  # then nothing may show before the inbox's commit
         self._typing = functools.partial(frontend.typing, message)
 
     @property
     def on_text(self) -> TextSink | None:
         """The previews of a streamed answer (none from the inbox)."""
-        return None if self.deferred else self._stream.update
+        return None if self._deferred else self._stream.update
 
     def thinking(self) -> AbstractAsyncContextManager[None]:
         """Telegram's "typing…" while the model works."""

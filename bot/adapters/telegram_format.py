@@ -20,7 +20,7 @@ from telegram import MessageEntity
 from telegram.constants import MessageLimit
 
 from bot.adapters.rich_text import TELEGRAM, Rich, Span, render, span_problems, split_rich
-from bot.core.replies import split_message, utf16_length
+from bot.core.entry import split_message, utf16_length
 
 log = logging.getLogger(__name__)
 Part = tuple[str, tuple[MessageEntity, ...]]

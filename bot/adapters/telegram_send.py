@@ -17,7 +17,7 @@ from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, Tele
 from bot.adapters.kit import Sent, Sleep, formatted_or_plain
 from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
 from bot.config import TelegramConfig
-from bot.core.replies import Reply
+from bot.core.entry import Reply
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,9 @@ async def _feishu(config: Config) -> int:
     with counting(config):
         async with running_core(config) as pinbot:
             frontend = FeishuFrontend.from_config(pinbot, config.feishu)
-            health = Health(pinbot.store, frontend.not_ready, inbox=True, clock=pinbot.clock)
+            health = pinbot.probe(
+                lambda store, clock: Health(store, frontend.not_ready, inbox=True, clock=clock)
+            )
             async with serving(config, health):
                 await serve(frontend, stop)
     return 0

@@ -19,7 +19,9 @@ async def _telegram(config: Config) -> int:
         async with running_core(config) as pinbot:
             frontend = TelegramFrontend.from_config(pinbot, config.telegram)
             webhook = config.telegram.mode == "webhook"
-            health = Health(pinbot.store, frontend.not_ready, inbox=webhook, clock=pinbot.clock)
+            health = pinbot.probe(
+                lambda store, clock: Health(store, frontend.not_ready, inbox=webhook, clock=clock)
+            )
             async with serving(config, health):
                 await serve(frontend, stop)
     return 0

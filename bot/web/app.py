@@ -19,16 +19,18 @@ from aiohttp import web
 from bot.clock import Clock, utc_now
 from bot.config import Config
 from bot.core.blocks import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     BlockHistory,
     BlockOps,
     BlockPolicy,
     Done,
     Outcome,
-    Refused,
+    Rule,
     Target,
     count_refusal,
     default_level,
-    priority_problem,
+    refusal,
 )
 from bot.core.people import ScopeKind, group_key_of, parse_scope, read_scope
 from bot.web import views
@@ -51,6 +53,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# A form's priority that is no whole number: the priority rule's refusal.
+NOT_A_PRIORITY = refusal(Rule.PRIORITY, low=PRIORITY_MIN, high=PRIORITY_MAX)
 
 
 @dataclass(frozen=True)
@@ -278,7 +282,7 @@ class WebPage:
         form = await request.post()
         priority = _whole_number(_text(form, "priority") or "0")
         if priority is None:
-            return await self._after(request, target, priority_problem(None) or Refused(""))
+            return await self._after(request, target, NOT_A_PRIORITY)
         outcome = await self.ops.add(
             target,
             _text(form, "label").strip(),
@@ -299,7 +303,7 @@ class WebPage:
         form = await request.post()
         priority = _whole_number(_text(form, "priority"))
         if priority is None:
-            return await self._after(request, target, priority_problem(None) or Refused(""))
+            return await self._after(request, target, NOT_A_PRIORITY)
         level, state = _text(form, "level"), _text(form, "state")
         outcome = await self.ops.change(
             target,
@@ -325,11 +329,9 @@ class WebPage:
         restore` would."""
         target = self._shared_target(request)
         form = await request.post()
-        number = _whole_number(_text(form, "version"))
-        if number is None or number < 1:
-            outcome: Outcome = Refused("The version is a number the block's history shows.")
-        else:
-            outcome = await self.history.restore(target, _text(form, "label"), number)
+        # Not a whole number (0): no version has it, and the refusal says which ones there are.
+        number = _whole_number(_text(form, "version")) or 0
+        outcome = await self.history.restore(target, _text(form, "label"), number)
         return await self._after(request, target, outcome)
 
     async def block_history(self, request: web.Request) -> web.Response:

@@ -1,11 +1,13 @@
-"""The one way a reply waits for the inbox's commit: a ReplySurface sends at once, or, while an
-update from the inbox is processed (from_inbox), once the inbox has marked it processed."""
+"""The one way a reply waits for the inbox's commit: a ReplySurface answering after_commit sends at
+once, or, while an update from the inbox is processed (from_inbox), once the inbox has marked it
+processed."""
 
 from __future__ import annotations
 
 import pytest
 
-from bot.adapters.kit import Lost, ReplySurface, from_inbox, in_inbox, unless_lost
+from bot.adapters.kit import Lost, after_commit, from_inbox, in_inbox, unless_lost
+from bot.core.entry import ReplySurface
 from bot.core.replies import Reply
 from storage.errors import Unavailable
 
@@ -22,8 +24,8 @@ class Answers:
 
 async def test_outside_the_inbox_a_reply_goes_at_once() -> None:
     answers = Answers()
-    surface = ReplySurface(answers)
-    assert not surface.deferred and not in_inbox()
+    surface = ReplySurface(after_commit(answers))
+    assert not in_inbox()
     assert surface.on_text is None
     async with surface.thinking():
         pass
@@ -36,8 +38,8 @@ async def test_from_the_inbox_replies_wait_until_the_update_is_marked_processed(
     seen: list[bool] = []
 
     async def process() -> None:
-        surface = ReplySurface(answers)
-        seen.append(surface.deferred and in_inbox())
+        surface = ReplySurface(after_commit(answers))
+        seen.append(in_inbox())
         await surface.send(Reply("one"))
         await surface.send(Reply("two"))
 
@@ -50,7 +52,7 @@ async def test_from_the_inbox_replies_wait_until_the_update_is_marked_processed(
 
 async def test_an_update_that_sends_nothing_has_nothing_to_deliver() -> None:
     async def process() -> None:
-        ReplySurface(Answers())
+        ReplySurface(after_commit(Answers()))
 
     assert await from_inbox(process()) is None
 
@@ -62,7 +64,7 @@ async def test_a_lost_update_sends_nothing_and_stays_waiting() -> None:
         raise Unavailable("the database is gone")
 
     async def process() -> None:
-        await ReplySurface(answers).send(Reply("too early"))
+        await ReplySurface(after_commit(answers)).send(Reply("too early"))
         assert isinstance(await unless_lost(unreachable()), Lost)
 
     with pytest.raises(Unavailable):

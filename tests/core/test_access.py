@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from bot.core.entry import SILENT, GroupMoved
 from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Result
 from storage import Store
@@ -187,7 +188,7 @@ async def test_audit_survives_restart_and_moves_with_migration(
 ) -> None:
     bot = make_bot(pins=ADMIN_PINS)
     await ask(bot, group("7"), "/pin shared add rules Be kind")
-    await bot.move_group("console", "-100123", "-100999")
+    assert await bot.handle(GroupMoved("console", "-100123", "-100999"), SILENT) == 1
     assert await store.audit_log(GROUP_KEY, 10) == []
     (entry,) = await store.audit_log("console:group:-100999", 10)
     assert entry.label == "rules"

@@ -108,7 +108,7 @@ async def test_each_platform_follows_its_own_trigger_and_the_console_is_always_a
 
 async def test_commands_naming_another_bot_are_not_for_us(make_bot: BotFactory) -> None:
     bot = make_bot()
-    bot.bot_username = "pin_bot"
+    bot.known_as("pin_bot")
     assert await ask(bot, dm(), "/pin@other_bot list") is None
     assert await ask(bot, dm(), "/pin@PIN_BOT list") is not None
 

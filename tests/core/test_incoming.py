@@ -1,16 +1,20 @@
-"""Pinbot.handle(incoming, surface): the reply goes to the surface once (and is returned), the
-indicator runs only while the model works, previews reach the surface's sink, and a redelivered
-update whose database is unreachable raises with nothing sent."""
+"""Pinbot.handle(event, surface): a message's reply goes to the surface once (and is returned),
+the indicator runs only while the model works, previews reach the surface's sink, and a
+redelivered update whose database is unreachable raises with nothing sent; a tap on a message too
+old for its buttons says what to use instead, and the bot's removal from a group is logged and
+counted, its blocks kept."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
 import pytest
 
-from bot.core.entry.incoming import SILENT, Incoming
+from bot import metrics
+from bot.core.entry import SILENT, BotRemoved, Incoming, Tap, Tapped
 from bot.core.replies import Reply, Result
 from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink
 from storage.errors import Unavailable
@@ -129,3 +133,35 @@ async def test_the_silent_surface_shows_nothing(make_bot: BotFactory) -> None:
     reply = await bot.handle(Incoming(dm(), "/help"), SILENT)
     assert reply is not None and reply.text
     assert SILENT.on_text is None
+
+
+async def test_a_tap_on_a_message_too_old_for_its_buttons_says_what_to_use(
+    make_bot: BotFactory,
+) -> None:
+    bot = make_bot()
+    for data, use in (
+        ("pinbot:suggestion:pin:1", "/pin suggestions"),
+        ("pinbot:proposal:approve:1", "/pin shared proposals"),
+        ("not ours", "/pin shared proposals"),
+    ):
+        tapped = await bot.handle(Tap(dm(), data, None), SILENT)
+        assert tapped == Tapped(f"This message is too old for its buttons; use {use}.", None, dm())
+
+
+async def test_the_bot_removed_from_a_group_is_logged_and_counted_and_its_blocks_stay(
+    make_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = make_bot(pins={"enable_in_group": True, "group_shared_admin_ids": ["7"]})
+    await bot.handle(Incoming(group("7"), "/pin shared add rules Be kind"), SILENT)
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        with caplog.at_level(logging.INFO, logger="bot.core.entry.pinbot"):
+            await bot.handle(BotRemoved(group("7")), SILENT)
+        count = meters.registry.get_sample_value("pinbot_handling_seconds_count", {"kind": "other"})
+    finally:
+        metrics.disable()
+    assert "removed from console:group:-100123 by 7" in caplog.messages
+    assert count == 1
+    # Added again, the group finds its blocks as they were.
+    listing = await bot.handle(Incoming(group("7"), "/pin shared list"), SILENT)
+    assert listing is not None and "rules" in listing.text

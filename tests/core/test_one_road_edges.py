@@ -12,6 +12,7 @@ from bot.core.blocks.review import BlockPolicy
 from bot.core.blocks.transfer import apply_import, plan_import
 from bot.core.entry.pinbot import Pinbot
 from storage import Store
+from storage.decisions import PROPOSALS
 from storage.models import (
     ABSENT,
     BlockChange,
@@ -90,8 +91,8 @@ async def test_an_idle_block_stays_idle_through_an_approval_and_an_undo(
     clock.advance(days=5)
     _, marks = await store.scope_now(SHARED)
     new = NewProposal(SHARED, "r", "v2", None, None, "", "model", 1, "v1", marks["r"])
-    added = await store.add_proposal(
-        new, now=clock(), expires_at=clock() + timedelta(hours=5), max_pending=5
+    added = await store.add_decision(
+        PROPOSALS, new, now=clock(), expires_at=clock() + timedelta(hours=5), max_pending=5
     )
     assert added is not None
     assert text_of(await ask(bot, group("1"), "/pin shared approve 1")).startswith("Approved")

@@ -149,7 +149,7 @@ async def test_help_and_bare_pin(make_bot: BotFactory) -> None:
 
 async def test_command_for_another_bot_is_ignored(make_bot: BotFactory, store: Store) -> None:
     bot = make_bot()
-    bot.bot_username = "pin_bot"
+    bot.known_as("pin_bot")
     assert await ask(bot, dm(), "/pin@other_bot add a b") is None
     assert outcome_of(await ask(bot, dm(), "/pin@Pin_Bot add a b")) is Result.DONE
 

@@ -4,6 +4,7 @@ and each refusal a caller sees carries its code, so tests and the web page need 
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 
 from bot.config import PinsConfig
@@ -17,6 +18,37 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_rule_has_exactly_one_text() -> None:
     assert set(RULE_TEXTS) == set(Rule)
     assert len(set(RULE_TEXTS.values())) == len(Rule)  # no two rules share a text
+
+
+class Fact(str):
+    """A fact a rule's text names, shown as its name in any format (`{length:,}` too)."""
+
+    def __format__(self, spec: str) -> str:
+        return "<" + str.__str__(self) + ">"
+
+
+def test_every_rule_fills_in_to_its_own_text() -> None:
+    """Each rule, its text filled in with every fact it names: a refusal with that code, not
+    empty, and unlike every other rule's; the table is the failure message."""
+    filled = {}
+    for rule in Rule:
+        names = {name for _, name, _, _ in string.Formatter().parse(RULE_TEXTS[rule]) if name}
+        facts = {name: Fact(name) for name in names - {"noun", "Noun", "pin"}}
+        refused = refusal(rule, Where(shared=False, group=False), **facts)
+        assert refused.code is rule
+        filled[rule] = refused.reason
+    table = "\n".join(f"{rule.value}: {text}" for rule, text in filled.items())
+    assert all(text.strip() for text in filled.values()), table
+    assert len(set(filled.values())) == len(Rule), table
+
+
+def test_the_block_rules_are_those_of_blocks() -> None:
+    """What the metrics count as block_rules: the rules a change of blocks meets (and the
+    refusals that carry one on), not how something was asked."""
+    assert Rule.MISSING.block_rule and Rule.AS_IT_WAS.block_rule and Rule.BUSY.block_rule
+    assert Rule.SUGGESTION_NOT_SAVED.block_rule and Rule.PROPOSAL_NOT_APPLIED.block_rule
+    asked = (Rule.PINS_OFF, Rule.NOTHING_TO_UNDO, Rule.TOOL_UNKNOWN, Rule.PROPOSAL_DECIDED)
+    assert not any(rule.block_rule for rule in asked)
 
 
 def test_too_many_blocks_is_spelled_once() -> None:

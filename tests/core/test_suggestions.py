@@ -3,16 +3,18 @@ and the real openai SDK: the model suggests, people decide, and only good sugges
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
 
 import pytest
 
-from bot.core.entry.pinbot import Pinbot, Tapped
+from bot.core.entry import SILENT, ChatKind, Pinbot, Tap, Tapped
 from bot.core.replies import Reply, Result, Sent
 from bot.llm.suggest import COMPACT_TOOL
 from bot.llm.summary import SUMMARY_INSTRUCTIONS
+from storage.decisions import PROPOSALS, SUGGESTIONS
 from tests.conftest import OpenAIBots, ask, dm, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
@@ -110,10 +112,17 @@ async def test_one_good_suggestion_is_shown_pinned_with_a_tap_and_sent_next_time
     # A tap on Pin: a notice at once, then the command that saves it through /pin add's rules.
     # Its button counts only on the message that shows it, in the DM.
     for chat, message_id in (("42", "2"), ("-100123", "1")):
-        elsewhere = await bot.tapped(dm(), PIN_1, message=Sent(chat, message_id))
-        assert elsewhere == Tapped("This button does nothing here.", None)
-    tapped = await bot.tapped(dm(), PIN_1, message=Sent("42", "1"))
+        elsewhere = await bot.handle(Tap(dm(), PIN_1, Sent(chat, message_id)), SILENT)
+        assert elsewhere == Tapped("This button does nothing here.", None, dm())
+    tapped = await bot.handle(Tap(dm(), PIN_1, Sent("42", "1")), SILENT)
     assert tapped is not None and tapped.notice == "Pinning suggestion #1…"
+    # A tap whose chat kind the platform does not say (Feishu's cards) is in the DM whose
+    # message shows the suggestion, and in a group anywhere else.
+    unsaid = dataclasses.replace(dm(), kind=ChatKind.UNKNOWN)
+    for message, kind in ((Sent("42", "1"), ChatKind.DIRECT), (Sent("42", "2"), ChatKind.GROUP)):
+        told = await bot.handle(Tap(unsaid, PIN_1, message, chat_kind_known=False), SILENT)
+        assert told is not None and told.conversation.kind is kind
+        assert told.command == (tapped.command if kind is ChatKind.DIRECT else None)
     assert tapped.command == "/pin accept 1"
     assert text_of(await ask(bot, dm(), tapped.command)) == "Saved strong block 'diet'."
     assert posted.messages["1"].buttons == () and "Pinned: saved." in posted.messages["1"].text
@@ -223,15 +232,20 @@ async def test_in_a_group_suggestions_become_proposals_only_shared_admins_approv
     assert "Release on Friday." in proposal.text and "sk-proj" not in proposal.text
     # Nobody in the group asked for it: the model is its proposer, and the reason says so.
     assert "\nReason: Suggested by the model at compaction: agreed\n" in proposal.text
-    (pending,) = await bot.store.pending_proposals("console:group:-100123")
+    (pending,) = await bot.store.decisions(PROPOSALS, "console:group:-100123")
     assert pending.new.proposer == "model"
     assert [b.data for b in proposal.buttons or ()] == [
         "pinbot:proposal:approve:1",
         "pinbot:proposal:reject:1",
     ]
     # Nothing personal is suggested in a group, and a suggestion's button does nothing there.
-    assert await bot.store.open_suggestions("console:group:-100123::u:42") == []
-    forged = await bot.tapped(member, PIN_1, message=Sent("-100123", "1"))
+    assert (
+        await bot.store.decisions(
+            SUGGESTIONS, "console:group:-100123::u:42", ("pending", "dismissed")
+        )
+        == []
+    )
+    forged = await bot.handle(Tap(member, PIN_1, Sent("-100123", "1")), SILENT)
     assert forged is not None and forged.command is None
     here = await ask(bot, member, "/pin suggestions")
     assert outcome_of(here) is Result.REFUSED and "/pin shared proposals" in text_of(here)

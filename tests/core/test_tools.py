@@ -69,10 +69,37 @@ async def test_both_sets_run_the_same_operations_with_the_same_refusals(
     other = "label" if label == "key" else "key"
     refused = await call(Op.DELETE, **{other: "x"})
     assert isinstance(refused, Refused) and f"{other}: unknown parameter" in refused.reason
+    assert refused.code is Rule.TOOL_ARGUMENTS
     wrong_type = await call(Op.GET, **{label: 5})
     assert isinstance(wrong_type, Refused) and f"{label}: Input should be a valid string" in (
         wrong_type.reason
     )
     foreign = "pin_set" if tools is STICKY_TOOLS else "sticky_set"
-    assert await run.call(context, foreign, "{}") == Refused(f"there is no tool named '{foreign}'.")
+    assert await run.call(context, foreign, "{}") == Refused(
+        f"there is no tool named '{foreign}'.", Rule.TOOL_UNKNOWN
+    )
+    # Reading a block that is not there is the missing-block rule, as removing one is.
+    assert await call(Op.GET, **{label: "nothing"}) == await call(Op.DELETE, **{label: "nothing"})
+    assert await call(Op.GET, **{label: "nothing"}) == Refused(
+        "There is no block labelled 'nothing' in your blocks. Send /pin list to see them.",
+        Rule.MISSING,
+    )
     assert [b.label for b in await bot.store.blocks(["console:direct:42"])] == ["safety"]
+
+
+async def test_a_call_the_tools_cannot_run_is_refused_with_its_code(make_bot: BotFactory) -> None:
+    bot = make_bot()
+    context = MessageContext.resolve(dm(), PinsConfig(), None)
+    run = PinTools(bot.pins.ops)
+    calls = {
+        ("pin_get", "{"): Rule.TOOL_NOT_JSON,
+        ("pin_get", "[]"): Rule.TOOL_NOT_OBJECT,
+        ("pin_get", '{"scope": "shared"}'): Rule.TOOLS_PERSONAL,
+        ("pin_launch", "{}"): Rule.TOOL_UNKNOWN,
+        ("pin_get", '{"label": 5}'): Rule.TOOL_ARGUMENTS,
+        ("pin_propose", '{"label": "a", "content": "b"}'): Rule.PROPOSALS_SHARED_ONLY,
+    }
+    for (name, arguments), rule in calls.items():
+        outcome = await run.call(context, name, arguments)
+        assert isinstance(outcome, Refused) and outcome.code is rule, (name, arguments, outcome)
+        assert not rule.block_rule  # the metrics count none of these as block rules

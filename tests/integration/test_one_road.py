@@ -19,6 +19,7 @@ from bot.core.blocks.review import RULE_TEXTS, Rule
 from bot.core.entry.pinbot import Pinbot
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
+from storage.decisions import PROPOSALS
 from storage.models import NewProposal, ProposalStatus
 from tests.conftest import ask, group, make_config, text_of
 from tests.fakes.clock import FakeClock
@@ -201,8 +202,12 @@ async def test_approve_and_reject_at_once_decide_once(two_workers: tuple[Pinbot,
     for round_ in range(RACE_ROUNDS):
         label = f"rule{round_}"
         proposed = NewProposal(SHARED, label, "Be kind.", None, None, "", "model")
-        added = await store.add_proposal(
-            proposed, now=now, expires_at=now + timedelta(hours=1), max_pending=RACE_ROUNDS
+        added = await store.add_decision(
+            PROPOSALS,
+            proposed,
+            now=now,
+            expires_at=now + timedelta(hours=1),
+            max_pending=RACE_ROUNDS,
         )
         assert added is not None
         number = added.number
@@ -210,7 +215,7 @@ async def test_approve_and_reject_at_once_decide_once(two_workers: tuple[Pinbot,
             ask(approver, group("7", "-100"), f"/pin shared approve {number}"),
             ask(rejecter, group("8", "-100"), f"/pin shared reject {number}"),
         )
-        decided = await store.proposal(SHARED, number)
+        decided = await store.decision(PROPOSALS, SHARED, number)
         assert decided is not None
         saved = [b.label for b in await store.blocks([SHARED])]
         applied = decided.status is ProposalStatus.APPLIED

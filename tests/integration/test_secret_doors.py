@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from storage.decisions import PROPOSALS
 from tests.conftest import OpenAIBots, ask, dm, group, text_of
 from tests.core.secrets.corpus import SECRETS, Secret
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
@@ -71,7 +72,7 @@ async def test_the_models_pin_set_and_proposal_reasons_refuse_every_kind(
     for secret, result in zip([s for s in CREDENTIALS for _ in range(2)], results, strict=True):
         assert result.startswith("Refused") and "looks like" in result, (secret.line, result)
     assert await bot.store.blocks([SHARED, PERSONAL]) == []
-    assert await bot.store.pending_proposals(SHARED) == []
+    assert await bot.store.decisions(PROPOSALS, SHARED) == []
 
 
 async def test_a_sticky_import_into_a_group_scope_refuses_every_kind(

@@ -18,6 +18,7 @@ from bot.cli.importing import MAX_FILE_BYTES
 from bot.core.blocks.review import RULE_TEXTS, Rule
 from bot.web import views
 from storage import Store
+from storage.decisions import PROPOSALS
 from storage.models import (
     ABSENT,
     WITHHELD,
@@ -164,7 +165,7 @@ async def test_a_proposal_cannot_write_back_a_sensitive_shared_block_masked(
     assert text_of(await ask(bot, group("42"), "note the port")) == "Tried."
     (result,) = tool_results(fake_openai.requests[1])
     assert result == "Refused: " + RULE_TEXTS[Rule.MASKED].format(label="ops", pin="/pin shared")
-    assert await bot.store.pending_proposals("console:group:-100123") == []
+    assert await bot.store.decisions(PROPOSALS, "console:group:-100123") == []
 
 
 async def test_sensitive_is_read_right_after_the_label_and_on_edit(make_bot: BotFactory) -> None:
@@ -264,7 +265,7 @@ async def test_a_proposal_cannot_test_guesses_at_a_sensitive_shared_block(
     assert seen == "Refused: the shared block 'ops' already has this content."
     assert right_vpn.startswith("Refused: Not saved: this looks like a password")
     assert right_vpn == wrong_vpn
-    assert len(await bot.store.pending_proposals("console:group:-100123")) == 2
+    assert len(await bot.store.decisions(PROPOSALS, "console:group:-100123")) == 2
 
 
 async def test_a_sticky_file_with_impossible_times_or_too_large_is_refused(

@@ -353,6 +353,36 @@ async def test_supergroup_migration_moves_everything_once(
     assert "Earlier messages: 2" in reply
 
 
+def bot_member(chat: dict[str, Any], by: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """An update saying the bot's membership of chat went from old to new (by whom)."""
+    member = {"user": BOT_USER, "status": new} | ({"until_date": 0} if new == "kicked" else {})
+    return {
+        "my_chat_member": {
+            "chat": chat,
+            "from": by,
+            "date": 1767225600,
+            "old_chat_member": {"user": BOT_USER, "status": old},
+            "new_chat_member": member,
+        }
+    }
+
+
+async def test_the_bot_removed_from_a_group_is_logged_and_its_blocks_stay(
+    start_bot: StartBot, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_bot(pins={"enable_in_group": True, "group_shared_admin_ids": [7]})
+    caplog.set_level(logging.INFO, logger="bot")
+    chat = group_chat(GROUP)
+    await bot.reply_to(message(chat, "/pin shared add rules Be nice", user(7)))
+    bot.server.push(bot_member(chat, user(7), "member", "kicked"))
+    bot.server.push(bot_member(chat, user(7), "left", "member"))  # added again: nothing to do
+    bot.server.push(bot_member(private_chat(7), user(7), "member", "kicked"))  # a DM blocked
+    await bot.settle()
+    removals = [m for m in caplog.messages if m.startswith("removed from")]
+    assert removals == [f"removed from {GROUP_KEY} by 7"]
+    assert await blocks(store, GROUP_KEY) == [("rules", "Be nice", "context")]
+
+
 async def test_group_triggers(start_bot: StartBot, fake_telegram: FakeTelegram) -> None:
     bot = await start_bot(pins={"enable_in_group": True})
     chat = group_chat(GROUP)

@@ -216,3 +216,29 @@ async def test_the_history_is_compared_off_the_event_loop(
     status, page, _ = await history
     assert status == 200 and ran_out == [False]
     assert "+ line 0 of the rules, as edited 49 times" in page
+
+
+async def test_a_form_with_no_whole_number_is_refused_by_its_rule(serve: Serve) -> None:
+    """A priority or a version that is no whole number (a form the page never makes) is
+    refused with the rule's code and text, and changes nothing."""
+    bot, session, base = await serve()
+    assert await said(bot, "/pin shared add rules Be kind.") is Result.DONE
+    assert await said(bot, "/pin shared edit rules Be kind, always.") is Result.DONE
+    before = await bot.store.blocks([GROUP])
+    scope_url = f"{base}/scope/{quote(GROUP, safe='')}"
+    csrf = await csrf_of(session, scope_url)
+    priority = 'data-rule="priority">Priority must be a whole number from -1000 to 1000.</p>'
+    version = (
+        'data-rule="no-version">&#39;rules&#39; has versions 1 to 3 in this group&#39;s shared '
+        "blocks; send /pin shared history rules to see them.</p>"
+    )
+    sent = [
+        ("add", {"label": "new", "content": "x", "priority": "high"}, priority),
+        ("change", {"label": "rules", "content": "x", "priority": "1.5"}, priority),
+        ("restore", {"label": "rules", "version": "two"}, version),
+        ("restore", {"label": "rules", "version": "0"}, version),
+    ]
+    for verb, form, flash in sent:
+        async with session.post(f"{scope_url}/{verb}", data={"csrf": csrf, **form}) as page:
+            assert page.status == 200 and flash in await page.text(), (verb, form)
+    assert await bot.store.blocks([GROUP]) == before

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot.core.decisions.suggestions import content_key, suggestion_tap, tap_data
+from bot.core.decisions.suggestions import Suggestions, content_key, suggestion_tap
 from bot.llm.base import ModelReply, ToolCall
 from bot.llm.suggest import COMPACT_TOOL, Candidate, read_compaction, read_suggestions
 
@@ -50,8 +50,8 @@ def test_content_compares_up_to_case_spacing_and_punctuation() -> None:
 
 
 def test_suggestion_buttons_carry_their_number_and_forged_data_is_none() -> None:
-    assert suggestion_tap(tap_data("pin", 3)) == (True, 3)
-    assert suggestion_tap(tap_data("dismiss", 12)) == (False, 12)
+    assert suggestion_tap(Suggestions.tap("pin", 3)) == (True, 3)
+    assert suggestion_tap(Suggestions.tap("dismiss", 12)) == (False, 12)
     for forged in ("pinbot:suggestion:pin:0", "pinbot:suggestion:pin:²", "pinbot:suggestion:x:1"):
         assert suggestion_tap(forged) is None
     assert suggestion_tap("pinbot:proposal:approve:1") is None

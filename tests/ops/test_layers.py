@@ -1,14 +1,16 @@
 """The layers hold: only storage talks to a database driver, and within it only the dialect (what
 differs between SQLite and PostgreSQL) and the schema (every table); the core knows no platform
-or model SDK, adapters reach the store only through the core, only keys.py writes a key's
-grammar, and each adapter hands a message to the core one way (`Pinbot.handle(incoming,
-surface)`)."""
+or model SDK, only keys.py writes a key's grammar, and adapters reach the core through one door:
+they import only bot.core.entry, touch only Pinbot's public methods, and hand every platform
+event to its one entry (`Pinbot.handle(event, surface)`)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import re
+import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,17 +108,6 @@ def test_the_core_knows_no_platform_web_framework_or_model_sdk() -> None:
     assert {path: names for path, names in offenders.items() if names} == {}
 
 
-def test_adapters_reach_the_store_only_through_the_core() -> None:
-    reach = re.compile(r"pinbot\.(store|clock|config\.storage)\b")
-    offenders = [
-        f"{path.relative_to(ROOT)}:{number}"
-        for path in files("bot/adapters")
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if reach.search(line)
-    ]
-    assert offenders == []
-
-
 def test_only_keys_py_writes_the_scope_key_grammar() -> None:
     marks = r"(:direct:|:group:|::u:|:topic:|:sender:|\{(DIRECT|GROUP|[A-Z]+_MARK)\})"
     grammar = re.compile(rf"""f["'][^"']*{marks}""")
@@ -143,36 +134,117 @@ def calls_of(path: Path, method: str) -> list[int]:
     ]
 
 
-def method_of(path: Path, cls: str, name: str) -> ast.AsyncFunctionDef | ast.FunctionDef:
-    """The definition of cls.name in path."""
+Function = ast.AsyncFunctionDef | ast.FunctionDef
+
+
+def definitions_of(path: Path, cls: str, name: str) -> list[Function]:
+    """The definitions of cls.name in path, in order (its overloads, then its body)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            for item in node.body:
-                if isinstance(item, ast.AsyncFunctionDef | ast.FunctionDef) and item.name == name:
-                    return item
-    raise AssertionError(f"{cls}.{name} not found in {path}")
+    return [
+        item
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name == cls
+        for item in node.body
+        if isinstance(item, Function) and item.name == name
+    ]
 
 
-def test_pinbot_handle_takes_the_incoming_message_and_its_surface() -> None:
-    handle = method_of(ROOT / "bot/core/entry/pinbot.py", "Pinbot", "handle")
-    arguments = handle.args
-    assert [a.arg for a in arguments.args] == ["self", "incoming", "surface"]
+def method_of(path: Path, cls: str, name: str) -> Function:
+    """The definition of cls.name in path (with overloads, the one that is no overload)."""
+    found = [
+        item
+        for item in definitions_of(path, cls, name)
+        if not any(ast.unparse(d) == "overload" for d in item.decorator_list)
+    ]
+    assert len(found) == 1, f"{cls}.{name} in {path}: {len(found)} bodies"
+    return found[0]
+
+
+# What Pinbot offers: its one entry, and the process around it (no event among them).
+PINBOT_METHODS = {
+    "handle",  # every platform event, with its surface
+    "inbox",
+    "join_workers",
+    "leave_workers",
+    "run_jobs",
+    "every",
+    "use_messenger",
+    "known_as",
+    "probe",
+}
+
+
+def test_pinbot_handle_takes_every_event_and_its_surface() -> None:
+    pinbot = ROOT / "bot/core/entry/pinbot.py"
+    arguments = method_of(pinbot, "Pinbot", "handle").args
+    assert [a.arg for a in arguments.args] == ["self", "event", "surface"]
     assert [ast.unparse(a.annotation) for a in arguments.args[1:] if a.annotation] == [
-        "Incoming",
+        "Event",
         "Surface",
     ]
     assert not (arguments.kwonlyargs or arguments.defaults or arguments.vararg or arguments.kwarg)
+    # One overload per kind of event, each typing what the adapter gets back for it.
+    overloads = definitions_of(pinbot, "Pinbot", "handle")[:-1]
+    taken = sorted(ast.unparse(o.args.args[1].annotation or o) for o in overloads)
+    entry = importlib.import_module("bot.core.entry")
+    assert taken == sorted(kind.__name__ for kind in typing.get_args(entry.Event))
+    assert all(o.returns is not None for o in overloads)
 
 
-def test_each_adapter_hands_a_message_to_the_core_one_way() -> None:
-    adapters = ROOT / "bot/adapters"
-    sites = {path.name: len(calls_of(path, "handle")) for path in files("bot/adapters")}
-    assert {name: count for name, count in sites.items() if count} == {
-        "console.py": 1,
-        "feishu.py": 1,
-        "telegram.py": 1,
+def test_pinbot_has_no_other_event_method() -> None:
+    pinbot = importlib.import_module("bot.core.entry").Pinbot
+    public = {name for name, _ in inspect.getmembers(pinbot, callable) if name[0] != "_"}
+    assert public == PINBOT_METHODS
+
+
+def pinbot_names(tree: ast.AST) -> set[str]:
+    """The names a file gives the core: `pinbot`, and any parameter annotated `Pinbot`."""
+    return {"pinbot"} | {
+        node.arg
+        for node in ast.walk(tree)
+        if isinstance(node, ast.arg)
+        and node.annotation is not None
+        and ast.unparse(node.annotation) == "Pinbot"
     }
+
+
+def test_adapters_and_commands_touch_only_pinbots_public_methods() -> None:
+    """Attribute access on the core (`pinbot.x`, `self.pinbot.x`, a parameter typed Pinbot) in
+    bot/adapters and bot/cli is limited to PINBOT_METHODS: no store, clock, config or service
+    of the core's is read or assigned there."""
+    offenders = []
+    for path in files("bot/adapters") + files("bot/cli"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = pinbot_names(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr in PINBOT_METHODS:
+                continue
+            held = node.value
+            if (isinstance(held, ast.Name) and held.id in names) or (
+                isinstance(held, ast.Attribute) and held.attr == "pinbot"
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []
+
+
+def test_adapters_import_from_the_core_only_its_entry() -> None:
+    """bot.core.entry re-exports the core's values adapters use (replies, conversations): of
+    bot/core an adapter imports bot.core.entry, and nothing else."""
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            name
+            for name in imports(path)
+            if name.startswith("bot.core") and name != "bot.core.entry"
+        )
+        for path in files("bot/adapters")
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_each_adapter_hands_every_event_to_the_core_one_way() -> None:
+    adapters = ROOT / "bot/adapters"
+    sites = {path.name for path in files("bot/adapters") if calls_of(path, "handle")}
+    assert sites == {"console.py", "feishu.py", "telegram.py"}
     # Both platforms with an inbox send after its commit one way: what kit.from_inbox returns.
     for name, frontend in (("telegram.py", "TelegramFrontend"), ("feishu.py", "FeishuFrontend")):
         process = method_of(adapters / name, frontend, "_process_recorded")
@@ -267,13 +339,17 @@ def test_a_core_package_is_reached_from_outside_only_through_its_surface() -> No
     assert offenders == []
 
 
-# A statement that writes blocks or their versions; `{` is a table named by a variable.
+# A statement that writes blocks or their versions, by name or (`{`) a table named by a value.
 BLOCK_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(blocks\b|block_versions\b|\{)")
-# Where else a statement may write them, and why: the schema's steps migrate the tables, and a
-# transfer (`Store.load`) copies a whole database row for row into an empty store, a raw copy
-# that changes no block (its docstring says so).
+# Where else a statement may write them: the schema's steps migrate the tables.
 BLOCK_WRITERS = {"storage/changes.py", "storage/schema.py"}
-RAW_COPY = ("storage/__init__.py", "Store.load")
+# Where a statement's table is a value, and why that is no write of a block: a transfer
+# (`Store.load`) copies a whole database row for row into an empty store, a raw copy that
+# changes no block (its docstring says so); a decision kind's table is its own.
+VALUES = {
+    ("storage/__init__.py", "Store.load"),  # every table, copied raw
+    ("storage/decisions.py", "DecisionStore"),  # a decision kind's: proposals, suggestions
+}
 
 
 def statements(path: Path) -> list[tuple[str, str]]:
@@ -325,7 +401,8 @@ def test_every_write_of_blocks_and_versions_is_in_the_change_module() -> None:
         for path in files(folder)
         if (name := str(path.relative_to(ROOT))) not in BLOCK_WRITERS
         for text, where in statements(path)
-        if BLOCK_WRITE.search(text) and (name, where) != RAW_COPY
+        if (found := BLOCK_WRITE.search(text))
+        and not (found[2] == "{" and any(name == f and where.startswith(w) for f, w in VALUES))
     ]
     assert offenders == []
 
@@ -339,3 +416,17 @@ def test_only_the_block_operations_hand_a_change_to_the_store() -> None:
         if calls_of(path, "apply_change") or calls_of(path, "apply_changes")
     }
     assert callers == {"bot/core/blocks/ops.py"}
+
+
+def test_only_the_rules_build_a_refusal() -> None:
+    """Every Refused comes from review.refusal (or a constant it made): it has a code, and its
+    text is that code's one text."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in files("bot")
+        if path != ROOT / "bot/core/blocks/review.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and "Refused" in (getattr(node.func, "id", None), getattr(node.func, "attr", None))
+    ]
+    assert offenders == []

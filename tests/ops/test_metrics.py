@@ -314,6 +314,9 @@ async def test_a_block_rule_refusal_is_counted_when_it_is_given_not_when_built(
     reply = await ask(bot, group("1"), "/pin shared approve 1")
     assert reply is not None and reply.text.startswith("Approved"), reply
     assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 0
+    reply = await ask(bot, group("1"), "/pin undo")  # refused, but by no block rule
+    assert reply is not None and reply.outcome is Result.REFUSED
+    assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 0
     reply = await ask(bot, group("1"), "/pin shared add rules again")  # the label is taken
     assert reply is not None and reply.outcome is Result.REFUSED
     assert value(meters.registry, "pinbot_refusals_total", reason="block_rules") == 1

@@ -9,10 +9,12 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from storage import Store
+from storage.decisions import PROPOSALS, SUGGESTIONS, Kind
 from storage.errors import (
     AlreadyDecided,
     Conflict,
@@ -31,13 +33,13 @@ from storage.models import (
     Limits,
     NewBlock,
     NewProposal,
+    NewSuggestion,
     Origin,
     ProposalStatus,
     State,
     UsageTotals,
     Wanted,
 )
-from storage.suggestions import NewSuggestion, SuggestionStatus
 from tests.pg import fresh_database
 from tests.storage import writes
 
@@ -479,85 +481,78 @@ async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> Non
     assert [(d, t.prompt_tokens) for d, t in of_group] == [("2026-01-02", 1)]
 
 
-async def test_proposals_are_numbered_limited_decided_once_and_moved(open_store: Opener) -> None:
+@pytest.mark.parametrize("kind", [PROPOSALS, SUGGESTIONS], ids=["proposals", "suggestions"])
+async def test_decisions_are_numbered_per_scope_limited_decided_once_and_shown(
+    open_store: Opener, kind: Kind[Any, Any]
+) -> None:
     store = await open_store()
     later = NOW + timedelta(hours=24)
 
-    def proposal(label: str, scope: str = "p:group:1") -> NewProposal:
-        return NewProposal(scope, label, "content", None, None, "why", "42")
+    async def add(label: str, scope: str = "p:group:1", now: datetime = NOW) -> Any:
+        made = (
+            NewProposal(scope, label, "content", None, None, "why", "42")
+            if kind is PROPOSALS
+            else NewSuggestion(scope, label, f"About {label}.", "why", f"about{label}")
+        )
+        return await store.add_decision(kind, made, now=now, expires_at=later, max_pending=2)
 
-    first = await store.add_proposal(proposal("a"), now=NOW, expires_at=later, max_pending=2)
-    second = await store.add_proposal(proposal("b"), now=NOW, expires_at=later, max_pending=2)
+    first, second = await add("a"), await add("b")
     assert (first and first.number, second and second.number) == (1, 2)
-    assert await store.add_proposal(proposal("c"), now=NOW, expires_at=later, max_pending=2) is None
-    other = await store.add_proposal(
-        proposal("a", "p:group:2"), now=NOW, expires_at=later, max_pending=2
-    )
-    assert other is not None and other.number == 1  # numbers are per group
+    assert await add("c") is None  # two pending at most
+    other = await add("a", "p:group:2")
+    assert other is not None and other.number == 1  # numbers are per scope
     # Two decisions at once (two store instances: two workers): exactly one counts.
     again = await open_store()
+    declined = kind.status("rejected" if kind is PROPOSALS else "dismissed")
     decided = await asyncio.gather(
-        store.decide_proposal("p:group:1", 1, ProposalStatus.REJECTED, by="7", outcome="", now=NOW),
-        again.decide_proposal("p:group:1", 1, ProposalStatus.REJECTED, by="8", outcome="", now=NOW),
+        store.decide_once(kind, "p:group:1", 1, declined, by="7", now=NOW),
+        again.decide_once(kind, "p:group:1", 1, kind.status("expired"), by="8", now=NOW),
     )
     assert sorted(decided) == [False, True]
-    assert [p.number for p in await store.pending_proposals("p:group:1")] == [2]
+    one = await store.decision(kind, "p:group:1", 1)
+    assert one is not None and one.decided_at == NOW
+    assert (one.decided_by in ("7", "8")) is kind.decider  # who decided, where it is kept
+    assert [d.number for d in await store.decisions(kind, "p:group:1")] == [2]
+    # One past its expiry counts no more against the limit, though pending until marked.
+    assert (await add("c", now=later)).number == 3
+    kept = await store.decisions(kind, "p:group:1", ("pending", declined))
+    assert [d.number for d in kept] in ([2, 3], [1, 2, 3])
+    await store.show_decision(kind, "p:group:2", 1, "-2", "77")
+    shown = await store.decision(kind, "p:group:2", 1)
+    assert shown is not None and (shown.chat, shown.message_id) == ("-2", "77")
+    assert await store.shown_at(kind, "p:group:2", "-2", "77")
+    assert not await store.shown_at(kind, "p:group:1", "-2", "77")
+    assert len((await store.dump())[kind.table]) == 4
+
+
+async def test_an_approval_decides_its_proposal_once_and_a_moved_group_keeps_them(
+    open_store: Opener,
+) -> None:
+    store = await open_store()
+    later = NOW + timedelta(hours=24)
+    for label in ("a", "b"):
+        proposed = NewProposal("p:group:1", label, "content", None, None, "why", "42")
+        await store.add_decision(PROPOSALS, proposed, now=NOW, expires_at=later, max_pending=2)
     # An approval's block change marks its proposal applied in the same transaction.
     change = Change("7", Channel.PROPOSAL, Origin(proposal=2))
     await writes.insert(
         store, new("b", "p:group:1"), now=NOW, limits=TWENTY, change=change, audited=True
     )
-    applied = await store.proposal("p:group:1", 2)
+    applied = await store.decision(PROPOSALS, "p:group:1", 2)
     assert applied is not None and applied.status is ProposalStatus.APPLIED
     assert applied.decided_by == "7"
     # A change carrying out a proposal decided already writes nothing.
     with pytest.raises(AlreadyDecided):
         await writes.insert(store, new("c", "p:group:1"), now=NOW, limits=TWENTY, change=change)
     assert [b.label for b in await store.blocks(["p:group:1"])] == ["b"]
-    await store.add_proposal(proposal("d"), now=NOW, expires_at=later, max_pending=2)
-    await store.set_proposal_message("p:group:1", 3, "-100", "55")
+    await store.show_decision(PROPOSALS, "p:group:1", 1, "-100", "55")
     # A migrated group keeps its proposals; a transfer copies them.
     await store.move_group(
         "p:group:1", "p:group:9", members_prefix="p:group:1::", sessions_prefix="p:group:1:"
     )
-    moved = await store.proposal("p:group:9", 3)
+    moved = await store.decision(PROPOSALS, "p:group:9", 1)
     assert moved is not None and moved.message_id == "55" and moved.status is ProposalStatus.PENDING
-    assert len((await store.dump())["proposals"]) == 4
-
-
-async def test_suggestions_are_numbered_per_scope_limited_decided_once_and_copied(
-    open_store: Opener,
-) -> None:
-    store = await open_store()
-    later = NOW + timedelta(hours=24)
-
-    def suggested(label: str, scope: str = "p:direct:1") -> NewSuggestion:
-        return NewSuggestion(scope, label, f"About {label}.", "why", f"about{label}")
-
-    first = await store.add_suggestion(suggested("a"), now=NOW, expires_at=later, max_pending=2)
-    second = await store.add_suggestion(suggested("b"), now=NOW, expires_at=later, max_pending=2)
-    assert (first and first.number, second and second.number) == (1, 2)
-    full = await store.add_suggestion(suggested("c"), now=NOW, expires_at=later, max_pending=2)
-    assert full is None
-    other = await store.add_suggestion(
-        suggested("a", "p:direct:2"), now=NOW, expires_at=later, max_pending=2
-    )
-    assert other is not None and other.number == 1  # numbers are per scope
-    # Two decisions at once (two store instances: two workers): exactly one counts.
-    again = await open_store()
-    decided = await asyncio.gather(
-        store.decide_suggestion("p:direct:1", 1, SuggestionStatus.DISMISSED, now=NOW),
-        again.decide_suggestion("p:direct:1", 1, SuggestionStatus.PINNED, now=NOW),
-    )
-    assert sorted(decided) == [False, True]
-    await store.decide_suggestion("p:direct:1", 2, SuggestionStatus.EXPIRED, now=NOW)
-    await store.set_suggestion_message("p:direct:2", 1, "2", "77")
-    shown = await store.suggestion("p:direct:2", 1)
-    assert shown is not None and (shown.chat, shown.message_id) == ("2", "77")
-    # What a new suggestion may not repeat: the pending and the dismissed, never the others.
-    kept = await store.open_suggestions("p:direct:1")
-    assert [(s.number, s.status) for s in kept] in ([], [(1, SuggestionStatus.DISMISSED)])
-    assert len((await store.dump())["suggestions"]) == 3
+    assert len((await store.dump())["proposals"]) == 2
 
 
 async def test_retention_keeps_the_newest_version_of_a_removed_sensitive_label_withheld(

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from storage import Store, search
+from storage.decisions import PROPOSALS, SUGGESTIONS
 from storage.dialect import Database, connect
 from storage.errors import SchemaTooNew
 from storage.models import (
@@ -24,14 +25,18 @@ from storage.models import (
     Channel,
     Level,
     Limits,
+    NewProposal,
+    NewSuggestion,
+    Origin,
+    ProposalStatus,
     Seen,
     State,
+    SuggestionStatus,
     UsageTotals,
     Wanted,
     label_key,
 )
 from storage.schema import LATEST, STEPS, migrate
-from storage.suggestions import NewSuggestion
 from tests.pg import PgCluster, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -166,16 +171,14 @@ async def test_step_15_indexes_blocks_and_sums_usage_in_place(
         assert [(g.key, g.totals.prompt_tokens) for g in groups] == [("t:group:1", 30)]
 
 
-async def _release_store(
-    backend: str, tmp_path: Path, cluster: PgCluster | None, release: str = "5d1093f"
-) -> Store:
-    """A database made by release (5d1093f: its own tables, its own schema numbering; 1c7eede:
-    block history and proposals, one of them made on a block that changed since), opened by
-    this pinbot."""
+async def _release_copy(
+    backend: str, tmp_path: Path, cluster: PgCluster | None, release: str
+) -> dict[str, str]:
+    """A copy of the database release made on backend, not opened yet: where it is."""
     if backend == "sqlite":
         path = tmp_path / "release.sqlite3"
         shutil.copy(FIXTURES / f"release-{release}.sqlite3", path)
-        return await Store.open(path)
+        return {"path": str(path)}
     assert cluster is not None
     url = await fresh_database(cluster)
     connection = await asyncpg.connect(url)
@@ -186,7 +189,17 @@ async def _release_store(
         await connection.execute(sql)
     finally:
         await connection.close()
-    return await Store.open(url=url)
+    return {"path": "", "url": url}
+
+
+async def _release_store(
+    backend: str, tmp_path: Path, cluster: PgCluster | None, release: str = "5d1093f"
+) -> Store:
+    """A database made by release (5d1093f: its own tables, its own schema numbering; 1c7eede:
+    block history and proposals, one of them made on a block that changed since; 36c7ab2: rows
+    in every table, see fixtures/make_release_36c7ab2.py), opened by this pinbot."""
+    where = await _release_copy(backend, tmp_path, cluster, release)
+    return await Store.open(where["path"], url=where.get("url"))
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -244,9 +257,14 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
         await store.append_turn("telegram:direct:42", "again", "yes", now=NOW)
         # Pin suggestions and the compaction part of usage (the suggestions step) work on it.
         new = NewSuggestion("telegram:direct:42", "tz", "Lives in Lisbon.", "asked twice", "x")
-        added = await store.add_suggestion(new, now=NOW, expires_at=NOW, max_pending=1)
+        added = await store.add_decision(SUGGESTIONS, new, now=NOW, expires_at=NOW, max_pending=1)
         assert added is not None and added.number == 1
-        assert [s.new for s in await store.open_suggestions("telegram:direct:42")] == [new]
+        assert [
+            s.new
+            for s in await store.decisions(
+                SUGGESTIONS, "telegram:direct:42", ("pending", "dismissed")
+            )
+        ] == [new]
         used = UsageTotals(1, 10, 0, 5, 0, 0.0, 0)
         await store.add_usage(
             platform="telegram",
@@ -284,7 +302,7 @@ async def test_a_database_of_1c7eede_upgrades_and_its_pending_proposals_keep_the
         ]
         group = "telegram:group:-100123"
         _, marks = await store.scope_now(group)
-        fresh, stale = await store.pending_proposals(group)
+        fresh, stale = await store.decisions(PROPOSALS, group)
         assert fresh.new.base_version == marks["deadline"] != ""
         assert stale.new.base_version is None
         assert await store.integrity_ok()
@@ -316,3 +334,264 @@ async def test_a_database_of_1c7eede_gets_sensitive_blocks_with_nothing_of_its_o
         newest = (await store.versions(block.scope, block.label))[0]
         assert (newest.kind, newest.detail, newest.before) == (ChangeKind.SENSITIVE, "on", state)
         assert await store.integrity_ok()
+
+
+R36_DM, R36_GROUP = "telegram:direct:42", "telegram:group:-100123"
+# What release 36c7ab2's fixture holds, table by table (fixtures/make_release_36c7ab2.py), the
+# same on both backends; beside them SQLite's search index, and PostgreSQL's rate buckets (SQLite
+# keeps them in memory) and its record of the steps applied.
+R36_ROWS = {
+    "blocks": 14,
+    "block_versions": 32,
+    "budget_holds": 1,
+    "chat_leases": 1,
+    "history": 7,
+    "inbox": 3,
+    "proposals": 4,
+    "scope_calls": 3,
+    "scope_notes": 2,
+    "shared_audit": 11,
+    "suggestions": 4,
+    "usage": 4,
+    "usage_compaction": 1,
+    "usage_day_sums": 2,
+    "usage_window_sums": 3,
+    "usage_windows": 1,
+    "workers": 1,
+}
+R36_BACKEND_ROWS = {
+    "sqlite": {"blocks_search_noted": 1, "rate_buckets": 0},
+    "postgres": {"rate_buckets": 1, "pinbot_migrations": 18},
+}
+
+
+async def _row_counts(where: dict[str, str]) -> dict[str, int]:
+    """Every table of the database and its number of rows, read on a connection of its own."""
+    db = await _database(where)
+    try:
+        tables = await db.fetch(
+            db.pick(
+                sqlite="SELECT name FROM sqlite_master WHERE type = 'table'",
+                postgres="SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'public'",
+            )
+        )
+        return {t[0]: int(await db.fetchval(f'SELECT COUNT(*) FROM "{t[0]}"')) for t in tables}
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_database_of_36c7ab2_opens_keeping_every_row_as_it_was(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = request.getfixturevalue("pg_cluster") if backend == "postgres" else None
+    where = await _release_copy(backend, tmp_path, cluster, "36c7ab2")
+    held = await _row_counts(where)
+    assert {t: held.get(t) for t in R36_ROWS} == R36_ROWS
+    assert {t: held.get(t) for t in R36_BACKEND_ROWS[backend]} == R36_BACKEND_ROWS[backend]
+    async with await Store.open(where["path"], url=where.get("url")) as store:
+        assert await store.schema_version() == LATEST
+        assert await _row_counts(where) == held
+        # blocks of every level and state, two of them sensitive: kept whole, flag and all
+        found = [
+            (b.label, b.content, b.level, b.state, b.priority, b.sensitive, b.idle_calls)
+            for b in await store.blocks([R36_DM])
+        ]
+        strong, context = Level.STRONG, Level.CONTEXT
+        assert found == [
+            ("Rules", "Be brief.\nAnswer in English.", strong, State.PINNED, 5, False, None),
+            ("tone", "Friendly, informal.", strong, State.ACTIVE, 2, False, None),
+            ("bank", "IBAN DE89 3704 0044 0532 0130 00", strong, State.ACTIVE, 0, True, None),
+            ("city", "Lives in Lisbon.", context, State.ACTIVE, 0, True, None),
+            ("pet", "A cat named Miso.", context, State.ACTIVE, 0, False, None),
+            ("plan", "Trip in March.", context, State.IDLE, 0, False, 3),
+            ("diet", "Vegetarian.", context, State.ACTIVE, 0, False, None),
+        ]
+        (project,) = [b for b in await store.blocks(["feishu:direct:ou_1"]) if b.idle_since]
+        assert (project.label, project.idle_calls, project.created_at.date().isoformat()) == (
+            "project",
+            4,
+            "2026-11-11",
+        )
+        # versions: the states before each change, an undone edit, a removed label's, a clear
+        undo, edit, add = await store.versions(R36_DM, "pet")
+        assert [(v.kind, v.channel) for v in (undo, edit, add)] == [
+            (ChangeKind.EDIT, Channel.UNDO),
+            (ChangeKind.EDIT, Channel.COMMAND),
+            (ChangeKind.ADD, Channel.COMMAND),
+        ]
+        assert undo.before is not None and undo.before.content == "A dog named Miso."
+        assert edit.before == BlockState("A cat named Miso.", context, State.ACTIVE)
+        assert (edit.undone_by, undo.undone_by, add.before) == (undo.op, None, None)
+        turned = (await store.versions(R36_DM, "city"))[0]
+        assert (turned.kind, turned.detail, turned.before) == (
+            ChangeKind.SENSITIVE,
+            "on",
+            BlockState("Lives in Lisbon.", context, State.ACTIVE),
+        )
+        removed = (await store.versions(R36_DM, "notes"))[0]
+        assert removed.kind is ChangeKind.REMOVE and removed.before is not None
+        assert removed.before.content == "Some notes."
+        cleared = await store.versions("telegram:group:-100456", "a")
+        assert [v.kind for v in cleared] == [ChangeKind.CLEAR, ChangeKind.ADD]
+        assert [v.kind for v in await store.versions("feishu:direct:ou_1", "lang")] == [
+            ChangeKind.IMPORT
+        ]
+        # the group's audit trail, the sensitive label's contents masked, origins kept
+        withheld = "[sensitive content withheld]"
+        assert [
+            (e.kind, e.detail, e.label, e.old_content, e.new_content, e.channel)
+            for e in reversed(await store.audit_log(R36_GROUP, 20))
+        ] == [
+            (ChangeKind.ADD, "context", "deadline", None, "Friday 5pm", Channel.COMMAND),
+            (ChangeKind.EDIT, "", "deadline", "Friday 5pm", "Monday 9am", Channel.COMMAND),
+            (ChangeKind.ADD, "context", "style", None, "Use British spelling.", Channel.COMMAND),
+            (ChangeKind.ADD, "strong", "wifi", None, withheld, Channel.COMMAND),
+            (ChangeKind.SENSITIVE, "on", "wifi", withheld, withheld, Channel.COMMAND),
+            (
+                *(ChangeKind.ADD, "context pinned", "pinned message", None, "Meeting room B."),
+                Channel.TELEGRAM_PIN,
+            ),
+            (ChangeKind.ADD, "context", "lunch", None, "Lunch at noon.", Channel.PROPOSAL),
+        ]
+        (pinned,) = [e for e in await store.audit_log(R36_GROUP, 20) if e.label == "lunch"]
+        assert pinned.origin == Origin(proposal=2)
+        # decided proposals and suggestions stay decided
+        statuses = [await store.decision(PROPOSALS, R36_GROUP, n) for n in (2, 3, 4)]
+        assert [(p.status, p.decided_by) for p in statuses if p is not None] == [
+            (ProposalStatus.APPLIED, "7"),
+            (ProposalStatus.REJECTED, "7"),
+            (ProposalStatus.EXPIRED, ""),
+        ]
+        assert [
+            (s.number, s.status)
+            for s in await store.decisions(SUGGESTIONS, R36_DM, ("pending", "dismissed"))
+        ] == [
+            (1, SuggestionStatus.PENDING),
+            (2, SuggestionStatus.DISMISSED),
+        ]
+        assert await store.shown_at(SUGGESTIONS, R36_DM, "42", "77")
+        # history (the summary first), counts, notes, usage and its kept sums
+        assert [(e.role, e.content) for e in await store.history(R36_DM)] == [
+            ("summary", "The user asked question 1."),
+            ("user", "question 2"),
+            ("assistant", "answer 2"),
+            ("user", "question 3"),
+            ("assistant", "answer 3"),
+        ]
+        assert [await store.model_calls(s) for s in (R36_DM, "feishu:direct:ou_1")] == [3, 9]
+        assert await store.notes(R36_GROUP) == {"chatpin": "The pinned message is too long."}
+        day = "2026-12-01"
+        used = await store.sender_usage("telegram", "42", day, day)
+        assert replace(used, cost=0.0) == UsageTotals(3, 500, 20, 110, 1, 0.0, 2)
+        assert used.cost == pytest.approx(0.002)
+        compaction = await store.sender_usage("telegram", "42", day, day, compaction=True)
+        assert compaction == UsageTotals(1, 300, 0, 60, 0, 0.0, 0)
+        assert await store.group_usage(R36_GROUP, "2026-11-30", day) == UsageTotals(
+            3, 450, 100, 100, 0, 0.0, 0
+        )
+        users, groups = await store.usage_report("2026-11-25", 10, window=7)
+        assert [(u.key, u.totals.billed_tokens) for u in users] == [("42", 610), ("7", 550)]
+        assert [(g.key, g.totals.billed_tokens) for g in groups] == [(R36_GROUP, 550)]
+        per_day = await store.usage_days("2026-11-30")
+        assert [(d, t.billed_tokens) for d, t in per_day] == [("2026-11-30", 60), (day, 1100)]
+        # the search index: the block changed after it was last caught up is indexed now
+        monkeypatch.setattr(search, "HEAD_ROWS", 1)  # so that a search reads the index
+        assert await store.catch_up_search() == (1 if backend == "sqlite" else 0)
+        for term, label in (("MISO", "pet"), ("noon", "lunch"), ("Atlas", "project")):
+            assert [b.label for b in await store.search_blocks(term, limit=10)] == [label]
+        assert await store.integrity_ok()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writes(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    cluster = request.getfixturevalue("pg_cluster") if backend == "postgres" else None
+    where = await _release_copy(backend, tmp_path, cluster, "36c7ab2")
+    async with await Store.open(where["path"], url=where.get("url")) as store:
+        # the pending proposal was made on the block as it still is: approving it applies
+        (pending,) = await store.decisions(PROPOSALS, R36_GROUP)
+        blocks, marks = await store.scope_now(R36_GROUP)
+        (style,) = [b for b in blocks if b.label == "style"]
+        assert (pending.number, pending.new.label, pending.new.content) == (
+            1,
+            "style",
+            "Use Oxford spelling.",
+        )
+        assert pending.new.base_version == marks["style"] != ""
+        assert (pending.chat, pending.message_id) == ("-100123", "901")
+        wanted = BlockState("Use Oxford spelling.", Level.CONTEXT, State.ACTIVE)
+        approve = BlockChange(
+            R36_GROUP,
+            (Wanted("style", wanted),),
+            Change("7", Channel.PROPOSAL, Origin(proposal=1)),
+            {"style": Seen(style, marks["style"])},
+            audited=True,
+        )
+        await store.apply_change(approve, now=NOW, limits=Limits(20))
+        decided = await store.decision(PROPOSALS, R36_GROUP, 1)
+        assert decided is not None and decided.status is ProposalStatus.APPLIED
+        assert [b.content for b in await store.blocks([R36_GROUP]) if b.label == "style"] == [
+            "Use Oxford spelling."
+        ]
+        # the pending suggestion is still there to decide
+        (suggested,) = [
+            s
+            for s in await store.decisions(SUGGESTIONS, R36_DM, ("pending", "dismissed"))
+            if s.number == 1
+        ]
+        assert (suggested.new.label, suggested.new.content) == (
+            "tz",
+            "Lives in the Lisbon time zone.",
+        )
+        assert await store.decide_once(SUGGESTIONS, R36_DM, 1, SuggestionStatus.PINNED, now=NOW)
+        # the waiting update is the chat's next; the processed one is not
+        chat = "telegram:-100123"
+        waiting = await store.next_update(chat)
+        assert waiting is not None and waiting.payload == '{"update_id": 1002}'
+        assert await store.next_update("telegram:42") is None
+        assert await store.finish_update(waiting.seq, now=NOW) is None
+        # new rows in every kind of table, their ids after the release's
+        await store.register_worker(now=NOW)
+        arrival = await store.record_update(
+            "telegram", "1003", chat=chat, position=1003, payload="{}", now=NOW
+        )
+        assert arrival.recorded and arrival.first is not None and arrival.first.seq == 4
+        assert not (
+            await store.record_update(
+                "telegram", "1002", chat=chat, position=1002, payload="{}", now=NOW
+            )
+        ).recorded
+        release_ids = {b.id for b in await store.blocks([R36_DM, R36_GROUP])}
+        added = BlockChange(
+            R36_DM,
+            (Wanted("pets", BlockState("Two cats.", Level.CONTEXT, State.ACTIVE)),),
+            Change("42", Channel.COMMAND),
+            {label_key("pets"): None},
+        )
+        await store.apply_change(added, now=NOW, limits=Limits(20))
+        (pets,) = [b for b in await store.blocks([R36_DM]) if b.label == "pets"]
+        assert pets.id > max(release_ids)
+        await store.append_turn(R36_DM, "again", "yes", now=NOW)
+        assert [e.content for e in await store.history(R36_DM)][-2:] == ["again", "yes"]
+        proposed = NewProposal(R36_GROUP, "menu", "Pizza.", None, None, "asked", "model")
+        made = await store.add_decision(PROPOSALS, proposed, now=NOW, expires_at=NOW, max_pending=5)
+        assert made is not None and made.number == 5
+        new = NewSuggestion(R36_DM, "lang", "Speaks Portuguese.", "asked", "speaksportuguese")
+        suggestion = await store.add_decision(
+            SUGGESTIONS, new, now=NOW, expires_at=NOW, max_pending=5
+        )
+        assert suggestion is not None and suggestion.number == 5
+        used = UsageTotals(1, 10, 0, 5, 0, 0.0, 0)
+        day = "2026-12-01"
+        await store.add_usage(
+            platform="telegram", sender="42", day=day, group_key="", usage=used, compaction=True
+        )
+        assert (await store.sender_usage("telegram", "42", day, day)).calls == 4
+        assert (await store.sender_usage("telegram", "42", day, day, compaction=True)).calls == 2
+        assert await store.integrity_ok()
+    counts = await _row_counts(where)
+    grown = {"blocks": 15, "inbox": 4, "workers": 2, "proposals": 5, "suggestions": 5}
+    assert {t: counts[t] for t in grown} == grown

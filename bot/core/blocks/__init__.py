@@ -7,6 +7,7 @@ from bot.core.blocks.ops import BlockOps, Done, Outcome, Refused, Target, find_b
 from bot.core.blocks.review import (
     PRIORITY_MAX,
     PRIORITY_MIN,
+    RULE_TEXTS,
     BlockPolicy,
     Rule,
     count_refusal,
@@ -37,6 +38,7 @@ __all__ = [
     "PREVIEW_CHARS",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "RULE_TEXTS",
     "BlockHistory",
     "BlockOps",
     "BlockPolicy",

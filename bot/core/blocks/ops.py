@@ -80,11 +80,12 @@ class Target:
         """The speaker's personal or the group's shared scope, or why pins do not work here.
         Changes through the agent tools are the model's; the others the speaker's."""
         speaker, conversation = context.speaker, context.conversation
-        if not speaker.pins_on:
-            return Refused(speaker.refusal or "Pins are not available here.")
+        if speaker.refusal:  # pins are off: why, as review's permission check says it
+            return refusal(Rule.NOT_ALLOWED, reason=speaker.refusal)
         scope = conversation.shared_scope if shared else conversation.personal_scope
-        if scope is None:  # resolve_access grants a role only where both scopes exist
-            return Refused("Pins are not available here.")
+        # resolve_access grants a role only where both scopes exist
+        if not speaker.pins_on or scope is None:
+            return refusal(Rule.PINS_OFF)
         group = conversation.kind is ChatKind.GROUP
         actor = "model" if channel is Channel.TOOL else context.actor
         return cls(scope, shared, group, speaker, Change(actor, channel))

@@ -2,9 +2,9 @@
 and restore, a proposal's approval, the agent tools, import, the chat's pinned message, the web
 page): default levels, label and content rules, the credential check, priorities, permissions,
 the pinned blocks the model may not touch, limits and the character budget; and idle retention
-and the token warning. `BlockPolicy.review` is the one check of a change; every refusal it (or
-the store, for what it enforces atomically) gives has a code (`Rule`) and one English text here,
-which says what to do."""
+and the token warning. `BlockPolicy.review` is the one check of a change. Every refusal the bot
+gives (of a block rule, or of how something was asked: `Rule.block_rule`) has a code (`Rule`)
+and one English text here, which says what to do."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ MAX_RECORDED_CHARS = 200  # of an actor, an operation id or a detail that an imp
 
 
 class Rule(StrEnum):
-    """Why a block change was refused: one code per rule, each with one text (RULE_TEXTS)."""
+    """Why something was refused: one code per rule, each with one text (RULE_TEXTS); most
+    are rules of blocks (block_rule), the rest say why what was asked cannot be done."""
 
     LABEL_EMPTY = "label-empty"
     LABEL_TOO_LONG = "label-too-long"
@@ -84,6 +85,51 @@ class Rule(StrEnum):
     MISSING = "missing"
     STALE = "stale"
     BUSY = "busy"
+    AS_IT_WAS = "as-it-was"
+    # --- Not block rules from here on (block_rule): what was asked cannot be done as asked.
+    PINS_OFF = "pins-off"
+    NO_HISTORY = "no-history"
+    NOTHING_TO_UNDO = "nothing-to-undo"
+    NO_VERSION = "no-version"
+    VERSION_ABSENT = "version-absent"
+    ADD_NEEDS_CONTENT = "add-needs-content"
+    REPLY_UNREADABLE = "reply-unreadable"
+    REPLY_NO_TEXT = "reply-no-text"
+    REPLY_COMMAND = "reply-command"
+    REPLY_TOO_LONG = "reply-too-long"
+    TOOLS_PERSONAL = "tools-personal"
+    TOOL_NOT_JSON = "tool-not-json"
+    TOOL_NOT_OBJECT = "tool-not-object"
+    TOOL_UNKNOWN = "tool-unknown"
+    TOOL_ARGUMENTS = "tool-arguments"
+    PROPOSALS_SHARED_ONLY = "proposals-shared-only"
+    # --- The decisions package's refusals (proposals.py, suggestions.py), for its rewrite to
+    # use; the two that wrap a block rule's refusal (*_NOT_*) are block rules.
+    PROPOSAL_SAME = "proposal-same"
+    PROPOSALS_FULL = "proposals-full"
+    NO_PROPOSAL = "no-proposal"
+    PROPOSAL_DECIDED = "proposal-decided"
+    PROPOSAL_EXPIRED = "proposal-expired"
+    PROPOSAL_NOT_APPLIED = "proposal-not-applied"
+    ADMINS_ONLY = "admins-only"
+    SUGGESTIONS_DM_ONLY = "suggestions-dm-only"
+    NO_SUGGESTION = "no-suggestion"
+    SUGGESTION_DECIDED = "suggestion-decided"
+    SUGGESTION_EXPIRED = "suggestion-expired"
+    SUGGESTION_NOT_SAVED = "suggestion-not-saved"
+
+    @property
+    def block_rule(self) -> bool:
+        """Whether this is a rule of blocks (counted as `block_rules` in bot.metrics), not a
+        refusal of how something was asked (a tool's arguments, a decided proposal, ...)."""
+        return self in _BLOCK_RULES
+
+
+# The block rules: those before PINS_OFF, and the decisions' refusals that wrap one.
+_BLOCK_RULES = frozenset(list(Rule)[: list(Rule).index(Rule.PINS_OFF)]) | {
+    Rule.PROPOSAL_NOT_APPLIED,
+    Rule.SUGGESTION_NOT_SAVED,
+}
 
 
 # Each rule's text; {noun} names the scope's blocks ("your blocks"), {pin} the command that
@@ -160,6 +206,71 @@ RULE_TEXTS: dict[Rule, str] = {
         "to see it as it is now."
     ),
     Rule.BUSY: "The blocks changed while saving; nothing was saved. Please try again.",
+    # An undo or restore that a rule of now refuses: because is that rule's refusal.
+    Rule.AS_IT_WAS: "{labels} cannot come back as it was: {because}",
+    Rule.PINS_OFF: "Pins are not available here.",
+    Rule.NO_HISTORY: (
+        "No changes to a block labelled '{label}' are kept in {noun}. Send {pin} list to see "
+        "the blocks."
+    ),
+    Rule.NOTHING_TO_UNDO: "There is nothing to undo in {noun}.",
+    Rule.NO_VERSION: "'{label}' has {kept} in {noun}; send {pin} history {label} to see them.",
+    Rule.VERSION_ABSENT: (
+        "Version {number} of '{label}' is the block's absence; to remove the block, send "
+        "{pin} remove {label}."
+    ),
+    Rule.ADD_NEEDS_CONTENT: (
+        "The block '{label}' needs content after its label, or send the command as a reply to "
+        "the message to pin (without content).\nUsage: {pin} {usage}"
+    ),
+    # Why the platform would not give the replied message: its adapter words it.
+    Rule.REPLY_UNREADABLE: "{problem}",
+    Rule.REPLY_NO_TEXT: (
+        "The message you replied to has no text to pin (a photo without a caption, a sticker, "
+        "a file). Write the content after the label instead."
+    ),
+    Rule.REPLY_COMMAND: (
+        "The message you replied to is itself a /pin command; reply to the message you want to pin."
+    ),
+    Rule.REPLY_TOO_LONG: (
+        "The message you replied to is {length:,} characters long; the limit is {limit:,} "
+        "(pins.max_content_length). Quote the part to pin (select it and reply), or write the "
+        "content after the label."
+    ),
+    # What the model is told (after "Refused: ").
+    Rule.TOOLS_PERSONAL: (
+        "The tools work only on the speaker's personal blocks; shared group blocks are managed "
+        "by the group's shared admins with /pin shared."
+    ),
+    Rule.TOOL_NOT_JSON: "the arguments are not valid JSON.",
+    Rule.TOOL_NOT_OBJECT: "the arguments must be a JSON object.",
+    Rule.TOOL_UNKNOWN: "there is no tool named '{name}'.",
+    Rule.TOOL_ARGUMENTS: "invalid arguments for {name}: {problem}",
+    Rule.PROPOSALS_SHARED_ONLY: "proposals are for a group's shared blocks; use the set tool here.",
+    # --- The decisions package's (see Rule); {decided} is how it was decided ("approved").
+    Rule.PROPOSAL_SAME: "the shared block '{label}' already has this content.",
+    Rule.PROPOSALS_FULL: (
+        "this group already has {limit} pending proposals (pins.max_pending_proposals); wait "
+        "until an admin decides one."
+    ),
+    Rule.NO_PROPOSAL: (
+        "There is no proposal #{number} in this group. Send /pin shared proposals to see the "
+        "pending ones."
+    ),
+    Rule.PROPOSAL_DECIDED: "Proposal #{number} was {decided} already.",
+    Rule.PROPOSAL_EXPIRED: "Proposal #{number} expired without a decision; nothing changed.",
+    Rule.PROPOSAL_NOT_APPLIED: "Proposal #{number} could not be applied: {because}",
+    Rule.ADMINS_ONLY: "Only this group's shared admins can approve or reject proposals.",
+    Rule.SUGGESTIONS_DM_ONLY: (
+        "Pin suggestions are made in DMs; in a group the model's suggestions become proposals "
+        "to its shared admins (/pin shared proposals)."
+    ),
+    Rule.NO_SUGGESTION: (
+        "There is no pin suggestion #{number} here. Send /pin suggestions to see the waiting ones."
+    ),
+    Rule.SUGGESTION_DECIDED: "Suggestion #{number} was {decided} already.",
+    Rule.SUGGESTION_EXPIRED: "Suggestion #{number} expired; nothing was saved.",
+    Rule.SUGGESTION_NOT_SAVED: "Suggestion #{number} was not saved: {because}",
 }
 
 
@@ -172,11 +283,11 @@ class Done:
 
 @dataclass(frozen=True)
 class Refused:
-    """The operation changed nothing; reason says why and how to fix it, in English; code names
-    the block rule that refused it (None: not a block rule, e.g. an unknown tool)."""
+    """The operation changed nothing; reason says why and how to fix it, in English: the text
+    of code, the rule that refused it. Built only by `refusal`."""
 
     reason: str
-    code: Rule | None = None
+    code: Rule
 
 
 Outcome = Done | Refused
@@ -219,7 +330,7 @@ def count_refusal(outcome: Outcome) -> Outcome:
     """outcome, counted (bot.metrics) when a block rule refused it: called where an outcome
     reaches whoever asked (a reply, the model, the web page), never where a refusal is built
     (a refusal may be built and never given)."""
-    if isinstance(outcome, Refused) and outcome.code is not None:
+    if isinstance(outcome, Refused) and outcome.code.block_rule:
         metrics.refused("block_rules")
     return outcome
 

@@ -65,10 +65,7 @@ class BlockHistory:
         """The label's versions, newest first, numbered: 1 is the block as it is now."""
         versions = await self._store.versions(target.scope, label)
         if not versions:
-            return Refused(
-                f"No changes to a block labelled '{label}' are kept in {target.noun()}. "
-                f"Send {target.command('list')} to see the blocks."
-            )
+            return refusal(Rule.NO_HISTORY, target.where, label=label)
         states = await self._states(target, label, versions)
         pins = self._policy.pins
         lines = [
@@ -122,7 +119,7 @@ class BlockHistory:
         if not versions:
             if problem := await self._ops.may_change(target):
                 return problem
-            return Refused(f"There is nothing to undo in {target.noun()}.")
+            return refusal(Rule.NOTHING_TO_UNDO, target.where)
         wanted: dict[str, Wanted] = {}
         for version in versions:  # the first version of a label holds its state before
             wanted.setdefault(
@@ -145,26 +142,21 @@ class BlockHistory:
         )
 
     async def restore(self, target: Target, label: str, number: int | None) -> Outcome:
-        """Bring back version number (default: the one before now) of a block, also of a
-        removed one; over a block that exists now it is an edit."""
+        """Bring back version number (None: the one before now; a number /pin history does not
+        show is refused) of a block, also of a removed one; over a block that exists now it is
+        an edit."""
         if problem := await self._ops.may_change(target):
             return problem
         now = await self._ops.scope_now(target)  # before the versions, as in undo
         versions = await self._store.versions(target.scope, label)
         states = await self._states(target, label, versions) if versions else []
-        number = number or 2
+        number = 2 if number is None else number
         if not 1 <= number <= len(states):
             kept = f"versions 1 to {len(states)}" if states else "no versions"
-            return Refused(
-                f"'{label}' has {kept} in {target.noun()}; send "
-                f"{target.command('history')} {label} to see them."
-            )
+            return refusal(Rule.NO_VERSION, target.where, label=label, kept=kept)
         state, made_by = states[number - 1]
         if state is None:
-            return Refused(
-                f"Version {number} of '{label}' is the block's absence; to remove the block, send "
-                f"{target.command('remove')} {label}."
-            )
+            return refusal(Rule.VERSION_ABSENT, target.where, number=number, label=label)
         if number == 1:
             return Done(f"'{versions[0].label}' is already as version 1 (now).")
         created = next((v.created_at for v in versions if v.created_at), None)
@@ -198,8 +190,7 @@ class BlockHistory:
         if isinstance(applied, Refused):
             if applied.code in _AS_IT_WAS:
                 labels = ", ".join(f"'{want.label}'" for want in wanted if want.state)
-                reason = f"{labels} cannot come back as it was: {applied.reason}"
-                return Refused(reason, applied.code)
+                return refusal(Rule.AS_IT_WAS, labels=labels, because=applied.reason)
             return applied
         return _summary(applied), kept_note(target, wanted, applied)
 

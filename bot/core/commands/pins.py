@@ -61,7 +61,7 @@ class PinService:
         """
         speaker = context.speaker
         if not speaker.pins_on:
-            return Reply.refused(speaker.refusal or "Pins are not available here.")
+            return Reply.refused(speaker.refusal or refusal(Rule.PINS_OFF).reason)
         if command.shared and speaker.listed_role is Role.DM_USER:
             return Reply.refused(refusal_for(Role.DM_USER, Action.SHARED_READ))
         if command.verb is Verb.HELP:
@@ -158,31 +158,22 @@ class PinService:
         quoted = await context.replied() if context.replied else None
         if quoted is None:
             usage = USAGE["add"] if command.level is None else USAGE["add-strong"]
-            return Refused(
-                f"The block '{command.label}' needs content after its label, or send the "
-                "command as a reply to the message to pin (without content).\n"
-                f"Usage: {target.command(usage.removeprefix('/pin '))}"
+            return refusal(
+                Rule.ADD_NEEDS_CONTENT,
+                target.where,
+                label=command.label,
+                usage=usage.removeprefix("/pin "),
             )
         if quoted.problem:
-            return Refused(quoted.problem)
+            return refusal(Rule.REPLY_UNREADABLE, problem=quoted.problem)
         text = (quoted.text or "").strip()
         if not text:
-            return Refused(
-                "The message you replied to has no text to pin (a photo without a caption, a "
-                "sticker, a file). Write the content after the label instead."
-            )
+            return refusal(Rule.REPLY_NO_TEXT)
         if split_command(text)[0] in ("pin", "sticky"):
-            return Refused(
-                "The message you replied to is itself a /pin command; reply to the message you "
-                "want to pin."
-            )
+            return refusal(Rule.REPLY_COMMAND)
         limit = self._pins.max_content_length
         if len(text) > limit:
-            return Refused(
-                f"The message you replied to is {len(text):,} characters long; the limit is "
-                f"{limit:,} (pins.max_content_length). Quote the part to pin (select it and "
-                "reply), or write the content after the label."
-            )
+            return refusal(Rule.REPLY_TOO_LONG, length=len(text), limit=limit)
         return text, Origin(quoted.message_id, quoted.author)
 
     async def _log(self, target: Target, count: int) -> str:

@@ -18,7 +18,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, find_block, shown_content
+from bot.core.blocks import (
+    BlockOps,
+    Done,
+    Outcome,
+    Refused,
+    Rule,
+    Target,
+    find_block,
+    refusal,
+    shown_content,
+)
 from bot.core.decisions import Proposals
 from bot.core.people import ChatKind, MessageContext
 from bot.llm.base import Tool
@@ -313,10 +323,7 @@ STICKY_TOOLS = ToolSet(
 )
 TOOL_SETS: dict[str, ToolSet] = {tools.name: tools for tools in (PIN_TOOLS, STICKY_TOOLS)}
 
-SHARED_REFUSAL = Refused(
-    "The tools work only on the speaker's personal blocks; shared group blocks are managed by "
-    "the group's shared admins with /pin shared."
-)
+SHARED_REFUSAL = refusal(Rule.TOOLS_PERSONAL)
 NEXT_TURN = " It applies from the next turn."
 
 
@@ -356,9 +363,9 @@ class PinTools:
         try:
             raw = json.loads(arguments or "{}")
         except json.JSONDecodeError:
-            return Refused("the arguments are not valid JSON.")
+            return refusal(Rule.TOOL_NOT_JSON)
         if not isinstance(raw, dict):
-            return Refused("the arguments must be a JSON object.")
+            return refusal(Rule.TOOL_NOT_OBJECT)
         if raw.pop("scope", "personal") != "personal":
             return SHARED_REFUSAL
         target = Target.of(context, shared=False, channel=Channel.TOOL)
@@ -366,18 +373,18 @@ class PinTools:
             return target
         tool = self.tools.find(name)
         if tool is None:
-            return Refused(f"there is no tool named '{name}'.")
+            return refusal(Rule.TOOL_UNKNOWN, name=name)
         try:
             args = tool.arguments(raw)
         except _Invalid as invalid:
-            return Refused(f"invalid arguments for {name}: {invalid}")
+            return refusal(Rule.TOOL_ARGUMENTS, name=name, problem=invalid)
         if isinstance(args, ProposeArgs):
             return await self._propose(context, args)
         return await self._handlers[tool.op](target, args)
 
     async def _propose(self, context: MessageContext, args: ProposeArgs) -> Outcome:
         if self._proposals is None or context.conversation.kind is not ChatKind.GROUP:
-            return Refused("proposals are for a group's shared blocks; use the set tool here.")
+            return refusal(Rule.PROPOSALS_SHARED_ONLY)
         return await self._proposals.propose(
             context,
             args.label,
@@ -431,7 +438,7 @@ class PinTools:
         if args.label is not None:
             found = find_block(blocks, args.label)
             if found is None:
-                return Refused(f"there is no block labelled '{args.label}'.")
+                return refusal(Rule.MISSING, target.where, label=args.label)
             blocks = [found]
         listed = [self.tools.record(b, self.tools.label) for b in blocks]
         return Done(json.dumps(listed, ensure_ascii=False))

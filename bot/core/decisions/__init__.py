@@ -1,5 +1,5 @@
 """What the model proposes and what people decide: shared-block proposals and pin suggestions,
-numbered, expiring, and decided once."""
+two kinds of one decision (bot.core.decisions.decision): numbered, expiring, decided once."""
 
 from bot.core.decisions.proposals import ADMINS_ONLY, Proposals, parse_tap
 from bot.core.decisions.suggestions import Place, Suggestions, is_suggestion_tap, suggestion_tap

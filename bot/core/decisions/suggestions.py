@@ -17,62 +17,50 @@ none while the scope is at its block limit or character budget (said once); each
 from __future__ import annotations
 
 import logging
-import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 
 from bot.clock import Clock, utc_now
 from bot.config import PinsConfig
-from bot.core.blocks import BlockOps, Done, Outcome, Refused, Target, default_level, text_problem
+from bot.core.blocks import (
+    BlockOps,
+    Done,
+    Outcome,
+    Refused,
+    Rule,
+    Target,
+    default_level,
+    refusal,
+    text_problem,
+)
+from bot.core.decisions.decision import Decisions
 from bot.core.decisions.proposals import MAX_REASON_CHARS, Proposals
 from bot.core.people import ChatKind, MessageContext
-from bot.core.replies import Button, Messenger, Reply, Sent
+from bot.core.replies import Reply, Sent
 from bot.llm.suggest import Candidate
 from bot.secrets import credential_kind
 from storage import Store
-from storage.models import label_key
-from storage.suggestions import NewSuggestion, Suggestion, SuggestionStatus
+from storage.decisions import PROPOSALS, SUGGESTIONS
+from storage.models import (
+    NewSuggestion,
+    ProposalStatus,
+    Suggestion,
+    SuggestionStatus,
+    label_key,
+)
 
 log = logging.getLogger(__name__)
-PIN, DISMISS = "pin", "dismiss"
-TAP_PREFIX = "pinbot:suggestion:"  # a button's data: pinbot:suggestion:pin:3
-MAX_NUMBER = 10**9
 MAX_PENDING = 20  # pending suggestions a scope holds at once; older ones expire meanwhile
 MODEL = "model"  # who a group's proposal from a suggestion is from, as the audit trail says it
 IN_PROPOSALS = "Suggested by the model at compaction"  # the start of such a proposal's reason
 FULL_NOTE = "suggestions-full"  # the scope note that says suggestions wait for room
-IN_GROUPS = (
-    "Pin suggestions are made in DMs; in a group the model's suggestions become proposals to "
-    "its shared admins (/pin shared proposals)."
-)
-_DECIDED = {
-    SuggestionStatus.PINNED: "pinned",
-    SuggestionStatus.DISMISSED: "dismissed",
-    SuggestionStatus.EXPIRED: "expired",
-}
-
-
-def tap_data(verb: str, number: int) -> str:
-    """What a suggestion button tells the bot when tapped."""
-    return f"{TAP_PREFIX}{verb}:{number}"
-
-
-def suggestion_tap(data: str) -> tuple[bool, int] | None:
-    """(pin?, number) of a suggestion button's data; None for data that is not one (forged
-    data included: only ASCII digits make a number)."""
-    verb, _, number = data.removeprefix(TAP_PREFIX).partition(":")
-    if not data.startswith(TAP_PREFIX) or verb not in (PIN, DISMISS):
-        return None
-    if not re.fullmatch(r"[1-9][0-9]{0,9}", number, flags=re.ASCII) or int(number) > MAX_NUMBER:
-        return None
-    return verb == PIN, int(number)
+POSTING = "a pin suggestion message"  # what a failure to post is logged as
 
 
 def is_suggestion_tap(data: str) -> bool:
     """Whether a button's data is a suggestion's (these buttons are only ever in DMs)."""
-    return data.startswith(TAP_PREFIX)
+    return data.startswith(f"pinbot:{Suggestions.noun}:")
 
 
 def content_key(text: str) -> str:
@@ -99,9 +87,10 @@ class Place:
     group: bool
 
 
-class Suggestions:
-    """Checks, stores, shows and decides the model's pin suggestions; posts them through the
-    messenger the platform adapter sets, and updates their messages once decided."""
+class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
+    """Checks, stores, shows and decides the model's pin suggestions."""
+
+    noun, verbs, _kind = "suggestion", ("pin", "dismiss"), SUGGESTIONS
 
     def __init__(
         self,
@@ -111,12 +100,8 @@ class Suggestions:
         pins: PinsConfig,
         clock: Clock = utc_now,
     ) -> None:
-        self._store = store
-        self._ops = ops
+        super().__init__(store, ops, pins, clock)
         self._proposals = proposals
-        self._pins = pins
-        self._clock = clock
-        self.messenger: Messenger | None = None
 
     # --- where, and whether ---------------------------------------------------------------------
 
@@ -182,7 +167,7 @@ class Suggestions:
             # The note stays until the next compaction finds room: no figure to go stale.
             note = f"{said} ({setting}). {remove}"
             await self._store.set_note(place.scope, FULL_NOTE, note, now=now)
-            await self._post(place.chat, Reply(f"{said} ({now_at}, {setting}). {remove}"))
+            await self._post(place.chat, Reply(f"{said} ({now_at}, {setting}). {remove}"), POSTING)
         return False
 
     # --- checking and offering --------------------------------------------------------------
@@ -210,7 +195,7 @@ class Suggestions:
                     why = outcome.code or "refused"
                     log.info("a suggestion for %s was not proposed: %s", place.scope, why)
                     continue
-            elif not await self._add(place, candidate):
+            elif not await self._offer(place, candidate):
                 break
             shown += 1
         log.info(
@@ -227,12 +212,14 @@ class Suggestions:
         budget = self._ops.policy.limits.max_total_chars
         room = budget - sum(len(block.content) for block in blocks) if budget else None
         if place.group:
-            for proposal in await self._store.pending_proposals(place.scope):
-                labels.add(label_key(proposal.new.label))
+            ours = await self._store.decisions(PROPOSALS, place.scope, ("pending", "rejected"))
+            for proposal in ours:
+                if proposal.status is ProposalStatus.PENDING:
+                    labels.add(label_key(proposal.new.label))
                 contents.add(content_key(proposal.new.content))
-            contents.update(map(content_key, await self._store.rejected_contents(place.scope)))
         else:
-            for kept in await self._store.open_suggestions(place.scope):
+            kept_ones = ("pending", "dismissed")
+            for kept in await self._store.decisions(SUGGESTIONS, place.scope, kept_ones):
                 # Compared as content_key compares now, not as it did when they were stored.
                 if kept.status is SuggestionStatus.DISMISSED:
                     contents.add(content_key(kept.new.content))
@@ -273,112 +260,61 @@ class Suggestions:
         kind = credential_kind(whole)
         return None if kind is None else f"looks like {kind}"
 
-    async def _add(self, place: Place, candidate: Candidate) -> bool:
+    async def _offer(self, place: Place, candidate: Candidate) -> bool:
         """Store one suggestion and post its message; False when the scope holds MAX_PENDING."""
-        now = self._clock()
         new = NewSuggestion(
-            place.scope,
-            candidate.label,
-            candidate.content,
-            candidate.reason.strip(),
+            *(place.scope, candidate.label, candidate.content, candidate.reason.strip()),
             content_key(candidate.content),
         )
-        ttl = timedelta(hours=self._pins.proposal_ttl_hours)
-        suggestion = await self._store.add_suggestion(
-            new, now=now, expires_at=now + ttl, max_pending=MAX_PENDING
-        )
-        if suggestion is None:
+        if (suggestion := await self._add(new, MAX_PENDING)) is None:
             return False
-        sent = await self._post(place.chat, self.shown(suggestion))
-        if sent is not None:
-            await self._store.set_suggestion_message(
-                place.scope, suggestion.number, sent.chat, sent.message_id
-            )
+        await self._show(place.chat, suggestion, POSTING)
         return True
 
     async def shows(self, scope: str, number: int | None, message: Sent) -> bool:
         """Whether message is the one that shows suggestion number of scope (with None: any
         of its suggestions)."""
         if number is None:
-            return await self._store.suggestion_at(scope, message.chat, message.message_id)
-        suggestion = await self._store.suggestion(scope, number)
-        return suggestion is not None and (suggestion.chat, suggestion.message_id) == (
-            message.chat,
-            message.message_id,
-        )
-
-    async def _post(self, chat: str, reply: Reply) -> Sent | None:
-        """Post in chat; None when nothing could be posted. A platform's failure costs the
-        message only (the suggestion stays listed by /pin suggestions), never the turn or the
-        summary that the compaction is making."""
-        if self.messenger is None or not chat:
-            return None
-        try:
-            return await self.messenger.send(chat, reply)
-        except Exception as error:  # any platform's failure: core knows none of their errors
-            # The error's type only: what a platform says may quote the message.
-            log.warning("posting a pin suggestion message failed (%s)", type(error).__name__)
-            return None
+            return await self._store.shown_at(SUGGESTIONS, scope, message.chat, message.message_id)
+        suggestion = await self._store.decision(SUGGESTIONS, scope, number)
+        shown = suggestion and (suggestion.chat, suggestion.message_id)
+        return shown == (message.chat, message.message_id)
 
     # --- showing --------------------------------------------------------------------------------
 
-    def shown(self, suggestion: Suggestion, note: str = "") -> Reply:
-        """The suggestion's message: what it would pin and why; with buttons while pending (and
-        note, why a Pin did not save it), the outcome in their place once decided."""
+    def _shown(self, suggestion: Suggestion) -> list[str]:
         new, number = suggestion.new, suggestion.number
-        level = default_level(False).value
         lines = [
             f"Pin suggestion #{number}, from our earlier conversation:",
             f"{one_line(new.label)}: {one_line(new.content)}",
         ]
         if new.reason:
             lines.append(f"Why: {one_line(new.reason)}")
-        if suggestion.status is SuggestionStatus.PENDING:
-            if note:
-                lines.append(f"Not saved: {note}")
-            hours = self._pins.proposal_ttl_hours
-            lines.append(
-                f"Pin saves it as a {level} block; Dismiss forgets it for good. Or send "
-                f"/pin accept {number} or /pin dismiss {number} (within {hours} hours)."
-            )
-            buttons = (
-                Button("Pin", tap_data(PIN, number)),
-                Button("Dismiss", tap_data(DISMISS, number)),
-            )
-            return Reply("\n".join(lines), buttons=buttons)
-        lines.append(
-            {
-                SuggestionStatus.PINNED: "Pinned: saved.",
-                SuggestionStatus.DISMISSED: "Dismissed; it will not be suggested again.",
-                SuggestionStatus.EXPIRED: "Expired; nothing was saved.",
-            }[suggestion.status]
-        )
-        return Reply("\n".join(lines), buttons=())
+        outcomes = {
+            SuggestionStatus.PENDING: f"Pin saves it as a {default_level(False).value} block; "
+            f"Dismiss forgets it for good. Or send /pin accept {number} or /pin dismiss {number} "
+            f"(within {self._pins.proposal_ttl_hours} hours).",
+            SuggestionStatus.PINNED: "Pinned: saved.",
+            SuggestionStatus.DISMISSED: "Dismissed; it will not be suggested again.",
+            SuggestionStatus.EXPIRED: "Expired; nothing was saved.",
+        }
+        return [*lines, outcomes[suggestion.status]]
 
     async def listing(self, target: Target) -> Outcome:
         """The pending suggestions of the speaker's DM; expired ones are closed on the way."""
         if target.group:
-            return Refused(IN_GROUPS)
-        pending = []
-        for kept in await self._store.open_suggestions(target.scope):
-            if kept.status is not SuggestionStatus.PENDING:
-                continue
-            if self._clock() >= kept.expires_at:
-                await self._close(kept, SuggestionStatus.EXPIRED)
-            else:
-                pending.append(kept)
-        if not pending:
-            return Done(
-                "No pin suggestions are waiting. When the conversation grows long and older "
-                "messages are compacted, the model may suggest facts worth pinning."
-            )
-        lines = [f"Pin suggestions ({len(pending)}):"]
-        for kept in pending:
-            new = kept.new
-            why = f" (why: {one_line(new.reason)})" if new.reason else ""
-            lines.append(f"#{kept.number} {one_line(new.label)}: {one_line(new.content)}{why}")
-        lines.append("/pin accept <n> pins one; /pin dismiss <n> forgets it.")
-        return Done("\n".join(lines))
+            return refusal(Rule.SUGGESTIONS_DM_ONLY)
+        empty = (
+            "No pin suggestions are waiting. When the conversation grows long and older "
+            "messages are compacted, the model may suggest facts worth pinning."
+        )
+        how = "/pin accept <n> pins one; /pin dismiss <n> forgets it."
+        return await self._listing(target.scope, empty, "Pin suggestions", how)
+
+    def _line(self, suggestion: Suggestion) -> str:
+        new = suggestion.new
+        why = f" (why: {one_line(new.reason)})" if new.reason else ""
+        return f"#{suggestion.number} {one_line(new.label)}: {one_line(new.content)}{why}"
 
     # --- deciding -------------------------------------------------------------------------------
 
@@ -386,51 +322,21 @@ class Suggestions:
         """Pin (through every rule of /pin add, at the DM's default level) or dismiss a pending
         suggestion. A pin that a rule refuses leaves it pending, and its message says why."""
         if target.group:
-            return Refused(IN_GROUPS)
-        suggestion = await self._store.suggestion(target.scope, number)
-        if suggestion is None:
-            return Refused(
-                f"There is no pin suggestion #{number} here. Send /pin suggestions to see the "
-                "waiting ones."
-            )
-        if suggestion.status is not SuggestionStatus.PENDING:
-            return Refused(f"Suggestion #{number} was {_DECIDED[suggestion.status]} already.")
-        if self._clock() >= suggestion.expires_at:
-            await self._close(suggestion, SuggestionStatus.EXPIRED)
-            return Refused(f"Suggestion #{number} expired; nothing was saved.")
+            return refusal(Rule.SUGGESTIONS_DM_ONLY)
+        suggestion = await self._pending_one(target.scope, number)
+        if isinstance(suggestion, Refused):
+            return suggestion
         if not pin:
             await self._close(suggestion, SuggestionStatus.DISMISSED)
             return Done(f"Dismissed suggestion #{number}; it will not be suggested again.")
-        new = suggestion.new
-        outcome = await self._ops.add(target, new.label, new.content)
+        outcome = await self._ops.add(target, suggestion.new.label, suggestion.new.content)
         if isinstance(outcome, Refused):
             await self._edit(suggestion, self.shown(suggestion, outcome.reason))
-            return Refused(f"Suggestion #{number} was not saved: {outcome.reason}", outcome.code)
+            why = outcome.reason
+            return refusal(Rule.SUGGESTION_NOT_SAVED, number=number, because=why)
         # One chat's commands and taps run in order, so nothing decides it in between.
         await self._close(suggestion, SuggestionStatus.PINNED)
         return outcome
 
-    async def _close(self, suggestion: Suggestion, status: SuggestionStatus) -> None:
-        """Mark a suggestion decided and show the outcome in its message."""
-        scope, number = suggestion.new.scope, suggestion.number
-        if not await self._store.decide_suggestion(scope, number, status, now=self._clock()):
-            return
-        decided = await self._store.suggestion(scope, number)
-        if decided is not None:
-            await self._edit(decided, self.shown(decided))
 
-    async def _edit(self, suggestion: Suggestion, reply: Reply) -> None:
-        if not suggestion.message_id or self.messenger is None:
-            return
-        sent = Sent(suggestion.chat or "", suggestion.message_id)
-        try:
-            edited = await self.messenger.edit(sent, reply)
-        except Exception as error:  # the decision stands; its message only is not updated
-            log.warning(
-                "updating the message of suggestion #%d failed (%s)",
-                suggestion.number,
-                type(error).__name__,
-            )
-            return
-        if not edited:
-            log.warning("could not update the message of suggestion #%d", suggestion.number)
+suggestion_tap = Suggestions.parse

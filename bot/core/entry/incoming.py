@@ -1,12 +1,11 @@
 """One incoming message as an adapter reports it (`Incoming`), and what the core asks back of the
-platform while it handles that message (`Surface`): `Pinbot.handle(incoming, surface)`.
-
-Adapters report facts; the core decides. The core never imports an adapter: these two types are
-the whole of what passes between them for one message."""
+platform while it handles that message (`Surface`, most simply a `ReplySurface`):
+`Pinbot.handle(incoming, surface)`. Adapters report facts; the core decides."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,10 +52,13 @@ class Surface(Protocol):
         once the inbox has marked it processed (the platform's side decides which)."""
 
 
-class Silent:
-    """A surface that shows nothing: no indicator, no previews, and the reply is not sent
-    (`Pinbot.handle` returns it). For a button tap, whose outcome shows in the tapped message,
-    and for tests and benchmarks."""
+class ReplySurface:
+    """The plain surface: no indicator, no previews (a platform's subclass adds them), and send
+    hands the reply to answer. Without answer it is silent: the reply goes nowhere (handle
+    returns it), as for a tap carried out, whose outcome shows in the tapped message."""
+
+    def __init__(self, answer: Callable[[Reply], Awaitable[None]] | None = None) -> None:
+        self._answer = answer
 
     @property
     def on_text(self) -> TextSink | None:
@@ -68,7 +70,9 @@ class Silent:
         return contextlib.nullcontext()
 
     async def send(self, reply: Reply) -> None:
-        """Sends nothing."""
+        """Hand reply to answer, if any."""
+        if self._answer is not None:
+            await self._answer(reply)
 
 
-SILENT: Surface = Silent()
+SILENT: Surface = ReplySurface()

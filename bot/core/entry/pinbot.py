@@ -1,8 +1,10 @@
-"""The core's front door: one incoming message in, at most one English reply out.
+"""The core's front door: every platform event in, through one entry, `Pinbot.handle(event,
+surface)`, what the core makes of it out.
 
-Adapters report what they know of a message as an `Incoming` (the conversation, whether it mentions
-or replies to the bot, how to ask the platform about group admins) with a `Surface` for what the
-core asks back; `Pinbot.handle(incoming, surface)` decides whether it is for this bot, resolves
+Adapters report what they know as an event value: a message (`Incoming`: the conversation, whether
+it mentions or replies to the bot, how to ask the platform about group admins), a tap on a
+button, a pin, and the rest of bot.core.entry.events; the surface is what the core asks back
+while it answers a message. For a message the core decides whether it is for this bot, resolves
 the sender once, routes it to `/pin`, the other commands, or a chat turn, and sends the reply.
 """
 
@@ -12,8 +14,9 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TypeVar, overload
 
 from bot import metrics
 from bot.clock import Clock, utc_now
@@ -28,7 +31,17 @@ from bot.core.commands import (
     split_command,
 )
 from bot.core.conversation import ChatService, UsageLedger
-from bot.core.decisions import ADMINS_ONLY, parse_tap, suggestion_tap
+from bot.core.decisions import ADMINS_ONLY, is_suggestion_tap, parse_tap, suggestion_tap
+from bot.core.entry.events import (
+    BotRemoved,
+    ChatPinned,
+    ChatUnpinned,
+    Event,
+    GroupMoved,
+    PinnedChats,
+    Tap,
+    Tapped,
+)
 from bot.core.entry.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
 from bot.core.entry.incoming import Incoming, Surface
 from bot.core.entry.jobs import Jobs
@@ -62,19 +75,12 @@ UNREADABLE_REPLIES_PER_MINUTE = 1  # per chat: a burst of photos gets one answer
 HOUSEKEEPING_INTERVAL = timedelta(hours=1)
 # SQLite indexes changed blocks for search in batches: often enough that a search has few left.
 SEARCH_INDEX_INTERVAL = timedelta(minutes=1)
-
-
-@dataclass(frozen=True)
-class Tapped:
-    """What a tap on one of the bot's buttons does: the notice the tapper sees at once, and the
-    command that carries it out in the chat's order (None: nothing to carry out)."""
-
-    notice: str
-    command: str | None
+T = TypeVar("T")
 
 
 class Pinbot:
-    """Routes a message to `/pin`, the general commands, or a chat turn with the model."""
+    """The core: takes every platform event through `handle`; its other methods run the
+    process around it (the inbox, the workers, the periodic jobs, readiness)."""
 
     def __init__(
         self,
@@ -83,7 +89,6 @@ class Pinbot:
         model: ChatModel,
         *,
         clock: Clock = utc_now,
-        bot_username: str | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -102,7 +107,7 @@ class Pinbot:
             self.pins.proposals,
             self.pins.suggestions,
         )
-        self.bot_username = bot_username
+        self.bot_username: str | None = None
         limits = config.limits
         self._pin_commands = RateLimiter(store, "pin", limits.pin_commands_per_minute, clock)
         self._turns = RateLimiter(store, "turn", limits.model_turns_per_minute, clock)
@@ -148,24 +153,22 @@ class Pinbot:
             await sleep(self.config.storage.takeover_check_s)
             await self.jobs.run_due()
 
-    async def chat_pinned(
-        self,
-        conversation: Conversation,
-        text: str | None,
-        *,
-        message_id: str,
-        author: str | None,
-        platform_admin: AdminLookup | None = None,
-    ) -> str:
-        """A message was pinned in a group chat (conversation: who pinned it, where): make it
-        the group's shared pinned-message block if they may; returns what happened, for the
-        log."""
-        context = MessageContext.resolve(
-            conversation, self.config.pins, platform_admin, self.config.access
-        )
-        if refusal := context.admission.refusal:
-            return f"not taken: {refusal}"
-        return await self.chat_pin.pinned(context, text, message_id=message_id, author=author)
+    def every(
+        self, name: str, interval: timedelta, job: Callable[[datetime], Awaitable[None]]
+    ) -> None:
+        """Run job every interval among the periodic jobs (on one worker only), the first time at
+        the first check; job gets the time it runs at."""
+        self.jobs.add(name, interval, job)
+
+    def known_as(self, username: str | None) -> None:
+        """The bot's own username on its platform: a command naming another bot
+        (`/pin@other_bot`) is not for this one."""
+        self.bot_username = username
+
+    def probe(self, make: Callable[[Store, Clock], T]) -> T:
+        """What make builds over the store and clock the core serves from: a readiness check
+        (bot.metrics.listener.Health) watches them without reaching into the core."""
+        return make(self.store, self.clock)
 
     def use_messenger(self, messenger: Messenger) -> None:
         """Post and update messages of the bot's own (proposals, pin suggestions) through
@@ -173,35 +176,107 @@ class Pinbot:
         self.pins.proposals.messenger = messenger
         self.pins.suggestions.messenger = messenger
 
-    async def tapped(
-        self,
-        conversation: Conversation,
-        data: str,
-        platform_admin: AdminLookup | None = None,
-        *,
-        message: Sent,
-        counted: bool = True,
-    ) -> Tapped | None:
-        """A tap on a button of the bot's (conversation: who tapped, where; message: the
-        message whose button it is), answered at once: the notice to show the tapper, and the
-        command that carries the tap out in the chat's order (None when the tap counts for
-        nothing). None for a button that is not ours. A pin suggestion's button counts only in
-        the tapper's DM, on the very message that shows that suggestion. Counted (bot.metrics:
-        one tap handled, and an access refusal) unless counted is False: an adapter that asks
-        again for the same tap says so."""
-        parsed = parse_tap(data)
-        suggested = suggestion_tap(data)
+    # --- the one entry ------------------------------------------------------------------------
+
+    @overload
+    async def handle(self, event: Incoming, surface: Surface) -> Reply | None: ...
+    @overload
+    async def handle(self, event: Tap, surface: Surface) -> Tapped | None: ...
+    @overload
+    async def handle(self, event: ChatPinned, surface: Surface) -> str: ...
+    @overload
+    async def handle(self, event: ChatUnpinned, surface: Surface) -> bool: ...
+    @overload
+    async def handle(self, event: PinnedChats, surface: Surface) -> list[str]: ...
+    @overload
+    async def handle(self, event: GroupMoved, surface: Surface) -> int: ...
+    @overload
+    async def handle(self, event: BotRemoved, surface: Surface) -> None: ...
+
+    async def handle(
+        self, event: Event, surface: Surface
+    ) -> Reply | Tapped | str | bool | list[str] | int | None:
+        """Take one platform event; what it gives back is the event's own (see each event's
+        type). Only a message is answered on surface (the other events pass SILENT): its reply
+        goes to surface.send and is returned too (for the caller's log); None means the message
+        is not for this bot, and nothing is sent.
+
+        A message the bot cannot read (text None) gets one short answer per chat and minute when
+        addressed, and nothing goes to the model. A command is for the bot unless it names
+        another bot; other text when the trigger policy says the bot is addressed
+        (`is_addressed`). The platform is asked about admin status (incoming.platform_admin) at
+        most once, and only when that could change a decision; the replied message only when a
+        command needs it. While a streaming model answers, surface.on_text gets the text so far;
+        surface.thinking() runs while the model works. A fault is logged and answered with one
+        short line; for a redelivered update a database that cannot be reached raises
+        Unavailable instead, and nothing is sent: the update's next processing answers it, once.
+        """
+        if isinstance(event, Incoming):
+            reply = await self._reply_to(event, surface)
+            if reply is not None and reply.text:
+                await surface.send(reply)
+            return reply
+        if isinstance(event, Tap):
+            return await self._tap(event)
+        if isinstance(event, ChatPinned):
+            return await self._chat_pinned(event)
+        if isinstance(event, ChatUnpinned):
+            return await self.chat_pin.unpinned(group_key(event.platform, event.chat_id))
+        if isinstance(event, PinnedChats):
+            prefix = group_prefix(event.platform)
+            scopes = await self.store.scopes_with_label(prefix, self.chat_pin.label)
+            return sorted({p.owner for s in scopes if (p := parse_scope(s)) is not None})
+        if isinstance(event, GroupMoved):
+            return await self._move_group(event)
+        # The group's blocks stay (see BotRemoved): logged and counted only.
+        log.info(
+            "removed from %s by %s", event.conversation.session_key, event.conversation.sender_id
+        )
+        metrics.handled("removed", 0.0)
+        return None
+
+    async def _chat_pinned(self, event: ChatPinned) -> str:
+        """Make a message pinned in a group the group's shared pinned-message block if who
+        pinned it may; what happened, for the log."""
+        context = MessageContext.resolve(
+            event.conversation, self.config.pins, event.platform_admin, self.config.access
+        )
+        if refusal := context.admission.refusal:
+            return f"not taken: {refusal}"
+        return await self.chat_pin.pinned(
+            context, event.text, message_id=event.message_id, author=event.author
+        )
+
+    async def _tap(self, tap: Tap) -> Tapped | None:
+        """A tap answered at once: the notice to show the tapper, and the command that carries
+        the tap out in the chat's order (None when the tap counts for nothing). None for a
+        button that is not ours. A pin suggestion's button counts only in the tapper's DM, on
+        the very message that shows that suggestion. Counted (bot.metrics: one tap handled,
+        and an access refusal) unless tap.counted is False."""
+        conversation, message = tap.conversation, tap.message
+        if message is None:
+            use = "/pin suggestions" if is_suggestion_tap(tap.data) else "/pin shared proposals"
+            return Tapped(
+                f"This message is too old for its buttons; use {use}.", None, conversation
+            )
+        parsed, suggested = parse_tap(tap.data), suggestion_tap(tap.data)
         if parsed is None and suggested is None:
             return None
         started = time.perf_counter()
-        tapped, refused = await self._tapped(
-            conversation, parsed, suggested, platform_admin, message
+        if not tap.chat_kind_known:
+            direct = conversation.sender_id is not None and await self.pins.suggestions.shows(
+                direct_key(conversation.platform, conversation.sender_id), None, message
+            )
+            kind = ChatKind.DIRECT if direct else ChatKind.GROUP
+            conversation = replace(conversation, kind=kind)
+        notice, command, refused = await self._tapped(
+            conversation, parsed, suggested, tap.platform_admin, message
         )
-        if counted:
+        if tap.counted:
             if refused:
                 metrics.refused("access")
             metrics.handled("tap", time.perf_counter() - started)
-        return tapped
+        return Tapped(notice, command, conversation)
 
     async def _tapped(
         self,
@@ -210,13 +285,14 @@ class Pinbot:
         suggested: tuple[bool, int] | None,
         platform_admin: AdminLookup | None,
         message: Sent,
-    ) -> tuple[Tapped, bool]:
-        """What a tap of ours does, and whether it was refused for who tapped."""
+    ) -> tuple[str, str | None, bool]:
+        """What a tap of ours does (its notice and command), and whether it was refused for who
+        tapped."""
         context = MessageContext.resolve(
             conversation, self.config.pins, platform_admin, self.config.access
         )
         if refusal := context.admission.refusal or context.speaker.refusal:
-            return Tapped(refusal, None), True
+            return refusal, None, True
         if suggested is not None:
             pin, number = suggested
             scope = conversation.personal_scope
@@ -226,31 +302,16 @@ class Pinbot:
                 or scope is None
                 or not await self.pins.suggestions.shows(scope, number, message)
             ):
-                return Tapped("This button does nothing here.", None), False
+                return "This button does nothing here.", None, False
             notice = f"{'Pinning' if pin else 'Dismissing'} suggestion #{number}…"
-            return Tapped(notice, f"/pin {'accept' if pin else 'dismiss'} {number}"), False
+            return notice, f"/pin {'accept' if pin else 'dismiss'} {number}", False
         assert parsed is not None
         if await self.pins.proposals.may_decide(context):  # a refusal: not a shared admin
-            return Tapped(ADMINS_ONLY, None), True
+            return ADMINS_ONLY, None, True
         approve, number = parsed
         verb = "approve" if approve else "reject"
         notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
-        return Tapped(notice, f"/pin shared {verb} {number}"), False
-
-    async def shows_suggestions(self, conversation: Conversation, message: Sent) -> bool:
-        """Whether message shows one of the sender's pin suggestions, which are posted in
-        their DM only: how a platform whose taps do not say what kind of chat they come from
-        (Feishu's card actions) tells a tap in a DM from one in a group."""
-        if not conversation.sender_id:
-            return False
-        scope = direct_key(conversation.platform, conversation.sender_id)
-        return await self.pins.suggestions.shows(scope, None, message)
-
-    async def chat_pin_groups(self, platform: str) -> list[tuple[str, str]]:
-        """(group scope, chat id) of every group of platform that has a pinned-message block."""
-        scopes = await self.store.scopes_with_label(group_prefix(platform), self.chat_pin.label)
-        found = [(scope, parse_scope(scope)) for scope in scopes]
-        return [(scope, parsed.owner) for scope, parsed in found if parsed is not None]
+        return notice, f"/pin shared {verb} {number}", False
 
     async def _forget_old_versions(self, now: datetime) -> None:
         await self.store.forget_versions_before(now - timedelta(days=self.config.pins.history_days))
@@ -270,25 +331,6 @@ class Pinbot:
             and self.bot_username is not None
             and bot.casefold() != self.bot_username.casefold()
         )
-
-    async def handle(self, incoming: Incoming, surface: Surface) -> Reply | None:
-        """Answer one message: the reply goes to surface.send and is returned too (for the
-        caller's log); None means the message is not for this bot, and nothing is sent.
-
-        A message the bot cannot read (text None) gets one short answer per chat and minute when
-        addressed, and nothing goes to the model. A command is for the bot unless it names
-        another bot; other text when the trigger policy says the bot is addressed
-        (`is_addressed`). The platform is asked about admin status (incoming.platform_admin) at
-        most once, and only when that could change a decision; the replied message only when a
-        command needs it. While a streaming model answers, surface.on_text gets the text so far;
-        surface.thinking() runs while the model works. A fault is logged and answered with one
-        short line; for a redelivered update a database that cannot be reached raises
-        Unavailable instead, and nothing is sent: the update's next processing answers it, once.
-        """
-        reply = await self._reply_to(incoming, surface)
-        if reply is not None and reply.text:
-            await surface.send(reply)
-        return reply
 
     async def _reply_to(self, incoming: Incoming, surface: Surface) -> Reply | None:
         conversation = incoming.conversation
@@ -353,7 +395,7 @@ class Pinbot:
                 "Please send a shorter one."
             )
         if text.startswith("/"):
-            return await self.command(context, text)
+            return await self._command(context, text)
         if wait := await self._turns.acquire(self._sender_key(conversation)):
             metrics.refused("rate_limit")
             return Reply.refused(
@@ -376,15 +418,16 @@ class Pinbot:
     def _sender_key(conversation: Conversation) -> str:
         return f"{conversation.platform}:{conversation.sender_id or conversation.session_key}"
 
-    async def move_group(self, platform: str, old_chat: str, new_chat: str) -> int:
+    async def _move_group(self, event: GroupMoved) -> int:
         """Move a group's blocks, counters and history to its new chat id; returns blocks moved."""
-        old, new = group_key(platform, old_chat), group_key(platform, new_chat)
+        old = group_key(event.platform, event.old_chat)
+        new = group_key(event.platform, event.new_chat)
         members, sessions = group_children(old)
         return await self.store.move_group(
             old, new, members_prefix=members, sessions_prefix=sessions
         )
 
-    async def command(self, context: MessageContext, text: str) -> Reply:
+    async def _command(self, context: MessageContext, text: str) -> Reply:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         conversation = context.conversation
