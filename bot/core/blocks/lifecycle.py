@@ -21,14 +21,14 @@ class Lifecycle:
     """Call counting and idle cleanup for the scopes of each model request."""
 
     def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
-        self._store = store
+        self._store, self._clock = store, clock
         self._ops = BlockOps(store, policy, clock)
 
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
         """Count one model call for each scope, delete its expired idle blocks, and return the
         blocks left (idle ones included; rendering leaves those out)."""
         blocks, before = await self._store.start_model_call(scopes)
-        now = self._ops.now()
+        now = self._clock()
         idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
         gone = [
             b
