@@ -101,49 +101,6 @@ class Store(
         """Whether the database checks out."""
         return await self._db.integrity_ok()
 
-    async def move_group(
-        self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
-    ) -> int:
-        """Move a group's blocks, counters, audit trail, versions and history from the key old
-        to new, in one transaction; returns how many blocks moved. The group's scopes are old
-        and those starting with members_prefix, its history sessions old and those starting
-        with sessions_prefix (both prefixes start with old, which is replaced by new).
-
-        A block whose label already exists at the destination stays where it was, so nothing is
-        overwritten or duplicated; moving twice moves nothing the second time."""
-        in_group = "(scope = ? OR substr(scope, 1, length(?)) = ?)"
-        renamed = "CAST(? AS TEXT) || substr(scope, length(?) + 1)"
-        group = (old, members_prefix, members_prefix)
-        await self.flush_calls()
-        async with self._db.transaction(old, new) as tx:
-            moved = await tx.execute(
-                f"UPDATE blocks SET scope = {renamed} WHERE {in_group} AND NOT EXISTS "
-                "(SELECT 1 FROM blocks d WHERE d.scope = CAST(? AS TEXT) || "
-                "substr(blocks.scope, length(?) + 1) AND d.label_key = blocks.label_key)",
-                *(new, old, *group, new, old),
-            )
-            await tx.execute(
-                f"INSERT INTO scope_calls (scope, calls) SELECT {renamed}, calls FROM scope_calls "
-                f"WHERE {in_group} ON CONFLICT (scope) DO UPDATE SET "
-                "calls = scope_calls.calls + excluded.calls",
-                *(new, old, *group),
-            )
-            await tx.execute(f"DELETE FROM scope_calls WHERE {in_group}", *group)
-            await tx.execute(
-                "UPDATE shared_audit SET group_scope = ? WHERE group_scope = ?", new, old
-            )
-            await tx.execute("UPDATE proposals SET group_scope = ? WHERE group_scope = ?", new, old)
-            for table in ("block_versions", "scope_notes"):
-                await tx.execute(
-                    f"UPDATE {table} SET scope = {renamed} WHERE {in_group}", *(new, old, *group)
-                )
-            await tx.execute(
-                "UPDATE history SET session = CAST(? AS TEXT) || substr(session, length(?) + 1) "
-                "WHERE session = ? OR substr(session, 1, length(?)) = ?",
-                *(new, old, old, sessions_prefix, sessions_prefix),
-            )
-        return moved
-
     # --- the whole store, for pinbot transfer -------------------------------------------------
 
     async def dump(self) -> Dump:
@@ -163,7 +120,9 @@ class Store(
         return True
 
     async def load(self, dump: Dump) -> None:
-        """Add every row of a dump, in one transaction."""
+        """Add every row of a dump, in one transaction: a raw copy of every table into an empty
+        store, blocks and versions too, not a change through storage.changes (a transfer moves
+        a database; a change would add versions, audit entries and times it never had)."""
         async with self._db.transaction() as tx:
             for table, (columns, _) in TABLES.items():
                 marks = ", ".join("?" * len(columns.split(",")))

@@ -1,36 +1,46 @@
-"""The one write of blocks: a reviewed `BlockChange` applied in one transaction — the blocks'
-rows, a version of each label it changes, the audit trail of shared scopes, the proposal it
-decides and the operation it undoes — or nothing at all. A change is refused (`Stale`) when a
-label it was reviewed against changed in between, compared by the label's newest version, so a
-decision is never taken on blocks that are no longer there.
+"""Every write of blocks and their versions: each statement that writes the `blocks` or
+`block_versions` table is here (the schema's migrations and a transfer's raw copy of a whole
+database aside).
 
-One label's add, edit or removal (most changes) is one guarded batch, as cheap as a plain
-write; everything else reads the scope inside the transaction that writes it."""
+A reviewed `BlockChange` is applied in one transaction — the blocks' rows, a version of each
+label it changes, the audit trail of shared scopes, the proposal it decides and the operation it
+undoes — or not at all. A change is refused (`Stale`) when a label it was reviewed against
+changed in between, compared by the label's newest version, so a decision is never taken on
+blocks that are no longer there.
+
+Each label's statement is built in one place (`_write`) for every change; one label's add, edit
+or removal (most changes) is that statement holding what the change was reviewed against and
+the scope's limits, one batch as cheap as a plain write; every other change reads its scope in
+the transaction that writes it. Besides: a group's move to a new key (`move_group`) and the
+retention of versions (`forget_versions_before`)."""
 
 from __future__ import annotations
 
+import functools
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from storage import models, rows
 from storage.dialect import Database, Executor, Step
 from storage.errors import AlreadyDecided, Conflict, LabelTaken, LimitReached, OverBudget, Stale
 from storage.models import (
+    WITHHELD,
     Block,
     BlockChange,
     BlockState,
+    Change,
     ChangeKind,
     Limits,
     ProposalStatus,
     Seen,
+    Sql,
     State,
     Wanted,
 )
 from storage.rows import BLOCK_COLUMNS, block_from_row, ts
-from storage.versions import INSERT as VERSION_INSERT
-from storage.versions import new_op, recorded, version_row, write_steps
 
 # A label's mark: the operation of its newest kept version ('' when none is kept). Versions are
 # never rewritten, so two reads with the same mark saw the same block.
@@ -39,32 +49,41 @@ MARK = (
     "v.label_key = blocks.label_key ORDER BY v.id DESC LIMIT 1), '')"
 )
 _SCOPE_NOW = f"SELECT {BLOCK_COLUMNS}, {MARK} FROM blocks WHERE scope = ?"
-# The scope's limits are held in the statement itself, so a write that would break one
-# changes nothing, whoever wrote in between.
-_INSERT = (
-    "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, created_at, "
-    "updated_at, sensitive) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
-    "WHERE (SELECT COUNT(*) FROM blocks WHERE scope = ?) < ? "
-    "AND (? = 0 OR (SELECT COALESCE(SUM(length(content)), 0) FROM blocks WHERE scope = ?) "
-    "+ length(?) <= ?) ON CONFLICT (scope, label_key) DO NOTHING"
+_INSERT_BLOCK = (
+    "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, sensitive, "
+    f"updated_at, created_at, idle_since, idle_calls) SELECT {', '.join('?' * 10)}"
 )
-# The budget refuses only a change that makes the scope larger and over budget.
-_UPDATE = (
-    "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, sensitive = ?, "
-    "updated_at = ?, {idle}, "
-    f"rev = rev + 1 WHERE id = ? AND rev = ? AND {MARK} = ? "
-    "AND (? = 0 OR length(?) <= length(content) OR "
-    "(SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = blocks.scope) "
-    "- length(content) + length(?) <= ?)"
-)
-_GOING_IDLE = (
-    "idle_since = ?, idle_calls = (SELECT COALESCE(MAX(calls), 0) FROM scope_calls "
-    "WHERE scope = blocks.scope)"
-)
-_DELETE = f"DELETE FROM blocks WHERE id = ? AND rev = ? AND {MARK} = ?"
+# A scope's blocks, characters and model calls, as a statement holds them.
+_COUNT = "(SELECT COUNT(*) FROM blocks b WHERE b.scope = ?)"
+_CHARS = "(SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b WHERE b.scope = ?)"
+_CALLS = "(SELECT COALESCE(MAX(calls), 0) FROM scope_calls WHERE scope = ?)"
 _DECIDE = (
     "UPDATE proposals SET status = ?, outcome = '', decided_by = ?, decided_at = ? "
     "WHERE group_scope = ? AND number = ? AND status = 'pending'"
+)
+_UNDONE = "UPDATE block_versions SET undone_by = ? WHERE scope = ? AND op = ?"
+_SET_CALLS = (
+    "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
+    "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls"
+)
+_VERSION_COLUMNS = (
+    "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, content, "
+    "level, state, priority, sensitive, created_at, undone_by"
+)
+VERSION_INSERT = f"INSERT INTO block_versions ({_VERSION_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+# Everything older than the label's newest `keep`: one index seek finds the cut, and nothing is
+# deleted (or read) while the label has fewer versions, as it has on most changes.
+_KEEP_NEWEST = (
+    "DELETE FROM block_versions WHERE scope = ? AND label_key = ? AND id <= "
+    "(SELECT id FROM block_versions WHERE scope = ? AND label_key = ? "
+    "ORDER BY id DESC LIMIT 1 OFFSET ?)"
+)
+# The newest version of each label that has no block now and was sensitive when removed.
+_REMOVED_SENSITIVE = (
+    "SELECT v.id FROM block_versions v WHERE v.existed = 1 AND v.sensitive = 1 "
+    "AND v.id = (SELECT MAX(w.id) FROM block_versions w "
+    "WHERE w.scope = v.scope AND w.label_key = v.label_key) "
+    "AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.scope = v.scope AND b.label_key = v.label_key)"
 )
 
 
@@ -81,12 +100,57 @@ class Applied:
 @dataclass(frozen=True, slots=True)
 class _Entry:
     """One label's part of a plan; changed is False for an imported block whose state is as it
-    was (its times are still written)."""
+    was (its times are still written); mark is the label's as the change saw it."""
 
     label: str
     before: Block | None
     wanted: Wanted
     changed: bool
+    mark: str | None = None
+
+
+def new_op() -> str:
+    """A new operation's id: the versions it writes are undone together."""
+    return uuid.uuid4().hex
+
+
+def version_row(
+    op: str,
+    scope: str,
+    label: str,
+    kind: ChangeKind,
+    change: Change,
+    at: datetime,
+    before: Block | BlockState | None,
+    detail: str = "",
+    created_at: datetime | None = None,
+) -> tuple[Any, ...]:
+    """A row of block_versions: the state before a change of kind to label, and the change."""
+    state = BlockState.of(before) if isinstance(before, Block) else before
+    if isinstance(before, Block):
+        created_at = before.created_at
+    origin = change.origin.encode() if change.origin else None
+    head = (op, scope, models.label_key(label), label, kind.value, detail)
+    who = (change.actor, change.channel.value, origin, ts(at))
+    if state is None:
+        return (*head, *who, 0, None, None, None, None, 0, None, None)
+    after = (
+        *(state.content, state.level.value, state.state.value, state.priority),
+        int(state.sensitive),
+    )
+    return (*head, *who, 1, *after, None if created_at is None else ts(created_at), None)
+
+
+def _versions(rows_: Sequence[tuple[Any, ...]], keep: int) -> tuple[Step, ...]:
+    """The steps writing version rows and keeping each of their labels' newest `keep`."""
+    if not rows_:
+        return ()
+    labels = sorted({(row[1], row[2]) for row in rows_})
+    trims = [Step(_KEEP_NEWEST, (scope, key, scope, key, keep)) for scope, key in labels]
+    # One row (most changes) as a plain statement: a batch costs asyncpg a round trip more.
+    one = len(rows_) == 1
+    insert = Step(VERSION_INSERT, rows_[0] if one else list(rows_), many=not one)
+    return (insert, *trims)
 
 
 def kinds(
@@ -115,17 +179,13 @@ def kinds(
 
 
 def _audit(change: BlockChange, at: datetime, entries: list[tuple[Any, ...]]) -> tuple[Step, ...]:
-    if not change.audited or not entries:
-        return ()
-    return (
-        Step(
-            rows.AUDIT_INSERT, rows.audit_rows(change.scope, change.change, at, entries), many=True
-        ),
-    )
+    """The step adding entries to the scope's audit trail, where the change is audited."""
+    found = rows.audit_rows(change.scope, change.change, at, entries)
+    return (Step(rows.AUDIT_INSERT, found, many=True),) if change.audited and entries else ()
 
 
 class ChangeStore(Protocol):
-    """The one way blocks change."""
+    """The one way blocks and their versions change."""
 
     _db: Database
 
@@ -155,7 +215,7 @@ class ChangeStore(Protocol):
         self, changes: Sequence[BlockChange], *, now: datetime, limits: Limits
     ) -> list[Applied]:
         """Apply reviewed changes of one or more scopes as one operation in one transaction
-        (an import): all of them, or (raising as apply_change does) none."""
+        (an import, an idle clean-up): all of them, or (raising as apply_change does) none."""
         await self.flush_calls()  # an idle mark records the scope's current count
         op, applied = new_op(), []
         async with self._db.transaction(*{c.scope for c in changes}) as tx:
@@ -166,103 +226,102 @@ class ChangeStore(Protocol):
     async def _apply_one(
         self, change: BlockChange, *, now: datetime, limits: Limits
     ) -> list[Applied]:
-        """One label's add, edit or removal as one guarded batch."""
-        wanted = change.wanted[0]
-        key = models.label_key(wanted.label)
-        seen = change.seen.get(key)
-        before = seen.block if seen is not None else None
-        mark = seen.mark if seen is not None and seen.mark is not None else ""
-        after = wanted.state
-        if before is not None and after == BlockState.of(before):
+        """One label's add, edit or removal in one batch, its scope not read first: the label's
+        statement holds the label as seen and the scope's limits, and nothing is written where
+        either fails (why is read then)."""
+        (wanted,) = change.wanted
+        seen = change.seen[models.label_key(wanted.label)]
+        before = None if seen is None else seen.block
+        if before is not None and wanted.state == BlockState.of(before):
             return []
-        found = kinds(before, after)
-        op = new_op()
-        audited = change.audit_contents(before, after)
-        entries = [
-            (kind, before.label if before else wanted.label, *audited, detail)
-            for kind, detail in found
-        ]
-        label = before.label if before else wanted.label
-        version = version_row(
-            op, change.scope, label, found[0][0], change.change, now, before, found[0][1]
-        )
-        kept = (*recorded([version], limits.versions), *_audit(change, now, entries))
-        if before is None:
-            assert after is not None
-            await self._insert(change.scope, wanted.label, after, kept, now=now, limits=limits)
-        elif after is None:
-            delete = Step(_DELETE, (before.id, before.rev, mark))
-            if not await self._db.write(delete, *kept, lock=(change.scope,), guard=True):
-                raise Stale(before.label)
-        else:
-            await self._update(Seen(before, mark), after, kept, now=now, limits=limits)
-        return [Applied(label, before, after)]
-
-    async def _insert(
-        self,
-        scope: str,
-        label: str,
-        after: BlockState,
-        kept: Sequence[Step],
-        *,
-        now: datetime,
-        limits: Limits,
-    ) -> None:
-        stamp, key, budget = ts(now), models.label_key(label), limits.max_total_chars
-        args = (
-            *(scope, label, key, after.content, after.level.value, after.state.value),
-            *(after.priority, stamp, stamp, int(after.sensitive), scope, limits.max_blocks),
-            *(budget, scope),
-            *(after.content, budget),
-        )
-        if await self._db.write(Step(_INSERT, args), *kept, lock=(scope,), guard=True):
-            return
-        row = await self._db.fetchrow(
-            "SELECT (SELECT label FROM blocks WHERE scope = ? AND label_key = ?), COUNT(*), "
-            "COALESCE(SUM(length(content)), 0) FROM blocks WHERE scope = ?",
-            *(scope, key, scope),
-        )
-        assert row is not None
-        if row[0] is not None:
-            raise LabelTaken(row[0])
-        if row[1] >= limits.max_blocks:
-            raise LimitReached(limits.max_blocks)
-        total = int(row[2]) + len(after.content)
-        if budget and total > budget:
-            raise OverBudget(total, budget)
-        raise Conflict("the scope changed while adding")
-
-    async def _update(
-        self, seen: Seen, after: BlockState, kept: Sequence[Step], *, now: datetime, limits: Limits
-    ) -> None:
-        block = seen.block
-        if after.state is State.IDLE and block.state is not State.IDLE:
+        label = wanted.label if before is None else before.label
+        entry = _Entry(label, before, wanted, True, None if seen is None else seen.mark)
+        idle = wanted.state is not None and wanted.state.state is State.IDLE
+        if idle and (before is None or before.state is not State.IDLE):
             await self.flush_calls()  # the idle mark records the scope's current count
-            idle, idle_args = _GOING_IDLE, [ts(now)]
-        elif after.state is State.IDLE:
-            idle, idle_args = "idle_since = idle_since", []
-        else:
-            idle, idle_args = "idle_since = NULL, idle_calls = NULL", []
-        budget, content = limits.max_total_chars, after.content
-        args = (
-            *(content, after.level.value, after.state.value, after.priority, int(after.sensitive)),
-            *(ts(now), *idle_args),
-            *(block.id, block.rev, seen.mark, budget, content, content, budget),
+        version, audit = _recorded(change, entry, new_op(), now)
+        steps = (
+            _write(change, entry, now, limits),
+            *_versions([version], limits.versions),
+            *_audit(change, now, audit),
         )
-        update = Step(_UPDATE.format(idle=idle), args)
-        if await self._db.write(update, *kept, lock=(block.scope,), guard=True):
-            return
-        row = await self._db.fetchrow(
-            f"SELECT {MARK}, (SELECT COALESCE(SUM(length(b.content)), 0) FROM blocks b "
-            "WHERE b.scope = blocks.scope) - length(content), rev FROM blocks WHERE id = ?",
-            block.id,
+        if not await self._db.write(*steps, lock=(change.scope,), guard=True):
+            await self._why_not(change, limits)
+        return [Applied(label, before, wanted.state)]
+
+    async def _why_not(self, change: BlockChange, limits: Limits) -> NoReturn:
+        """Raise why one label's guarded write changed nothing, by its scope now: the label
+        changed (Stale; LabelTaken for an add), a limit, or else Conflict."""
+        current = _current(await self._db.fetch(_SCOPE_NOW, change.scope))
+        key = models.label_key(change.wanted[0].label)
+        if change.seen[key] is None and key in current:
+            raise LabelTaken(current[key].block.label)
+        _verify(change, current)
+        _check(current, _plan(current, change), limits)
+        raise Conflict("the scope changed while saving")
+
+    async def move_group(
+        self, old: str, new: str, *, members_prefix: str, sessions_prefix: str
+    ) -> int:
+        """Move a group's blocks, counters, audit trail, versions and history from the key old
+        to new, in one transaction; returns how many blocks moved. The group's scopes are old
+        and those starting with members_prefix, its history sessions old and those starting
+        with sessions_prefix (both prefixes start with old, which is replaced by new).
+
+        A block whose label already exists at the destination stays where it was, so nothing is
+        overwritten or duplicated; moving twice moves nothing the second time.
+
+        A move renames keys; it is no change of content: the platform gave the same chat a new
+        id (a Telegram group that became a supergroup), and every block, version, audit entry
+        and proposal keeps each word, time and author it had. Nobody decides anything a review
+        could refuse, and no version is written, since there is nothing to undo: the versions
+        move with their blocks, so each label's history and undo go on under the new key."""
+        in_group = "(scope = ? OR substr(scope, 1, length(?)) = ?)"
+        renamed = "CAST(? AS TEXT) || substr(scope, length(?) + 1)"
+        group = (old, members_prefix, members_prefix)
+        await self.flush_calls()
+        async with self._db.transaction(old, new) as tx:
+            moved = await tx.execute(
+                f"UPDATE blocks SET scope = {renamed} WHERE {in_group} AND NOT EXISTS "
+                "(SELECT 1 FROM blocks d WHERE d.scope = CAST(? AS TEXT) || "
+                "substr(blocks.scope, length(?) + 1) AND d.label_key = blocks.label_key)",
+                *(new, old, *group, new, old),
+            )
+            await tx.execute(
+                f"INSERT INTO scope_calls (scope, calls) SELECT {renamed}, calls FROM scope_calls "
+                f"WHERE {in_group} ON CONFLICT (scope) DO UPDATE SET "
+                "calls = scope_calls.calls + excluded.calls",
+                *(new, old, *group),
+            )
+            await tx.execute(f"DELETE FROM scope_calls WHERE {in_group}", *group)
+            await tx.execute(
+                "UPDATE shared_audit SET group_scope = ? WHERE group_scope = ?", new, old
+            )
+            await tx.execute("UPDATE proposals SET group_scope = ? WHERE group_scope = ?", new, old)
+            for table in ("block_versions", "scope_notes"):
+                await tx.execute(
+                    f"UPDATE {table} SET scope = {renamed} WHERE {in_group}", *(new, old, *group)
+                )
+            await tx.execute(
+                "UPDATE history SET session = CAST(? AS TEXT) || substr(session, length(?) + 1) "
+                "WHERE session = ? OR substr(session, 1, length(?)) = ?",
+                *(new, old, old, sessions_prefix, sessions_prefix),
+            )
+        return moved
+
+    async def forget_versions_before(self, moment: datetime) -> int:
+        """Drop versions of changes made before moment (retention). One outlives it, its
+        content withheld: the newest version of a removed label that was sensitive, since that
+        is how the review knows the label was (the model never makes it plain again)."""
+        await self._db.execute(
+            f"UPDATE block_versions SET content = ? WHERE at < ? AND content != ? AND id IN "
+            f"({_REMOVED_SENSITIVE})",
+            *(WITHHELD, ts(moment), WITHHELD),
         )
-        if row is None or row[0] != seen.mark or row[2] != block.rev:
-            raise Stale(block.label)
-        total = int(row[1]) + len(content)
-        if budget and total > budget:
-            raise OverBudget(total, budget)
-        raise Conflict(f"block {block.label!r} changed while saving")
+        return await self._db.execute(
+            f"DELETE FROM block_versions WHERE at < ? AND id NOT IN ({_REMOVED_SENSITIVE})",
+            ts(moment),
+        )
 
 
 def _one_label(change: BlockChange) -> bool:
@@ -289,13 +348,13 @@ def _one_label(change: BlockChange) -> bool:
     return wanted.state is not None and wanted.created_at is None and wanted.updated_at is None
 
 
-async def _apply_in(
-    tx: Executor, change: BlockChange, op: str, now: datetime, limits: Limits
-) -> list[Applied]:
-    """A change's writes inside a transaction that holds its scope's lock."""
-    scope = change.scope
-    found = await tx.fetch(_SCOPE_NOW, scope)
-    current = {models.label_key(row[2]): Seen(block_from_row(row), row[13]) for row in found}
+def _current(found: Sequence[Sequence[Any]]) -> dict[str, Seen]:
+    """Each label of a scope, by key, as rows of _SCOPE_NOW hold them."""
+    return {models.label_key(row[2]): Seen(block_from_row(row), row[13]) for row in found}
+
+
+def _verify(change: BlockChange, current: Mapping[str, Seen]) -> None:
+    """Raise Stale when a label the change was reviewed against is no longer as it saw it."""
     for key, seen in change.seen.items():
         now_seen = current.get(key)
         if seen is None and now_seen is not None:
@@ -307,76 +366,60 @@ async def _apply_in(
             or now_seen.block.rev != seen.block.rev
         ):
             raise Stale(seen.block.label)
-    plan = _plan({key: seen.block for key, seen in current.items()}, change)
+
+
+async def _apply_in(
+    tx: Executor, change: BlockChange, op: str, now: datetime, limits: Limits
+) -> list[Applied]:
+    """A change's writes inside a transaction that holds its scope's lock."""
+    scope = change.scope
+    current = _current(await tx.fetch(_SCOPE_NOW, scope))
+    _verify(change, current)
+    plan = _plan(current, change)
     _check(current, plan, limits)
     steps: list[Step] = []
     if (number := change.proposal) is not None:
         decided = (ProposalStatus.APPLIED.value, change.change.actor, ts(now), scope, number)
         if not await tx.execute(_DECIDE, *decided):
             raise AlreadyDecided(number)
-    calls = await tx.fetchval("SELECT calls FROM scope_calls WHERE scope = ?", scope)
     versions, audit = [], []
     for entry in plan:
         if entry.changed:
-            found_kinds = (
-                [(change.kind, "")] if change.kind else kinds(entry.before, entry.wanted.state)
-            )
-            versions.append(
-                version_row(
-                    op,
-                    scope,
-                    entry.label,
-                    found_kinds[0][0],
-                    change.change,
-                    now,
-                    entry.before,
-                    found_kinds[0][1],
-                )
-            )
-            audit += _audit_entries(change, entry, found_kinds)
+            version, entries = _recorded(change, entry, op, now)
+            versions.append(version)
+            audit += entries
             if change.turns_sensitive(entry.before, entry.wanted.state):
                 steps += await _mask_audit(tx, change, entry.label)
-        steps.append(_write(scope, entry, now, calls, change.kind is ChangeKind.IMPORT))
+        steps.append(_write(change, entry, now))
     if change.undoes is not None:
-        steps.append(
-            Step(
-                "UPDATE block_versions SET undone_by = ? WHERE scope = ? AND op = ?",
-                (op, scope, change.undoes),
-            )
-        )
+        steps.append(Step(_UNDONE, (op, scope, change.undoes)))
     if change.history is not None:
         steps.append(Step("DELETE FROM block_versions WHERE scope = ?", (scope,)))
         steps.append(Step(VERSION_INSERT, _given(change.history), many=True))
         versions = []
     if change.calls is not None:
-        steps.append(
-            Step(
-                "INSERT INTO scope_calls (scope, calls) VALUES (?, ?) "
-                "ON CONFLICT (scope) DO UPDATE SET calls = excluded.calls",
-                (scope, change.calls),
-            )
-        )
-    await write_steps(
-        tx, [*steps, *recorded(versions, limits.versions), *_audit(change, now, audit)]
-    )
+        steps.append(Step(_SET_CALLS, (scope, change.calls)))
+    for step in [*steps, *_versions(versions, limits.versions), *_audit(change, now, audit)]:
+        if step.many:
+            await tx.executemany(step.sql, step.args)
+        else:
+            await tx.execute(step.sql, *step.args)
     return [Applied(e.label, e.before, e.wanted.state) for e in plan if e.changed]
 
 
-def _audit_entries(
-    change: BlockChange, entry: _Entry, found: list[tuple[ChangeKind, str]]
-) -> list[tuple[Any, ...]]:
-    """The audit entries of one label's change (an import that keeps a block's content, only
-    its times or state, makes none)."""
+def _recorded(
+    change: BlockChange, entry: _Entry, op: str, now: datetime
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The version row and the audit entries of one label's change (an import that keeps a
+    block's content, only its times or state, makes no entry)."""
     before, after = entry.before, entry.wanted.state
-    if (
-        change.kind is ChangeKind.IMPORT
-        and before is not None
-        and after is not None
-        and before.content == after.content
-    ):
-        return []
+    found = [(change.kind, "")] if change.kind else kinds(before, after)
+    (kind, detail), scope = found[0], change.scope
+    version = version_row(op, scope, entry.label, kind, change.change, now, before, detail)
+    if change.kind is ChangeKind.IMPORT and before and after and before.content == after.content:
+        return version, []
     audited = change.audit_contents(before, after)
-    return [(kind, entry.label, *audited, detail) for kind, detail in found]
+    return version, [(kind, entry.label, *audited, detail) for kind, detail in found]
 
 
 async def _mask_audit(tx: Executor, change: BlockChange, label: str) -> list[Step]:
@@ -398,13 +441,14 @@ async def _mask_audit(tx: Executor, change: BlockChange, label: str) -> list[Ste
     return [Step(update, masked, many=True)]
 
 
-def _plan(current: Mapping[str, Block], change: BlockChange) -> list[_Entry]:
+def _plan(current: Mapping[str, Seen], change: BlockChange) -> list[_Entry]:
     """Each label the change writes: the ones whose state would change, and (an import) every
     imported block, whose times are written as given."""
     plan = []
     importing = change.kind is ChangeKind.IMPORT
     for want in change.wanted:
-        block = current.get(models.label_key(want.label))
+        seen = current.get(models.label_key(want.label))
+        block = None if seen is None else seen.block
         if block is None and want.state is None:
             continue
         changed = block is None or want.state != BlockState.of(block)
@@ -422,53 +466,78 @@ def _check(current: Mapping[str, Seen], plan: Sequence[_Entry], limits: Limits) 
         before, after = entry.before, entry.wanted.state
         new_count += (after is not None) - (before is not None)
         new_chars += (len(after.content) if after else 0) - (len(before.content) if before else 0)
-    if new_count > limits.max_blocks and new_count > count:
+    if not limits.blocks_hold(count, new_count):
         raise LimitReached(limits.max_blocks)
-    budget = limits.max_total_chars
-    if budget and new_chars > budget and new_chars > chars:
-        raise OverBudget(new_chars, budget)
+    if not limits.chars_hold(chars, new_chars):
+        raise OverBudget(new_chars, limits.max_total_chars)
 
 
-def _write(scope: str, entry: _Entry, now: datetime, calls: int | None, importing: bool) -> Step:
-    """The statement bringing one label to its wanted state. A block brought into the idle state
-    counts its idle time from now, unless an import gives it."""
-    before, want = entry.before, entry.wanted
-    after = want.state
-    if after is None:
-        assert before is not None
-        return Step("DELETE FROM blocks WHERE id = ?", (before.id,))
-    stamp = ts(now)
-    idle = after.state is State.IDLE
-    idle_since = (ts(want.idle_since) if want.idle_since else stamp) if idle else None
-    idle_calls = (
-        (want.idle_calls if want.idle_calls is not None else int(calls or 0)) if idle else None
-    )
-    updated = ts(want.updated_at) if want.updated_at else stamp
-    values = (
-        *(after.content, after.level.value, after.state.value, after.priority),
-        int(after.sensitive),
-    )
-    if before is not None and idle and before.state is State.IDLE and want.idle_since is None:
-        # A block that stays idle keeps its idle mark: its retention runs on.
-        idle_since = None if before.idle_since is None else ts(before.idle_since)
-        idle_calls = before.idle_calls
+def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | None = None) -> Step:
+    """The statement bringing one label to its wanted state, for every change. A block brought
+    into the idle state counts its idle time from now and its calls from the scope's count,
+    unless an import gives them; one that stays idle keeps its idle mark, so its retention runs
+    on. With held (a change written without reading its scope first), the statement also holds
+    the label as the change saw it (its revision and mark) and the scope's limits, and changes
+    no row where either fails."""
+    scope, before, want = change.scope, entry.before, entry.wanted
+    after, stamp = want.state, ts(now)
     if before is not None:
-        created = ts(want.created_at) if importing and want.created_at else ts(before.created_at)
+        where = Sql("id = ?", before.id)
+        if held is not None:
+            where &= Sql(f"rev = ? AND {MARK} = ?", before.rev, entry.mark)
+        if after is None:
+            return Step(f"DELETE FROM blocks WHERE {where.text}", where.args)
+    assert after is not None
+    if after.state is not State.IDLE:
+        since, calls = Sql("NULL"), Sql("NULL")
+    elif before is not None and before.state is State.IDLE and want.idle_since is None:
+        since, calls = Sql("idle_since"), Sql("idle_calls")
+    else:
+        since = Sql("?", ts(want.idle_since) if want.idle_since else stamp)
+        calls = Sql(_CALLS, scope) if want.idle_calls is None else Sql("?", want.idle_calls)
+    updated = ts(want.updated_at) if want.updated_at else stamp
+    state: tuple[Any, ...] = (after.content, after.level.value, after.state.value, after.priority)
+    state += (int(after.sensitive), updated)
+    if before is not None:
+        sets = "content = ?, level = ?, state = ?, priority = ?, sensitive = ?, updated_at = ?"
+        if want.created_at and change.kind is ChangeKind.IMPORT:
+            sets, state = f"{sets}, created_at = ?", (*state, ts(want.created_at))
+        if held is not None:
+            where &= _held(held, scope, after.content, adding=False)
         return Step(
-            "UPDATE blocks SET content = ?, level = ?, state = ?, priority = ?, sensitive = ?, "
-            "created_at = ?, updated_at = ?, idle_since = ?, idle_calls = ?, rev = rev + 1 "
-            "WHERE id = ?",
-            (*values, created, updated, idle_since, idle_calls, before.id),
+            f"UPDATE blocks SET {sets}, idle_since = {since.text}, idle_calls = {calls.text}, "
+            f"rev = rev + 1 WHERE {where.text}",
+            (*state, *since.args, *calls.args, *where.args),
         )
-    return Step(
-        "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
-        "sensitive, created_at, updated_at, idle_since, idle_calls) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            *(scope, entry.label, models.label_key(entry.label), *values),
-            *(ts(want.created_at) if want.created_at else stamp, updated, idle_since, idle_calls),
-        ),
-    )
+    created = ts(want.created_at) if want.created_at else stamp
+    key = models.label_key(entry.label)
+    args = (scope, entry.label, key, *state, created, *since.args, *calls.args)
+    insert = f"{_INSERT_BLOCK}, {since.text}, {calls.text}"
+    if held is None:
+        return Step(insert, args)
+    fits = _held(held, scope, after.content, adding=True)
+    guarded = f"{insert} WHERE {fits.text} ON CONFLICT (scope, label_key) DO NOTHING"
+    return Step(guarded, (*args, *fits.args))
+
+
+_SCOPE, _CONTENT = object(), object()  # the arguments of a guard, as _guard builds it
+
+
+@functools.lru_cache(maxsize=16)
+def _guard(limits: Limits, adding: bool) -> Sql:
+    """The limits as one label's add (or edit) holds them, built once per limits: the scope
+    (_SCOPE) takes one block more (adding) and the new content (_CONTENT)."""
+    total = Sql(_CHARS, _SCOPE)
+    if not adding:
+        return limits.chars_hold(total, total + Sql("length(?) - length(content)", _CONTENT))
+    count, grown = Sql(_COUNT, _SCOPE), total + Sql("length(?)", _CONTENT)
+    return limits.blocks_hold(count, count + 1) & limits.chars_hold(total, grown)
+
+
+def _held(limits: Limits, scope: str, content: str, *, adding: bool) -> Sql:
+    """_guard for one write: of scope, with content."""
+    guard = _guard(limits, adding)
+    return Sql(guard.text, *(scope if arg is _SCOPE else content for arg in guard.args))
 
 
 def _given(versions: Sequence[models.Version]) -> list[tuple[Any, ...]]:

@@ -201,14 +201,56 @@ class BlockChange:
         return None
 
 
+class Sql:
+    """An SQL expression and its arguments, which `+`, `<=`, `|` and `&` combine as they combine
+    numbers and truths: a rule written once over numbers (`Limits`') also gives the SQL
+    that holds it inside a statement."""
+
+    def __init__(self, text: str, *args: object) -> None:
+        self.text, self.args = text, args
+
+    def _join(self, op: str, other: Sql | int) -> Sql:
+        if isinstance(other, Sql):
+            return Sql(f"({self.text} {op} {other.text})", *self.args, *other.args)
+        return Sql(f"({self.text} {op} {int(other)})", *self.args)
+
+    def __add__(self, other: Sql | int) -> Sql:
+        return self._join("+", other)
+
+    def __le__(self, other: Sql | int) -> Sql:
+        return self._join("<=", other)
+
+    def __or__(self, other: Sql | bool) -> Sql:
+        if isinstance(other, bool):  # a truth known in Python: always true, or the expression
+            return Sql("1 = 1") if other else self
+        return self._join("OR", other)
+
+    def __and__(self, other: Sql) -> Sql:
+        return self._join("AND", other)
+
+
+_Number = TypeVar("_Number", int, Sql)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What a scope may hold: at most max_blocks blocks and max_total_chars characters of
-    content (0: no budget). The store enforces them atomically on every write that adds."""
+    content (0: no budget); only growth past a limit breaks it. The rule is written once, here:
+    the review and the store's check inside a transaction ask it with counts, and a write that
+    reads nothing first holds it as SQL (`Sql`), changing nothing that would break a limit."""
 
     max_blocks: int
     max_total_chars: int = 0
     versions: int = 50  # versions kept per block, the newest
+
+    def blocks_hold(self, count: _Number, new_count: _Number) -> _Number:
+        """Whether a scope of count blocks may come to hold new_count."""
+        return (new_count <= self.max_blocks) | (new_count <= count)
+
+    def chars_hold(self, chars: _Number, new_chars: _Number) -> _Number:
+        """Whether a scope of chars characters of content may come to hold new_chars."""
+        budget = self.max_total_chars
+        return (new_chars <= budget) | (new_chars <= chars) | (budget == 0)
 
 
 class ChangeKind(StrEnum):

@@ -1,4 +1,6 @@
-"""`pinbot transfer`: copy everything from one store into another, empty one."""
+"""`pinbot transfer`: copy everything from one store into another, empty one. A raw copy of
+every row (`Store.dump`, `Store.load`), blocks and versions too: it moves a database, changes no
+block, so no change is reviewed or recorded (`pinbot import` is the reviewed way in)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,18 @@ from bot.core.blocks.transfer import apply_import, plan_import
 from bot.core.entry.pinbot import Pinbot
 from storage import Store
 from storage.decisions import PROPOSALS
-from storage.models import NewProposal
+from storage.models import (
+    ABSENT,
+    BlockChange,
+    BlockState,
+    Change,
+    Channel,
+    Level,
+    NewProposal,
+    State,
+    Wanted,
+    label_key,
+)
 from tests.conftest import BotFactory, ask, dm, group, make_config, text_of
 from tests.fakes.clock import FakeClock
 
@@ -147,3 +158,34 @@ async def test_undo_and_restore_say_which_block_cannot_come_back(make_bot: BotFa
         text_of(await ask(bot, dm(), "/pin clear confirm"))
         == "You have no blocks. Nothing to clear."
     )
+
+
+async def test_a_system_change_is_reviewed_with_the_systems_rights(
+    store: Store, clock: FakeClock
+) -> None:
+    """commit_all (imports, the clean-up) reviews every change: no speaker is asked for rights
+    (a shared scope takes the operator's change), every other rule holds, and a refused scope
+    leaves every scope of the operation as it was."""
+    ops = BlockOps(store, BlockPolicy(make_config().pins), clock)
+    by_import = Change("import", Channel.IMPORT)
+
+    def adding(scope: str, label: str, content: str) -> BlockChange:
+        state = BlockState(content, Level.CONTEXT, State.ACTIVE)
+        return BlockChange(scope, (Wanted(label, state),), by_import, {label_key(label): ABSENT})
+
+    fine = adding(SHARED, "rules", "Be kind.")
+    secret = "sk-proj-" + "a1B2c3D4" * 6
+    refused = await ops.commit_all(
+        [fine, adding("console:direct:42", "two words", "x"), adding(SHARED, "key", secret)]
+    )
+    assert isinstance(refused, dict)
+    assert {scope: problem.code for scope, problem in refused.items()} == {
+        "console:direct:42": "label-space",
+        SHARED: "credential",
+    }
+    assert await store.blocks([SHARED, "console:direct:42"]) == []
+    assert await ops.commit_all([fine], dry_run=True) == []
+    assert await store.blocks([SHARED]) == []
+    done = await ops.commit_all([fine])
+    assert isinstance(done, list) and [applied.label for applied in done] == ["rules"]
+    assert [b.label for b in await store.blocks([SHARED])] == ["rules"]

@@ -339,6 +339,85 @@ def test_a_core_package_is_reached_from_outside_only_through_its_surface() -> No
     assert offenders == []
 
 
+# A statement that writes blocks or their versions, by name or (`{`) a table named by a value.
+BLOCK_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(blocks\b|block_versions\b|\{)")
+# Where else a statement may write them: the schema's steps migrate the tables.
+BLOCK_WRITERS = {"storage/changes.py", "storage/schema.py"}
+# Where a statement's table is a value, and why that is no write of a block: a transfer
+# (`Store.load`) copies a whole database row for row into an empty store, a raw copy that
+# changes no block (its docstring says so); a decision kind's table is its own.
+VALUES = {
+    ("storage/__init__.py", "Store.load"),  # every table, copied raw
+    ("storage/decisions.py", "DecisionStore"),  # a decision kind's: proposals, suggestions
+}
+
+
+def statements(path: Path) -> list[tuple[str, str]]:
+    """Each string literal and f-string of path, with the function (`Class.name`) it is in; in
+    an f-string, a module's string constant stands as its text, any other value as `{...}`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    constants = {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+    def text(node: ast.JoinedStr) -> str:
+        return "".join(
+            str(part.value)
+            if isinstance(part, ast.Constant)
+            else constants.get(part.value.id, "{")
+            if isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name)
+            else "{"
+            for part in node.values
+        )
+
+    found: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, f"{where}.{child.name}".lstrip("."))
+            elif isinstance(child, ast.JoinedStr):
+                found.append((text(child), where))
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+                found.append((child.value, where))
+            else:
+                visit(child, where)
+
+    visit(tree, "")
+    return found
+
+
+def test_every_write_of_blocks_and_versions_is_in_the_change_module() -> None:
+    """The one road: every INSERT, UPDATE and DELETE of `blocks` or `block_versions` in the bot
+    and its storage is a statement of storage/changes.py."""
+    offenders = [
+        f"{name} ({where}): {text[:60]}"
+        for folder in ("bot", "storage")
+        for path in files(folder)
+        if (name := str(path.relative_to(ROOT))) not in BLOCK_WRITERS
+        for text, where in statements(path)
+        if (found := BLOCK_WRITE.search(text))
+        and not (found[2] == "{" and any(name == f and where.startswith(w) for f, w in VALUES))
+    ]
+    assert offenders == []
+
+
+def test_only_the_block_operations_hand_a_change_to_the_store() -> None:
+    """Every change reaches the store's one write through `BlockOps` (bot/core/blocks/ops.py),
+    which reviews it first: the clean-up and imports included."""
+    callers = {
+        str(path.relative_to(ROOT))
+        for path in files("bot")
+        if calls_of(path, "apply_change") or calls_of(path, "apply_changes")
+    }
+    assert callers == {"bot/core/blocks/ops.py"}
+
+
 def test_only_the_rules_build_a_refusal() -> None:
     """Every Refused comes from review.refusal (or a constant it made): it has a code, and its
     text is that code's one text."""

@@ -25,6 +25,7 @@ from storage.errors import (
     WorkerConflict,
 )
 from storage.models import (
+    BlockState,
     Change,
     ChangeKind,
     Channel,
@@ -37,6 +38,7 @@ from storage.models import (
     ProposalStatus,
     State,
     UsageTotals,
+    Wanted,
 )
 from tests.pg import fresh_database
 from tests.storage import writes
@@ -161,6 +163,22 @@ async def test_idle_marks_and_call_counts(open_store: Opener) -> None:
     assert await store.model_calls("s") == 4 and await store.model_calls("empty") == 1
     await writes.delete(store, a, now=NOW, change=BY_7)
     assert await store.blocks(["s"]) == []
+
+
+async def test_a_block_brought_back_idle_counts_its_idle_time_from_then(
+    open_store: Opener,
+) -> None:
+    store = await open_store()
+    await add(store, "a")
+    for _ in range(3):
+        await store.start_model_call(["s"])
+    (a,) = await store.blocks(["s"])
+    await writes.delete(store, a, now=NOW, change=BY_7)
+    idle, later = BlockState("text", Level.CONTEXT, State.IDLE), NOW + timedelta(days=1)
+    brought = [Wanted("a", idle, created_at=a.created_at)]
+    await writes.bring(store, "s", brought, now=later, limits=TWENTY, change=BY_7)
+    (a,) = await store.blocks(["s"])
+    assert (a.state, a.created_at, a.idle_since, a.idle_calls) == (State.IDLE, NOW, later, 3)
 
 
 async def test_history_compaction_and_reset(open_store: Opener) -> None:

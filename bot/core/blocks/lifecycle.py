@@ -1,12 +1,12 @@
 """The pin lifecycle at each model request: count the call for each scope, and delete the idle
-blocks whose retention has passed."""
+blocks whose retention has passed (a change of the clean-up's, reviewed like any other)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot import metrics
 from bot.clock import Clock, utc_now
+from bot.core.blocks.ops import BlockOps
 from bot.core.blocks.review import BlockPolicy
 from bot.core.people import is_shared_scope
 from bot.secrets import redact
@@ -21,9 +21,8 @@ class Lifecycle:
     """Call counting and idle cleanup for the scopes of each model request."""
 
     def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
-        self._store = store
-        self._policy = policy
-        self._clock = clock
+        self._store, self._clock = store, clock
+        self._ops = BlockOps(store, policy, clock)
 
     async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
         """Count one model call for each scope, delete its expired idle blocks, and return the
@@ -34,7 +33,7 @@ class Lifecycle:
         gone = [
             b
             for b in blocks
-            if b.state is idle and self._policy.expired(b, now, before.get(b.scope, 0))
+            if b.state is idle and self._ops.policy.expired(b, now, before.get(b.scope, 0))
         ]
         if gone and await self._remove(gone):
             ids = {b.id for b in gone}
@@ -42,9 +41,10 @@ class Lifecycle:
         return blocks
 
     async def _remove(self, gone: Sequence[Block]) -> bool:
-        """Remove expired blocks as one change per scope (kept as versions: the user can bring
-        them back), each only if it is still as read; False when one changed meanwhile (it is
-        looked at again at the next request)."""
+        """Remove expired blocks as one change per scope, the clean-up's, reviewed and written
+        like any other (kept as versions: the user can bring them back), each only if it is
+        still as read; False when one changed meanwhile (it is looked at again at the next
+        request) or the review refused."""
         by_scope: dict[str, list[Block]] = {}
         for block in gone:
             by_scope.setdefault(block.scope, []).append(block)
@@ -60,8 +60,7 @@ class Lifecycle:
             for scope, blocks in by_scope.items()
         ]
         try:
-            await self._store.apply_changes(changes, now=self._clock(), limits=self._policy.limits)
+            done = await self._ops.commit_all(changes)
         except Conflict:
             return False
-        metrics.blocks_written(CLEANUP.channel, len(gone))
-        return True
+        return isinstance(done, list)

@@ -22,7 +22,15 @@ from bot.core.blocks.review import (
     refusal,
 )
 from bot.core.blocks.sensitive import masked_note
-from bot.core.people import Access, ChatKind, MessageContext, Role, Speaker
+from bot.core.people import (
+    Access,
+    ChatKind,
+    MessageContext,
+    Role,
+    Speaker,
+    is_group_scope,
+    is_shared_scope,
+)
 from bot.secrets import has_marks, hide_parts, marked_parts, redact
 from storage import Store
 from storage.changes import Applied
@@ -134,6 +142,11 @@ class Target:
         )
 
 
+def where_of(scope: str) -> Where:
+    """A scope, by its key, as the block policy and replies name it."""
+    return Where(is_shared_scope(scope), is_group_scope(scope))
+
+
 def _masked(marked: Sequence[str], text: str) -> str:
     """What the audit trail keeps of text: redacted, and the parts the change marks hidden where
     an earlier entry held them unmarked."""
@@ -197,10 +210,26 @@ class BlockOps:
         against them."""
         return await self._store.scope_now(target if isinstance(target, str) else target.scope)
 
-    async def commit_all(self, changes: Sequence[BlockChange]) -> list[Applied]:
-        """Apply changes of several scopes, each reviewed already (an import), as one operation
-        in one transaction; raises as the store does, and then nothing changed."""
-        changes = [self.policy.kept_sensitive(change) for change in changes]
+    async def commit_all(
+        self,
+        changes: Sequence[BlockChange],
+        blocks: Mapping[str, Sequence[Block]] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[Applied] | dict[str, Refused]:
+        """Review changes the system makes (the operator's import, the idle clean-up) with its
+        rights (no speaker is asked; every other rule holds), each scope against its blocks in
+        blocks (else the labels its change saw), and apply them as one operation in one
+        transaction: what changed, or each refused scope's refusal with nothing changed. A dry
+        run only reviews. Raises as the store does (nothing changed then)."""
+        changes = [await self._kept_sensitive(change) for change in changes]
+        refused, blocks = {}, blocks or {}
+        for change in changes:
+            where, found = where_of(change.scope), blocks.get(change.scope)
+            if problem := await self.policy.review(change, where, speaker=None, blocks=found):
+                refused[change.scope] = problem
+        if refused or dry_run:
+            return refused or []
         applied = await self._store.apply_changes(
             changes, now=self._clock(), limits=self.policy.limits
         )

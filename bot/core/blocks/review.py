@@ -441,13 +441,12 @@ class BlockPolicy:
         self, blocks: Sequence[Block], after: Sequence[BlockState], where: Where
     ) -> Refused | None:
         """Why a scope whose blocks go from blocks to the states after breaks the block limit
-        or the character budget, or None: only growth past a limit is refused."""
+        or the character budget (the rule of `Limits`, which the store holds too), or None."""
         count, chars = len(blocks), sum(len(b.content) for b in blocks)
         new_count, new_chars = len(after), sum(len(state.content) for state in after)
-        if new_count > self.limits.max_blocks and new_count > count:
+        if not self.limits.blocks_hold(count, new_count):
             return refusal(Rule.TOO_MANY, where, count=new_count, limit=self.limits.max_blocks)
-        budget = self.limits.max_total_chars
-        if budget and new_chars > budget and new_chars > chars:
+        if not self.limits.chars_hold(chars, new_chars):
             return self.over_budget(new_chars, where)
         return None
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.core.blocks.ops import BlockOps
+from bot.core.blocks.ops import BlockOps, where_of
 from bot.core.blocks.review import BlockPolicy, Refused, Rule, Where, default_level, refusal
 from bot.core.blocks.transfer import (
     IMPORT,
@@ -19,7 +19,7 @@ from bot.core.blocks.transfer import (
     parse_time,
     unknown_keys,
 )
-from bot.core.people import is_group_scope, is_shared_scope, read_scope
+from bot.core.people import is_shared_scope, read_scope
 from bot.secrets import redact
 from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget
 from storage.models import (
@@ -146,7 +146,7 @@ def plan_sticky(
     if not isinstance(slots, dict):
         plan.problems.append('"slots" must be an object of slots by key')
         return plan
-    where = Where(is_shared_scope(plan.scope), is_group_scope(plan.scope))
+    where = where_of(plan.scope)
     limit = policy.limits.max_blocks
     if len(slots) > limit:
         # Refused before any slot is read: however many are refused, too many would remain.
@@ -181,19 +181,16 @@ def _limit_problems(
     taken or breaks the block limit or the budget."""
     problems = []
     taken = {label_key(b.label): b.label for b in current}
-    count, chars = len(current), sum(len(b.content) for b in current)
-    budget = policy.limits.max_total_chars
+    blocks = [BlockState.of(b) for b in current]
     for wanted in plan.wanted:
         assert wanted.state is not None
         if label_key(wanted.label) in taken:
             label = taken[label_key(wanted.label)]
-            problem = refusal(Rule.LABEL_TAKEN, where, label=label)
-        elif count + 1 > policy.limits.max_blocks:
-            problem = refusal(Rule.TOO_MANY, where, count=count + 1, limit=policy.limits.max_blocks)
-        elif budget and chars + len(wanted.state.content) > budget:
-            problem = policy.over_budget(chars + len(wanted.state.content), where)
+            problem: Refused | None = refusal(Rule.LABEL_TAKEN, where, label=label)
         else:
-            count, chars = count + 1, chars + len(wanted.state.content)
+            problem = policy.limits_problem(current, [*blocks, wanted.state], where)
+        if problem is None:
+            blocks.append(wanted.state)
             continue
         problems.append(_refused(wanted.label, problem))
     return problems
@@ -203,20 +200,17 @@ async def apply_sticky(ops: BlockOps, plan: StickyPlan, *, dry_run: bool = False
     """Add a checked plan's slots to its scope in one transaction, reviewed by the block policy
     like any change: how many were added; or 0 with plan.problems saying why (nothing is
     written). A dry run checks everything and writes nothing."""
-    where = Where(is_shared_scope(plan.scope), is_group_scope(plan.scope))
+    where = where_of(plan.scope)
     current, _ = await ops.scope_now(plan.scope)
     plan.problems += _limit_problems(plan, current, ops.policy, where)
     if plan.problems:
         return 0
-    change = plan.change()
-    if problem := await ops.policy.review(change, where, speaker=None, blocks=current):
-        plan.problems.append(problem.reason)
-        return 0
-    if dry_run:
-        return len(plan.wanted)
     try:
-        await ops.commit_all([change])
+        done = await ops.commit_all([plan.change()], {plan.scope: current}, dry_run=dry_run)
     except (Conflict, LabelTaken, LimitReached, OverBudget):
         plan.problems.append("the blocks changed while importing; run the import again")
+        return 0
+    if isinstance(done, dict):
+        plan.problems += [problem.reason for problem in done.values()]
         return 0
     return len(plan.wanted)

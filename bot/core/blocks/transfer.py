@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.core.blocks.ops import BlockOps, seen_of
+from bot.core.blocks.ops import BlockOps, seen_of, where_of
 from bot.core.blocks.review import (
     MAX_RECORDED_CHARS,
     BlockPolicy,
-    Where,
     default_level,
     priority_problem,
     text_problem,
@@ -378,13 +377,9 @@ def _check_scope(scope: str, blocks: list[Block], policy: BlockPolicy, problems:
                 "(labels are matched ignoring case)"
             )
         seen.add(label_key(block.label))
-    where = _where(scope)
+    where = where_of(scope)
     if problem := policy.limits_problem([], [BlockState.of(b) for b in blocks], where):
         problems.append(f"scope '{scope}': {problem.reason}")
-
-
-def _where(scope: str) -> Where:
-    return Where(is_shared_scope(scope), is_group_scope(scope))
 
 
 def plan_import(document: Any, policy: BlockPolicy, now: datetime) -> ImportPlan:
@@ -623,25 +618,26 @@ async def apply_import(ops: BlockOps, plan: ImportPlan) -> int:
     scopes exported with history get their versions back as they were, the others a version of
     each block the import changes); returns blocks written. A scope the policy refuses adds
     its problem to plan.problems and nothing is written."""
-    changes = []
+    changes, current = [], {}
     for scope, (calls, blocks) in plan.scopes.items():
-        current, marks = await ops.scope_now(scope)
+        current[scope], marks = await ops.scope_now(scope)
         history = plan.history.get(scope)
         change = import_change(
-            scope, calls, blocks, (current, marks), history, audited=is_shared_scope(scope)
+            scope, calls, blocks, (current[scope], marks), history, audited=is_shared_scope(scope)
         )
-        if problem := await ops.policy.review(change, _where(scope), speaker=None, blocks=current):
-            plan.problems.append(f"scope '{scope}': {problem.reason}")
         changes.append(change)
-    if plan.problems:
-        return 0
     try:
-        await ops.commit_all(changes)
+        # A plan with problems already is reviewed all the same: every problem is listed.
+        done = await ops.commit_all(changes, current, dry_run=bool(plan.problems))
     except Conflict:
         plan.problems.append("the blocks changed while importing; run the import again")
         return 0
     except (LimitReached, OverBudget):  # another writer filled a scope meanwhile
         plan.problems.append("a scope's limits changed while importing; run the import again")
+        return 0
+    if isinstance(done, dict):
+        plan.problems += [f"scope '{scope}': {problem.reason}" for scope, problem in done.items()]
+    if plan.problems:
         return 0
     return sum(len(blocks) for _, blocks in plan.scopes.values())
 
