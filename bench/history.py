@@ -28,7 +28,7 @@ from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
-from storage.models import Change, ChangeKind, Channel
+from storage.models import Author, ChangeKind, Channel
 from storage.rows import BLOCK_COLUMNS, block_from_row, dt
 from storage.versions import new_op, version_row
 
@@ -136,7 +136,7 @@ def version_rows(path: Path) -> Iterator[tuple[Any, ...]]:
         found = db.execute(f"SELECT {BLOCK_COLUMNS} FROM blocks {_SHUFFLED}")
         for index, row in enumerate(found):
             block = block_from_row(row)
-            change = Change(block.scope.rsplit(":", 1)[1], Channel.COMMAND)
+            change = Author(block.scope.rsplit(":", 1)[1], Channel.COMMAND)
             at = dt(start + index / 1000)
             yield version_row(
                 new_op(), block.scope, block.label, ChangeKind.EDIT, change, at, block

@@ -12,8 +12,8 @@ from storage import models, rows
 from storage.dialect import Database
 from storage.models import (
     AuditEntry,
+    Author,
     Block,
-    Change,
     ChangeKind,
     Channel,
     Limits,
@@ -23,7 +23,7 @@ from storage.search import SearchIndex
 
 Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, blocks)
 KEEP = Limits(0)  # for writes that only remove: the default number of versions kept
-CLEANUP = Change("cleanup", Channel.CLEANUP)
+CLEANUP = Author("cleanup", Channel.CLEANUP)
 _IN_ORDER = "ORDER BY scope, created_at, id"
 
 

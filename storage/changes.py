@@ -28,10 +28,10 @@ from storage.dialect import Database, Executor, Step
 from storage.errors import AlreadyDecided, Conflict, LabelTaken, LimitReached, OverBudget, Stale
 from storage.models import (
     WITHHELD,
+    Author,
     Block,
     BlockChange,
     BlockState,
-    Change,
     ChangeKind,
     Limits,
     ProposalStatus,
@@ -119,7 +119,7 @@ def version_row(
     scope: str,
     label: str,
     kind: ChangeKind,
-    change: Change,
+    change: Author,
     at: datetime,
     before: Block | BlockState | None,
     detail: str = "",
@@ -180,7 +180,7 @@ def kinds(
 
 def _audit(change: BlockChange, at: datetime, entries: list[tuple[Any, ...]]) -> tuple[Step, ...]:
     """The step adding entries to the scope's audit trail, where the change is audited."""
-    found = rows.audit_rows(change.scope, change.change, at, entries)
+    found = rows.audit_rows(change.scope, change.by, at, entries)
     return (Step(rows.AUDIT_INSERT, found, many=True),) if change.audited and entries else ()
 
 
@@ -333,7 +333,7 @@ def _one_label(change: BlockChange) -> bool:
         or change.undoes is not None
         or change.calls is not None
         or change.history is not None
-        or (change.change.origin is not None and change.proposal is not None)
+        or (change.by.origin is not None and change.proposal is not None)
     ):
         return False
     wanted = change.wanted[0]
@@ -379,7 +379,7 @@ async def _apply_in(
     _check(current, plan, limits)
     steps: list[Step] = []
     if (number := change.proposal) is not None:
-        decided = (ProposalStatus.APPLIED.value, change.change.actor, ts(now), scope, number)
+        decided = (ProposalStatus.APPLIED.value, change.by.actor, ts(now), scope, number)
         if not await tx.execute(_DECIDE, *decided):
             raise AlreadyDecided(number)
     versions, audit = [], []
@@ -415,7 +415,7 @@ def _recorded(
     before, after = entry.before, entry.wanted.state
     found = [(change.kind, "")] if change.kind else kinds(before, after)
     (kind, detail), scope = found[0], change.scope
-    version = version_row(op, scope, entry.label, kind, change.change, now, before, detail)
+    version = version_row(op, scope, entry.label, kind, change.by, now, before, detail)
     if change.kind is ChangeKind.IMPORT and before and after and before.content == after.content:
         return version, []
     audited = change.audit_contents(before, after)
@@ -544,7 +544,7 @@ def _given(versions: Sequence[models.Version]) -> list[tuple[Any, ...]]:
     """Rows for versions exactly as given (an import of an export made with history)."""
     found = []
     for v in versions:
-        change = models.Change(v.actor, v.channel, v.origin)
+        change = models.Author(v.actor, v.channel, v.origin)
         row = version_row(
             v.op, v.scope, v.label, v.kind, change, v.at, v.before, v.detail, v.created_at
         )

@@ -156,7 +156,7 @@ class BlockChange:
 
     scope: str
     wanted: tuple[Wanted, ...]
-    change: Change
+    by: Author
     seen: Mapping[str, Seen | None] = field(default_factory=dict)
     audited: bool = False
     kind: ChangeKind | None = None
@@ -195,8 +195,8 @@ class BlockChange:
     @property
     def proposal(self) -> int | None:
         """The proposal this change carries out, if any: it is decided by this change."""
-        origin = self.change.origin
-        if origin is not None and self.change.channel is Channel.PROPOSAL:
+        origin = self.by.origin
+        if origin is not None and self.by.channel is Channel.PROPOSAL:
             return origin.proposal
         return None
 
@@ -308,7 +308,7 @@ class Origin:
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class Author:
     """Who makes a change (a sender id, or model, web, import, cleanup), through what, and
     where its content came from. Every write to a block carries one."""
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from storage.dialect import Row, Step
-from storage.models import AuditEntry, Block, Change, ChangeKind, Channel, Level, Origin, State
+from storage.models import AuditEntry, Author, Block, ChangeKind, Channel, Level, Origin, State
 
 # Every table a transfer copies, with the columns it copies (ids are the target's own), in an
 # order that keeps each table's rows in their original order.
@@ -102,7 +102,7 @@ def block_from_row(row: Row) -> Block:
 
 
 def audit_rows(
-    scope: str, change: Change, at: datetime, entries: Iterable[tuple[Any, ...]]
+    scope: str, change: Author, at: datetime, entries: Iterable[tuple[Any, ...]]
 ) -> list[tuple[Any, ...]]:
     """Rows of AUDIT_COLUMNS for changes to a scope's shared blocks, one per entry: (kind, label,
     old content, new content, detail)."""

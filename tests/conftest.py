@@ -23,9 +23,9 @@ from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from storage.models import (
     ABSENT,
+    Author,
     BlockChange,
     BlockState,
-    Change,
     Channel,
     Limits,
     NewBlock,
@@ -223,7 +223,7 @@ async def put_block(
     change = BlockChange(
         new.scope,
         (Wanted(new.label, state),),
-        Change(actor, Channel.COMMAND),
+        Author(actor, Channel.COMMAND),
         {label_key(new.label): ABSENT},
         audited,
     )

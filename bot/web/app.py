@@ -21,9 +21,9 @@ from bot.config import Config
 from bot.core.blocks import (
     PRIORITY_MAX,
     PRIORITY_MIN,
-    BlockHistory,
     BlockOps,
     BlockPolicy,
+    BlockVersions,
     Done,
     Outcome,
     Rule,
@@ -85,7 +85,7 @@ class WebPage:
         self.clock = clock
         self.sign_in = SignIn(token, clock)
         self.ops = BlockOps(store, BlockPolicy(config.pins), clock)
-        self.history = BlockHistory(store, self.ops)
+        self.history = BlockVersions(store, self.ops)
         name = config.web.operator_name.strip()
         self.actor = f"web:{name}" if name else "web"
         self._flash: dict[str, Flash] = {}  # per session: what the last change did, shown once

@@ -11,7 +11,7 @@ import pytest
 from bot.config import PinsConfig
 from bot.core.blocks.review import BlockPolicy, Rule, refusal
 from storage import Store
-from storage.models import Block, Change, Channel, Level, State
+from storage.models import Author, Block, Channel, Level, State
 from tests.conftest import BotFactory, ask, dm, group, text_of
 from tests.fakes.clock import FakeClock
 
@@ -128,15 +128,15 @@ async def test_idle_cleanup_is_a_change_the_review_meets(
     review, asked = BlockPolicy.review, []
 
     async def held(self: BlockPolicy, change: Any, where: Any, **kwargs: Any) -> Any:
-        asked.append((change.change, kwargs["speaker"], [w.label for w in change.wanted]))
-        if change.change.channel is Channel.CLEANUP:
+        asked.append((change.by, kwargs["speaker"], [w.label for w in change.wanted]))
+        if change.by.channel is Channel.CLEANUP:
             return refusal(Rule.NOT_ALLOWED, reason="held by the test")
         return await review(self, change, where, **kwargs)
 
     monkeypatch.setattr(BlockPolicy, "review", held)
     await ask(bot, dm(), "hi")
     # The clean-up asks with the system's rights (no speaker), and a refusal removes nothing.
-    assert (Change("cleanup", Channel.CLEANUP), None, ["gone"]) in asked
+    assert (Author("cleanup", Channel.CLEANUP), None, ["gone"]) in asked
     assert await labels(store) == ["gone", "keep", "safe"]
     monkeypatch.setattr(BlockPolicy, "review", review)
     await ask(bot, dm(), "hi")

@@ -15,9 +15,9 @@ from storage import Store
 from storage.decisions import PROPOSALS
 from storage.models import (
     ABSENT,
+    Author,
     BlockChange,
     BlockState,
-    Change,
     Channel,
     Level,
     NewProposal,
@@ -167,7 +167,7 @@ async def test_a_system_change_is_reviewed_with_the_systems_rights(
     (a shared scope takes the operator's change), every other rule holds, and a refused scope
     leaves every scope of the operation as it was."""
     ops = BlockOps(store, BlockPolicy(make_config().pins), clock)
-    by_import = Change("import", Channel.IMPORT)
+    by_import = Author("import", Channel.IMPORT)
 
     def adding(scope: str, label: str, content: str) -> BlockChange:
         state = BlockState(content, Level.CONTEXT, State.ACTIVE)

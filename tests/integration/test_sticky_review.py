@@ -21,9 +21,9 @@ from storage.decisions import PROPOSALS
 from storage.models import (
     ABSENT,
     WITHHELD,
+    Author,
     BlockChange,
     BlockState,
-    Change,
     Channel,
     Level,
     Limits,
@@ -114,7 +114,7 @@ async def test_a_change_built_without_a_mask_keeps_sensitive_content_out_of_the_
     scope = "console:group:-100123"
     state = BlockState("the server is 10.20.30.40", Level.CONTEXT, State.ACTIVE, sensitive=True)
     change = BlockChange(
-        scope, (Wanted("ops", state),), Change("7", Channel.COMMAND), {"ops": ABSENT}, True
+        scope, (Wanted("ops", state),), Author("7", Channel.COMMAND), {"ops": ABSENT}, True
     )
     await store.apply_change(change, now=clock(), limits=Limits(20))
     (entry,) = await store.audit_log(scope, 10)
@@ -246,7 +246,7 @@ async def test_a_proposal_cannot_test_guesses_at_a_sensitive_shared_block(
     # Kept from before the operator turned the credential check on (it refuses this add now).
     vpn = BlockState("password: letmein2", Level.CONTEXT, State.ACTIVE, sensitive=True)
     change = BlockChange(
-        "console:group:-100123", (Wanted("vpn", vpn),), Change("7", Channel.IMPORT), {"vpn": ABSENT}
+        "console:group:-100123", (Wanted("vpn", vpn),), Author("7", Channel.IMPORT), {"vpn": ABSENT}
     )
     await bot.store.apply_change(change, now=clock(), limits=Limits(20))
     fake_openai.script = [
@@ -310,13 +310,13 @@ async def test_web_search_fills_its_page_past_sensitive_blocks_found_only_by_wha
     for number in range(views.SEARCH_RESULTS + 1):
         label = f"s{number:03d}"
         change = BlockChange(
-            GROUP, (Wanted(label, hidden),), Change("7", Channel.IMPORT), {label: ABSENT}
+            GROUP, (Wanted(label, hidden),), Author("7", Channel.IMPORT), {label: ABSENT}
         )
         await bot.store.apply_change(change, now=clock(), limits=Limits(1000))
     clock.advance(minutes=1)
     plain = BlockState("a needle in the haystack", Level.CONTEXT, State.ACTIVE)
     change = BlockChange(
-        GROUP, (Wanted("plain", plain),), Change("7", Channel.IMPORT), {"plain": ABSENT}
+        GROUP, (Wanted("plain", plain),), Author("7", Channel.IMPORT), {"plain": ABSENT}
     )
     await bot.store.apply_change(change, now=clock(), limits=Limits(1000))
     await bot.store.catch_up_search()

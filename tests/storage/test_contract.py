@@ -25,8 +25,8 @@ from storage.errors import (
     WorkerConflict,
 )
 from storage.models import (
+    Author,
     BlockState,
-    Change,
     ChangeKind,
     Channel,
     Level,
@@ -45,7 +45,7 @@ from tests.storage import writes
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 Opener = Callable[[], Awaitable[Store]]
-BY_7 = Change("7", Channel.COMMAND)
+BY_7 = Author("7", Channel.COMMAND)
 TWENTY = Limits(20)
 
 
@@ -82,7 +82,7 @@ async def add(
     now: datetime = NOW,
 ) -> None:
     await writes.insert(
-        store, new(label, scope, content), now=now, limits=limits, change=BY_7, audited=audited
+        store, new(label, scope, content), now=now, limits=limits, by=BY_7, audited=audited
     )
 
 
@@ -126,25 +126,25 @@ async def test_guarded_updates_and_the_budget_rule(open_store: Opener) -> None:
     a, b = await store.blocks(["s"])
     budget, no_budget = Limits(5, 50), Limits(5)
     # The scope (80) is over a budget of 50: shrinking and state changes still work.
-    await writes.update(store, a, now=NOW, limits=budget, change=BY_7, content="x" * 10)
+    await writes.update(store, a, now=NOW, limits=budget, by=BY_7, content="x" * 10)
     with pytest.raises(Conflict):  # a is stale now
-        await writes.update(store, a, now=NOW, limits=budget, change=BY_7, state=State.IDLE)
+        await writes.update(store, a, now=NOW, limits=budget, by=BY_7, state=State.IDLE)
     (a, b) = await store.blocks(["s"])
-    await writes.update(store, b, now=NOW, limits=budget, change=BY_7, state=State.PINNED)
+    await writes.update(store, b, now=NOW, limits=budget, by=BY_7, state=State.PINNED)
     (a, b) = await store.blocks(["s"])
     with pytest.raises(OverBudget) as over:
-        await writes.update(store, a, now=NOW, limits=budget, change=BY_7, content="x" * 30)
+        await writes.update(store, a, now=NOW, limits=budget, by=BY_7, content="x" * 30)
     assert (over.value.total, over.value.budget) == (70, 50)
     await writes.update(
-        store, a, now=NOW, limits=no_budget, change=BY_7, level=Level.STRONG, priority=9
+        store, a, now=NOW, limits=no_budget, by=BY_7, level=Level.STRONG, priority=9
     )
     (a, b) = await store.blocks(["s"])
     assert (a.level, a.priority, b.state) == (Level.STRONG, 9, State.PINNED)
-    await writes.delete(store, a, now=NOW, change=BY_7)
+    await writes.delete(store, a, now=NOW, by=BY_7)
     with pytest.raises(Stale):
-        await writes.update(store, a, now=NOW, limits=no_budget, change=BY_7, priority=1)
+        await writes.update(store, a, now=NOW, limits=no_budget, by=BY_7, priority=1)
     with pytest.raises(Stale):
-        await writes.delete(store, a, now=NOW, change=BY_7)
+        await writes.delete(store, a, now=NOW, by=BY_7)
     with pytest.raises(LimitReached):
         await add(store, "c", limits=Limits(1))
 
@@ -155,13 +155,13 @@ async def test_idle_marks_and_call_counts(open_store: Opener) -> None:
     for _ in range(3):
         await store.start_model_call(["s"])
     (a,) = await store.blocks(["s"])
-    await writes.update(store, a, now=NOW, limits=Limits(5), change=BY_7, state=State.IDLE)
+    await writes.update(store, a, now=NOW, limits=Limits(5), by=BY_7, state=State.IDLE)
     (a,) = await store.blocks(["s"])
     assert a.idle_calls == 3 and a.idle_since == NOW
     blocks, before = await store.start_model_call(["s", "empty"])
     assert before == {"s": 3} and [b.label for b in blocks] == ["a"]
     assert await store.model_calls("s") == 4 and await store.model_calls("empty") == 1
-    await writes.delete(store, a, now=NOW, change=BY_7)
+    await writes.delete(store, a, now=NOW, by=BY_7)
     assert await store.blocks(["s"]) == []
 
 
@@ -173,10 +173,10 @@ async def test_a_block_brought_back_idle_counts_its_idle_time_from_then(
     for _ in range(3):
         await store.start_model_call(["s"])
     (a,) = await store.blocks(["s"])
-    await writes.delete(store, a, now=NOW, change=BY_7)
+    await writes.delete(store, a, now=NOW, by=BY_7)
     idle, later = BlockState("text", Level.CONTEXT, State.IDLE), NOW + timedelta(days=1)
     brought = [Wanted("a", idle, created_at=a.created_at)]
-    await writes.bring(store, "s", brought, now=later, limits=TWENTY, change=BY_7)
+    await writes.bring(store, "s", brought, now=later, limits=TWENTY, by=BY_7)
     (a,) = await store.blocks(["s"])
     assert (a.state, a.created_at, a.idle_since, a.idle_calls) == (State.IDLE, NOW, later, 3)
 
@@ -201,21 +201,19 @@ async def test_audit_trail_and_clear(open_store: Opener) -> None:
     store = await open_store()
     await add(store, "a", "g", audited=True)
     (a,) = await store.blocks(["g"])
-    by_model = Change("model", Channel.TOOL, Origin("m1", "42"))
+    by_model = Author("model", Channel.TOOL, Origin("m1", "42"))
     await writes.update(
         store,
         a,
         now=NOW,
         limits=Limits(5),
-        change=by_model,
+        by=by_model,
         audited=True,
         content="new",
         priority=2,
     )
     await add(store, "b", "g")  # not audited
-    cleared = await writes.clear(
-        store, "g", now=NOW - timedelta(days=400), change=BY_7, audited=True
-    )
+    cleared = await writes.clear(store, "g", now=NOW - timedelta(days=400), by=BY_7, audited=True)
     assert cleared == 2
     log = await store.audit_log("g", 10)
     assert [(e.kind, e.detail, e.label, e.actor, e.old_content, e.new_content) for e in log] == [
@@ -389,19 +387,19 @@ async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> Non
     await add(store, "a", "p:group:1")
     await store.start_model_call(["p:group:1"])
     exported = await store.export_scopes()
-    importing = Change("import", Channel.IMPORT)
+    importing = Author("import", Channel.IMPORT)
     written = await writes.replace(
         store,
         {**exported, "p:group:2": (0, exported["p:group:1"][1])},
         now=NOW,
-        change=importing,
+        by=importing,
         audited={"p:group:1", "p:group:2"},
     )
     assert written == 2
     assert await store.audit_log("p:group:1", 5) == []  # the same blocks again: no change
     (entry,) = await store.audit_log("p:group:2", 5)
     assert (entry.kind, entry.actor, entry.channel) == (ChangeKind.IMPORT, "import", Channel.IMPORT)
-    await writes.replace(store, {"p:group:2": (0, [])}, now=NOW, change=importing)
+    await writes.replace(store, {"p:group:2": (0, [])}, now=NOW, by=importing)
     again = await store.export_scopes()
     assert {k: (c, [(b.label, b.content) for b in bs]) for k, (c, bs) in again.items()} == {
         "p:group:1": (1, [("a", "text")]),
@@ -446,14 +444,14 @@ async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> Non
     store = await open_store()
     await add(store, "x", "g1", audited=True)
     (x,) = await store.blocks(["g1"])
-    by_8 = Change("8", Channel.COMMAND)
+    by_8 = Author("8", Channel.COMMAND)
     one_day = timedelta(days=1)
     await writes.update(
-        store, x, now=NOW + one_day, limits=Limits(5), change=by_8, audited=True, content="y"
+        store, x, now=NOW + one_day, limits=Limits(5), by=by_8, audited=True, content="y"
     )
     await add(store, "z", "g2")
     (z,) = await store.blocks(["g2"])
-    await writes.delete(store, z, now=NOW + 2 * one_day, change=BY_7, audited=True)
+    await writes.delete(store, z, now=NOW + 2 * one_day, by=BY_7, audited=True)
     everything = await store.audit_entries()
     assert [e.action for e in everything] == ["remove", "edit", "add context"]
     assert [e.action for e in await store.audit_entries(actor="7")] == ["remove", "add context"]
@@ -534,16 +532,16 @@ async def test_an_approval_decides_its_proposal_once_and_a_moved_group_keeps_the
         proposed = NewProposal("p:group:1", label, "content", None, None, "why", "42")
         await store.add_decision(PROPOSALS, proposed, now=NOW, expires_at=later, max_pending=2)
     # An approval's block change marks its proposal applied in the same transaction.
-    change = Change("7", Channel.PROPOSAL, Origin(proposal=2))
+    change = Author("7", Channel.PROPOSAL, Origin(proposal=2))
     await writes.insert(
-        store, new("b", "p:group:1"), now=NOW, limits=TWENTY, change=change, audited=True
+        store, new("b", "p:group:1"), now=NOW, limits=TWENTY, by=change, audited=True
     )
     applied = await store.decision(PROPOSALS, "p:group:1", 2)
     assert applied is not None and applied.status is ProposalStatus.APPLIED
     assert applied.decided_by == "7"
     # A change carrying out a proposal decided already writes nothing.
     with pytest.raises(AlreadyDecided):
-        await writes.insert(store, new("c", "p:group:1"), now=NOW, limits=TWENTY, change=change)
+        await writes.insert(store, new("c", "p:group:1"), now=NOW, limits=TWENTY, by=change)
     assert [b.label for b in await store.blocks(["p:group:1"])] == ["b"]
     await store.show_decision(PROPOSALS, "p:group:1", 1, "-100", "55")
     # A migrated group keeps its proposals; a transfer copies them.
@@ -569,7 +567,7 @@ async def test_retention_keeps_the_newest_version_of_a_removed_sensitive_label_w
         change = BlockChange("s", wanted, BY_7, {label_key(label): ABSENT})
         await store.apply_change(change, now=NOW, limits=TWENTY)
     for block in await store.blocks(["s"]):
-        await writes.delete(store, block, now=NOW, change=BY_7)
+        await writes.delete(store, block, now=NOW, by=BY_7)
     await add(store, "kept")
     await store.forget_versions_before(NOW + timedelta(days=1))
     (srv,) = await store.versions("s", "srv")

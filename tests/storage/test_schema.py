@@ -18,9 +18,9 @@ from storage.decisions import PROPOSALS, SUGGESTIONS
 from storage.dialect import Database, connect
 from storage.errors import SchemaTooNew
 from storage.models import (
+    Author,
     BlockChange,
     BlockState,
-    Change,
     ChangeKind,
     Channel,
     Level,
@@ -325,7 +325,7 @@ async def test_a_database_of_1c7eede_gets_sensitive_blocks_with_nothing_of_its_o
         change = BlockChange(
             block.scope,
             (Wanted(block.label, replace(state, sensitive=True)),),
-            Change("42", Channel.COMMAND),
+            Author("42", Channel.COMMAND),
             {label_key(block.label): Seen(block, marks[label_key(block.label)])},
         )
         await store.apply_change(change, now=NOW, limits=Limits(20))
@@ -526,7 +526,7 @@ async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writ
         approve = BlockChange(
             R36_GROUP,
             (Wanted("style", wanted),),
-            Change("7", Channel.PROPOSAL, Origin(proposal=1)),
+            Author("7", Channel.PROPOSAL, Origin(proposal=1)),
             {"style": Seen(style, marks["style"])},
             audited=True,
         )
@@ -568,7 +568,7 @@ async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writ
         added = BlockChange(
             R36_DM,
             (Wanted("pets", BlockState("Two cats.", Level.CONTEXT, State.ACTIVE)),),
-            Change("42", Channel.COMMAND),
+            Author("42", Channel.COMMAND),
             {label_key("pets"): None},
         )
         await store.apply_change(added, now=NOW, limits=Limits(20))

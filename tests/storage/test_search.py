@@ -17,9 +17,9 @@ import pytest
 
 from storage import Store, schema, search
 from storage.models import (
+    Author,
     Block,
     BlockState,
-    Change,
     Channel,
     Level,
     Limits,
@@ -32,7 +32,7 @@ from tests.pg import PgCluster, fresh_database
 from tests.storage import writes
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-BY_7 = Change("7", Channel.COMMAND)
+BY_7 = Author("7", Channel.COMMAND)
 ROOMY = Limits(1000)
 TEXTS = [
     "Answer in one sentence, please.",
@@ -139,7 +139,7 @@ async def fill(store: Store) -> None:
             label = f"L{index}" if index % 3 else f"Answer{index}"
             block = NewBlock(scope, label, text, Level.CONTEXT)
             now = NOW + timedelta(seconds=number * 100 - index)  # creation order differs
-            await writes.insert(store, block, now=now, limits=ROOMY, change=BY_7)
+            await writes.insert(store, block, now=now, limits=ROOMY, by=BY_7)
 
 
 async def same_answers(store: Store, limits: Sequence[int] = (1, 5, 100)) -> None:
@@ -159,7 +159,7 @@ async def test_every_way_of_searching_gives_the_scans_answer(store: Store, way: 
 
 
 async def edited(store: Store, block: Block, **change: object) -> None:
-    await writes.update(store, block, now=NOW, limits=ROOMY, change=BY_7, **change)  # type: ignore[arg-type]
+    await writes.update(store, block, now=NOW, limits=ROOMY, by=BY_7, **change)  # type: ignore[arg-type]
 
 
 async def test_every_write_to_blocks_keeps_search_right(store: Store, way: str) -> None:
@@ -171,20 +171,20 @@ async def test_every_write_to_blocks_keeps_search_right(store: Store, way: str) 
     await edited(store, first[1], state=State.IDLE)  # not the text: nothing to index
     again = next(b for b in await store.blocks(["t:group:-1"]) if b.id == first[1].id)
     await edited(store, again, content="ＡＮＳＷＥＲ in full width")
-    await writes.delete(store, first[2], now=NOW, change=BY_7)
+    await writes.delete(store, first[2], now=NOW, by=BY_7)
     await same_answers(store, limits=(100,))
     await store.catch_up_search()
     await same_answers(store, limits=(100,))
-    await writes.clear(store, "t:group:-2", now=NOW, change=BY_7)
+    await writes.clear(store, "t:group:-2", now=NOW, by=BY_7)
     # The newest block goes and a new one may take its id (SQLite reuses the largest).
     newest = max((b for blocks in by_scope.values() for b in blocks), key=lambda b: b.id)
-    await writes.delete(store, newest, now=NOW, change=BY_7)
+    await writes.delete(store, newest, now=NOW, by=BY_7)
     await writes.insert(
         store,
         NewBlock("t:group:-9", "reused", "école du project", Level.STRONG),
         now=NOW,
         limits=ROOMY,
-        change=BY_7,
+        by=BY_7,
     )
     await same_answers(store, limits=(100,))
     exported = await store.export_scopes()
@@ -192,12 +192,12 @@ async def test_every_write_to_blocks_keeps_search_right(store: Store, way: str) 
         dataclasses.replace(b, label=b.label + "x", content="réécrit: " + b.content)
         for b in exported["t:direct:1"][1]
     ]
-    await writes.replace(store, {"t:direct:1": (0, renamed)}, now=NOW, change=BY_7)
+    await writes.replace(store, {"t:direct:1": (0, renamed)}, now=NOW, by=BY_7)
     await store.move_group(
         "t:group:-1", "t:group:-7", members_prefix="t:group:-1::u:", sessions_prefix="t:group:-1:"
     )
     for block in await store.blocks(["f:direct:4"]):
-        await writes.delete(store, block, now=NOW, change=BY_7)
+        await writes.delete(store, block, now=NOW, by=BY_7)
     await writes.bring(
         store,
         "f:group:-3",
@@ -207,7 +207,7 @@ async def test_every_write_to_blocks_keeps_search_right(store: Store, way: str) 
         ],
         now=NOW,
         limits=ROOMY,
-        change=BY_7,
+        by=BY_7,
     )
     await same_answers(store, limits=(100,))
     await store.catch_up_search()

@@ -12,10 +12,10 @@ from storage import Store
 from storage.changes import Applied
 from storage.models import (
     ABSENT,
+    Author,
     Block,
     BlockChange,
     BlockState,
-    Change,
     ChangeKind,
     Level,
     Limits,
@@ -41,13 +41,13 @@ async def insert(
     *,
     now: datetime,
     limits: Limits,
-    change: Change,
+    by: Author,
     audited: bool = False,
 ) -> None:
     """Add a block, as `/pin add` does."""
     state = BlockState(new.content, new.level, new.state, new.priority)
     wanted = (Wanted(new.label, state),)
-    added = BlockChange(new.scope, wanted, change, {label_key(new.label): ABSENT}, audited)
+    added = BlockChange(new.scope, wanted, by, {label_key(new.label): ABSENT}, audited)
     await store.apply_change(added, now=now, limits=limits)
 
 
@@ -57,7 +57,7 @@ async def update(
     *,
     now: datetime,
     limits: Limits,
-    change: Change,
+    by: Author,
     audited: bool = False,
     content: str | None = None,
     level: Level | None = None,
@@ -72,27 +72,27 @@ async def update(
         block.priority if priority is None else priority,
     )
     seen = await _seen(store, block)
-    changed = BlockChange(block.scope, (Wanted(block.label, after),), change, seen, audited)
+    changed = BlockChange(block.scope, (Wanted(block.label, after),), by, seen, audited)
     await store.apply_change(changed, now=now, limits=limits)
 
 
 async def delete(
-    store: Store, block: Block, *, now: datetime, change: Change, audited: bool = False
+    store: Store, block: Block, *, now: datetime, by: Author, audited: bool = False
 ) -> None:
     """Remove a block as the test read it."""
     seen = await _seen(store, block)
-    removal = BlockChange(block.scope, (Wanted(block.label, None),), change, seen, audited)
+    removal = BlockChange(block.scope, (Wanted(block.label, None),), by, seen, audited)
     await store.apply_change(removal, now=now, limits=Limits(20))
 
 
 async def clear(
-    store: Store, scope: str, *, now: datetime, change: Change, audited: bool = False
+    store: Store, scope: str, *, now: datetime, by: Author, audited: bool = False
 ) -> int:
     """Remove every block of a scope, as one change; returns how many went."""
     blocks, marks = await store.scope_now(scope)
     seen = {label_key(b.label): Seen(b, marks[label_key(b.label)]) for b in blocks}
     wanted = tuple(Wanted(b.label, None) for b in blocks)
-    cleared = BlockChange(scope, wanted, change, seen, audited, ChangeKind.CLEAR)
+    cleared = BlockChange(scope, wanted, by, seen, audited, ChangeKind.CLEAR)
     return len(await store.apply_change(cleared, now=now, limits=Limits(20)))
 
 
@@ -101,7 +101,7 @@ async def replace(
     scopes: dict[str, tuple[int, list[Block]]],
     *,
     now: datetime,
-    change: Change,
+    by: Author,
     audited: Collection[str] = (),
     versions: dict[str, list[Version]] | None = None,
 ) -> int:
@@ -112,7 +112,7 @@ async def replace(
         history = None if versions is None else versions.get(scope)
         audit = scope in audited
         changes.append(
-            import_change(scope, calls, blocks, now_there, history, audited=audit, change=change)
+            import_change(scope, calls, blocks, now_there, history, audited=audit, by=by)
         )
     await store.apply_changes(changes, now=now, limits=Limits(1000))
     return sum(len(blocks) for _, blocks in scopes.values())
@@ -125,7 +125,7 @@ async def bring(
     *,
     now: datetime,
     limits: Limits,
-    change: Change,
+    by: Author,
     undoes: str | None = None,
     audited: bool = False,
 ) -> list[Applied]:
@@ -137,5 +137,5 @@ async def bring(
         key = label_key(want.label)
         block = by_key.get(key)
         seen[key] = None if block is None else Seen(block, marks[key])
-    brought = BlockChange(scope, tuple(wanted), change, seen, audited, undoes=undoes)
+    brought = BlockChange(scope, tuple(wanted), by, seen, audited, undoes=undoes)
     return await store.apply_change(brought, now=now, limits=limits)

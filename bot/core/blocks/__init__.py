@@ -32,16 +32,16 @@ from bot.core.blocks.transfer import (
     plan_import,
     read_document,
 )
-from bot.core.blocks.versions import BlockHistory
+from bot.core.blocks.versions import BlockVersions
 
 __all__ = [
     "PREVIEW_CHARS",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "RULE_TEXTS",
-    "BlockHistory",
     "BlockOps",
     "BlockPolicy",
+    "BlockVersions",
     "ChatPin",
     "Done",
     "Lifecycle",

@@ -12,7 +12,7 @@ import logging
 from bot.core.blocks.ops import BlockOps, Done, Refused, Target, find_block
 from bot.core.people import MessageContext
 from storage import Store
-from storage.models import Change, Channel, Level, Origin, State
+from storage.models import Author, Channel, Level, Origin, State
 
 log = logging.getLogger(__name__)
 NOTE = "chat-pin"  # the scope note saying why the pinned message is not the block
@@ -38,7 +38,7 @@ class ChatPin:
             return "not taken: pinned without a sender id (an anonymous admin or a channel)"
         origin = Origin(message_id, author)
         target = dataclasses.replace(
-            target, change=Change(target.change.actor, Channel.TELEGRAM_PIN, origin)
+            target, by=Author(target.by.actor, Channel.TELEGRAM_PIN, origin)
         )
         if refusal := await self._ops.may_change(target):
             return f"not taken: {refusal.reason}"

@@ -12,9 +12,9 @@ from bot.core.people import is_shared_scope
 from bot.secrets import redact
 from storage import Store
 from storage.errors import Conflict
-from storage.models import Block, BlockChange, Change, Channel, Seen, State, Wanted, label_key
+from storage.models import Author, Block, BlockChange, Channel, Seen, State, Wanted, label_key
 
-CLEANUP = Change("cleanup", Channel.CLEANUP)
+CLEANUP = Author("cleanup", Channel.CLEANUP)
 
 
 class Lifecycle:

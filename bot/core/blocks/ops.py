@@ -37,10 +37,10 @@ from storage.changes import Applied
 from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget, Stale
 from storage.models import (
     ABSENT,
+    Author,
     Block,
     BlockChange,
     BlockState,
-    Change,
     ChangeKind,
     Channel,
     Level,
@@ -71,7 +71,7 @@ class Target:
     shared: bool
     group: bool
     speaker: Speaker
-    change: Change
+    by: Author
 
     @classmethod
     def of(
@@ -88,7 +88,7 @@ class Target:
             return refusal(Rule.PINS_OFF)
         group = conversation.kind is ChatKind.GROUP
         actor = "model" if channel is Channel.TOOL else context.actor
-        return cls(scope, shared, group, speaker, Change(actor, channel))
+        return cls(scope, shared, group, speaker, Author(actor, channel))
 
     @classmethod
     def operator(cls, group_scope: str, actor: str, channel: Channel = Channel.WEB) -> Target:
@@ -96,7 +96,7 @@ class Target:
         message) acts on it: with a shared admin's rights, and every other rule of
         `/pin shared`."""
         speaker = Speaker(Access(Role.SHARED_ADMIN))
-        return cls(group_scope, True, True, speaker, Change(actor, channel))
+        return cls(group_scope, True, True, speaker, Author(actor, channel))
 
     @functools.cached_property
     def where(self) -> Where:
@@ -128,7 +128,7 @@ class Target:
     ) -> BlockChange:
         """The change of this scope to the wanted states, by this speaker (through channel,
         if another), reviewed against seen."""
-        change = Change(self.change.actor, channel or self.change.channel, origin)
+        change = Author(self.by.actor, channel or self.by.channel, origin)
         marked = [part for w in wanted if w.state for part in marked_parts(w.state.content)]
         return BlockChange(
             self.scope,
@@ -235,7 +235,7 @@ class BlockOps:
         )
         # The labels that changed (an imported block as it was is not written again), under the
         # channel of the operation: an import's changes all come through one.
-        channels = {change.change.channel for change in changes}
+        channels = {change.by.channel for change in changes}
         metrics.blocks_written(channels.pop() if len(channels) == 1 else "other", len(applied))
         return applied
 
@@ -262,7 +262,7 @@ class BlockOps:
             return policy.too_many(where)
         except OverBudget as over:
             return policy.over_budget(over.total, where)
-        metrics.blocks_written(change.change.channel, len(applied))
+        metrics.blocks_written(change.by.channel, len(applied))
         if target.shared and applied:  # keep the group's audit trail within its retention
             retention = timedelta(days=policy.pins.audit_retention_days)
             await self._store.prune_audit(target.scope, now - retention)

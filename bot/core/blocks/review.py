@@ -468,7 +468,7 @@ class BlockPolicy:
         """The labels of change whose last state (of a removed block: in its kept versions)
         decides whether they stay sensitive: plain states brought to an absent label by the
         model, an undo or a restore."""
-        if change.change.channel not in _KEEPS_SENSITIVE:
+        if change.by.channel not in _KEEPS_SENSITIVE:
             return []
         return [
             want.label
@@ -496,7 +496,7 @@ class BlockPolicy:
 
         A removal of the model's to make the block plain is closed by this; an edit of the
         model's that asks for plain is refused (Rule.LOWERED)."""
-        channel = change.change.channel
+        channel = change.by.channel
         last = last or {}
         wanted: list[Wanted] = []
         raised = False
@@ -609,15 +609,15 @@ class BlockPolicy:
     ) -> Refused | None:
         """The first rule one label's change breaks, or None."""
         if (
-            change.change.channel is Channel.TOOL
+            change.by.channel is Channel.TOOL
             and before
             and (problem := self._lowered(before, state, where))
         ):
             return problem
-        if change.change.channel is Channel.TOOL and before and before.state is State.PINNED:
+        if change.by.channel is Channel.TOOL and before and before.state is State.PINNED:
             return refusal(Rule.PINNED, where, label=before.label)
         if (
-            change.change.channel in _MODEL_CHANNELS
+            change.by.channel in _MODEL_CHANNELS
             and before is not None
             and before.sensitive
             and state is not None

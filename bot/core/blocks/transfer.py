@@ -27,10 +27,10 @@ from storage import Store
 from storage.blocks import BlockStore
 from storage.errors import Conflict, LimitReached, OverBudget
 from storage.models import (
+    Author,
     Block,
     BlockChange,
     BlockState,
-    Change,
     ChangeKind,
     Channel,
     Level,
@@ -48,7 +48,7 @@ SCOPE_RULES = (
 )
 SCOPE_EXAMPLES = "e.g. telegram:direct:42, telegram:group:-100123, telegram:group:-100123::u:42"
 VERSION = 1
-IMPORT = Change("import", Channel.IMPORT)
+IMPORT = Author("import", Channel.IMPORT)
 _FIELDS = {
     "label",
     "content",
@@ -587,7 +587,7 @@ def import_change(
     history: Sequence[Version] | None,
     *,
     audited: bool,
-    change: Change = IMPORT,
+    by: Author = IMPORT,
 ) -> BlockChange:
     """The change that makes scope hold exactly blocks (times, states and all) and this call
     count, reviewed against the scope as it is now (its blocks and marks); with history, the
@@ -602,7 +602,7 @@ def import_change(
     return BlockChange(
         scope,
         tuple(wanted),
-        change,
+        by,
         seen_of(current, marks, [w.label for w in wanted]),
         audited,
         ChangeKind.IMPORT,

@@ -53,7 +53,7 @@ def _who(version: Version) -> str:
     return version.actor or "someone without an id"
 
 
-class BlockHistory:
+class BlockVersions:
     """History, undo and restore of one speaker's (or one group's shared) blocks."""
 
     def __init__(self, store: VersionStore, ops: BlockOps) -> None:

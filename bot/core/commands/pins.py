@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from bot.clock import Clock, utc_now
 from bot.core.blocks import (
-    BlockHistory,
     BlockOps,
     BlockPolicy,
+    BlockVersions,
     Done,
     Outcome,
     Refused,
@@ -50,7 +50,7 @@ class PinService:
         self._pins = policy.pins
         self._clock = clock
         self.ops = BlockOps(store, policy, clock)
-        self.history = BlockHistory(store, self.ops)
+        self.history = BlockVersions(store, self.ops)
         self.proposals = Proposals(store, self.ops, policy.pins, clock)
         self.suggestions = Suggestions(store, self.ops, self.proposals, policy.pins, clock)
 

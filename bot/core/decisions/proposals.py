@@ -109,7 +109,7 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         most = self._pins.max_pending_proposals
         if (proposal := await self._add(new, most)) is None:
             return refusal(Rule.PROPOSALS_FULL, limit=most)
-        metrics.proposal_written(target.change.channel)
+        metrics.proposal_written(target.by.channel)
         # A platform's failure costs the message only: /pin shared proposals lists it still.
         await self._show(conversation.chat_id or "", proposal, f"proposal #{proposal.number}")
         return Done(
@@ -175,7 +175,7 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         proposal = await self._pending_one(target.scope, number)
         if isinstance(proposal, Refused):
             return proposal
-        actor = target.change.actor
+        actor = target.by.actor
         if not approve:
             if not await self._close(proposal, ProposalStatus.REJECTED, by=actor):
                 return await self._decided_first(target, number)
