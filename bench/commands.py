@@ -10,17 +10,24 @@ from pathlib import Path
 
 from bench.data import scope_of
 from bot.config import parse_config
-from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Reply, Result
 from bot.llm.offline import OfflineChatModel
 from storage import Store, open_store
 from storage.models import label_key
 
+# This harness also measures earlier trees (bench.history.call_in), whose core was flat.
 try:
-    from bot.core.entry.incoming import SILENT, Incoming
-except ImportError:  # an earlier tree, measured by this harness (bench.history.call_in)
-    Incoming = None  # type: ignore[assignment,misc]
+    from bot.core.entry import SILENT, Incoming, Pinbot
+    from bot.core.people import ChatKind, Conversation
+except ImportError:
+    from bot.core.bot import Pinbot  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
+
+    from bot.core.conversation import ChatKind, Conversation  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
+
+    try:
+        from bot.core.incoming import SILENT, Incoming  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
+    except ImportError:  # earlier still: Pinbot.handle(conversation, text)
+        Incoming = None  # type: ignore[assignment,misc]
 
 
 async def handle(bot: Pinbot, conversation: Conversation, text: str) -> Reply | None:

@@ -16,14 +16,22 @@ import aiosqlite
 from bench.data import scope_of
 from bench.stats import summary_us
 from bot.config import parse_config
-from bot.core.conversation.render import ScopedBlock, injected, render
-from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
-from bot.core.people.context import MessageContext
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
 from storage.models import Block, Level, State
 from storage.rows import BLOCK_COLUMNS, block_from_row
+
+# This harness also measures earlier trees (bench.history.call_in), whose core was flat.
+try:
+    from bot.core.conversation.render import ScopedBlock, injected, render
+    from bot.core.entry import Pinbot
+    from bot.core.people import ChatKind, Conversation, MessageContext
+except ImportError:
+    from bot.core.bot import Pinbot  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
+    from bot.core.context import MessageContext  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
+    from bot.core.render import ScopedBlock, injected, render  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
+
+    from bot.core.conversation import ChatKind, Conversation  # type: ignore[no-redef,import-not-found,attr-defined,unused-ignore]
 
 TEXT = "What should I do next?"
 # The store's own columns, so block_from_row reads them in any tree (a release's or this one).
