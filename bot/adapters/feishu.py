@@ -41,6 +41,7 @@ from bot.clock import Clock, utc_now
 from bot.config import ConfigError, FeishuConfig, secret_from_env
 from bot.core.entry import (
     SILENT,
+    BotRemoved,
     ChatKind,
     Conversation,
     Deliver,
@@ -329,6 +330,7 @@ class FeishuFrontend:
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
             .register_p2_im_message_receive_v1(self.on_event)
             .register_p2_card_action_trigger(self.on_card_action)
+            .register_p2_im_chat_member_bot_deleted_v1(self.on_bot_removed)
             .build()
         )
         pinbot.use_messenger(self)
@@ -575,6 +577,22 @@ class FeishuFrontend:
             log.error("event %s arrived before the bot started; dropped", event.event_id)
             return
         loop.call_soon_threadsafe(self._spawn, event)
+
+    def on_bot_removed(self, data: Any) -> None:
+        """lark-oapi's callback for the bot removed from a group (`im.chat.member.bot.
+        deleted_v1`): the core logs and counts it, on the bot's loop; nothing is answered."""
+        event = data.event
+        chat = getattr(event, "chat_id", None)
+        by = getattr(getattr(event, "operator_id", None), "open_id", None) or ""
+        loop = self._loop
+        if chat and loop is not None:
+            removed = BotRemoved(Conversation(PLATFORM, ChatKind.GROUP, chat, by))
+            loop.call_soon_threadsafe(self._spawn_removed, removed)
+
+    def _spawn_removed(self, removed: BotRemoved) -> None:
+        task = asyncio.get_running_loop().create_task(self.pinbot.handle(removed, SILENT))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _spawn(self, event: FeishuMessage) -> None:
         task = asyncio.get_running_loop().create_task(self._record_logged(event))

@@ -155,6 +155,51 @@ async def test_p2p_pin_and_chat(start_feishu: Any, fake_feishu: FakeFeishu) -> N
     assert set(fake_feishu.auth_headers) == {"Bearer t-token-1"}
 
 
+def bot_removed(chat_id: str, open_id: str) -> dict[str, Any]:
+    """An `im.chat.member.bot.deleted_v1` event: open_id removed the bot from chat_id."""
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": f"ev_removed_{chat_id}",
+            "token": VERIFICATION_TOKEN,
+            "create_time": "1767225600000",
+            "event_type": "im.chat.member.bot.deleted_v1",
+            "tenant_key": "tenant_1",
+            "app_id": APP_ID,
+        },
+        "event": {
+            "chat_id": chat_id,
+            "operator_id": {"open_id": open_id, "user_id": "u_admin", "union_id": "on_admin"},
+            "external": False,
+            "operator_tenant_key": "tenant_1",
+            "name": "Team",
+        },
+    }
+
+
+async def test_the_bot_removed_from_a_group_is_logged_and_its_blocks_stay(
+    start_feishu: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_feishu(pins={"enable_in_group": True, "group_shared_admin_ids": ["u_admin"]})
+    caplog.set_level(logging.INFO, logger="bot")
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
+    added = receive_event(
+        "@_user_1 /pin shared add rules Be kind",
+        mentions=[BOT],
+        open_id="ou_admin",
+        user_id="u_admin",
+        **group,
+    )
+    assert (await bot.send(added))[-1] == "Saved context block 'rules'."
+    replies = len(bot.server.replies)
+    await bot.send(bot_removed("oc_group", "ou_admin"))
+    removals = [m for m in caplog.messages if m.startswith("removed from")]
+    assert removals == ["removed from feishu:group:oc_group by ou_admin"]
+    assert len(bot.server.replies) == replies  # nothing posted to a chat the bot has left
+    (block,) = await bot.store.blocks(["feishu:group:oc_group"])
+    assert (block.label, block.content) == ("rules", "Be kind")
+
+
 async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
     bot = await start_feishu(pins={"enable_in_group": True, "group_shared_admin_ids": ["u_admin"]})
     group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
