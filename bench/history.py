@@ -28,9 +28,9 @@ from bot.core.people.chats import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import open_store
+from storage.changes import VERSION_INSERT, new_op, version_row
 from storage.models import Author, ChangeKind, Channel
 from storage.rows import BLOCK_COLUMNS, block_from_row, dt
-from storage.versions import new_op, version_row
 
 BEFORE = "559a96f"  # fa0da32^: the last commit before block history (issue 28)
 TABLE = "block_versions"
@@ -145,10 +145,8 @@ def version_rows(path: Path) -> Iterator[tuple[Any, ...]]:
 
 def add_versions_sqlite(path: Path) -> None:
     """Store one edit's version of every block of the SQLite store at path."""
-    from storage.versions import INSERT
-
     with sqlite3.connect(path) as db:
-        db.executemany(INSERT, version_rows(path))
+        db.executemany(VERSION_INSERT, version_rows(path))
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -156,10 +154,8 @@ def add_versions_sqlite(path: Path) -> None:
 async def add_versions_postgres(url: str, blocks_from: Path) -> None:
     """Store in the PostgreSQL database at url the versions add_versions_sqlite stores (its
     blocks are the same as blocks_from's)."""
-    from storage.versions import INSERT
-
     # The columns in the order version_row makes them: the write path's own INSERT's.
-    columns = INSERT.split("(", 1)[1].split(")", 1)[0].split(", ")
+    columns = VERSION_INSERT.split("(", 1)[1].split(")", 1)[0].split(", ")
     connection = await asyncpg.connect(url)
     try:
         await connection.copy_records_to_table(

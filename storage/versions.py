@@ -9,15 +9,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from storage import models
-from storage.changes import VERSION_INSERT
-from storage.changes import new_op as new_op
-from storage.changes import version_row as version_row
 from storage.dialect import Database
 from storage.models import BlockState, ChangeKind, Channel, Level, Origin, State, Version
 from storage.rows import dt
 
-# bench/history.py builds its versions as the write path does.
-INSERT = VERSION_INSERT
 _SELECT = (
     "SELECT id, op, scope, label, kind, detail, actor, channel, at, existed, content, level, "
     "state, priority, created_at, origin, undone_by, sensitive FROM block_versions"
