@@ -14,14 +14,16 @@ from storage.models import Arrival, PendingUpdate
 from storage.rows import ts
 
 _DROP = "DELETE FROM chat_leases WHERE chat = ? AND owner = ?"
-_WAITING = "SELECT seq, platform, payload FROM inbox WHERE chat = {chat} AND done_at IS NULL "
+_WAITING = (
+    "SELECT seq, platform, payload, replies FROM inbox WHERE chat = {chat} AND done_at IS NULL "
+)
 _FIRST = _WAITING.format(chat="?") + "ORDER BY position, seq LIMIT 1"
 
 
 def _pending(rows: list[list[Row]], step: int) -> PendingUpdate | None:
     """The update a chain's step read, if that step ran and found one."""
     found = rows[step] if len(rows) > step else []
-    return PendingUpdate(int(found[0][0]), found[0][1], found[0][2]) if found else None
+    return PendingUpdate(int(found[0][0]), *found[0][1:4]) if found else None
 
 
 class DeliveryStore(Protocol):
@@ -112,6 +114,11 @@ class DeliveryStore(Protocol):
             ),
         )
         return _pending(found, 1)
+
+    async def hold_replies(self, seq: int, replies: str) -> None:
+        """Keep an update's answer with it until the update is finished: a worker that stops
+        in between leaves it to be sent by whichever takes the chat up."""
+        await self._db.execute("UPDATE inbox SET replies = ? WHERE seq = ?", replies, seq)
 
     async def release_chat(self, chat: str) -> bool:
         """Give up the chat's lease unless updates of it wait; True when this worker no longer

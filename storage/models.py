@@ -409,12 +409,14 @@ class UsageRow:
 
 @dataclass(frozen=True, slots=True)
 class PendingUpdate:
-    """An update recorded on arrival and not yet processed: its place in the inbox, the
-    platform it came from, and the platform's payload as received."""
+    """An update recorded on arrival and not yet done: its place in the inbox, the platform it
+    came from, the platform's payload as received, and its answer when it was processed but
+    the answer has not gone out yet (kept as the inbox wrote it; None before processing)."""
 
     seq: int
     platform: str
     payload: str
+    replies: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,10 @@ TABLES = {
         "id",
     ),
     "history": ("session, role, content, created_at", "id"),
-    "inbox": ("platform, event_id, chat, position, payload, received_at, done_at", "seq"),
+    "inbox": (
+        "platform, event_id, chat, position, payload, received_at, done_at, replies",
+        "seq",
+    ),
     "shared_audit": (
         "group_scope, at, actor, channel, kind, detail, label, old_content, new_content, origin",
         "id",

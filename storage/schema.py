@@ -495,6 +495,10 @@ STEPS: dict[int, Step] = {
         ){without_rowid}""",
         "CREATE INDEX usage_compaction_by_group ON usage_compaction (group_key, day)",
     ],
+    # An update's answer, kept from its processing until it has gone out, where the platform
+    # takes a repeated send once (Feishu's uuid): a worker killed in between sends it after its
+    # restart instead of losing it. Updates of earlier releases have none.
+    19: ["ALTER TABLE inbox ADD COLUMN replies TEXT"],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

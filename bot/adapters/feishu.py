@@ -7,12 +7,13 @@ import asyncio
 import contextvars
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,6 @@ from bot.core.entry import (
     BotRemoved,
     ChatKind,
     Conversation,
-    Deliver,
     Incoming,
     Pinbot,
     Quoted,
@@ -317,7 +317,7 @@ class FeishuFrontend:
         self.bot_open_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # events from the long connection
-        self.inbox = pinbot.inbox(self._process_recorded)
+        self.inbox = pinbot.inbox(self._process_recorded, self._send_recorded, resends=True)
         self._runner: web.AppRunner | None = None
         self._long_connection: threading.Thread | None = None
         # Down from lark-oapi's on_reconnecting until its on_reconnected (its own thread).
@@ -623,10 +623,17 @@ class FeishuFrontend:
             metrics.update_received(PLATFORM, kind)
         return recorded
 
-    async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
-        """Work out an event's answer; it is sent once the event is marked processed (Unavailable,
-        and nothing sent, when its processing could not be recorded)."""
+    async def _process_recorded(self, pending: PendingUpdate) -> list[Reply]:
+        """Work out an event's answer, for the inbox to send (Unavailable, and nothing to send,
+        when its processing could not be recorded)."""
         return await from_inbox(self._process(FeishuMessage.from_json(pending.payload)))
+
+    async def _send_recorded(self, pending: PendingUpdate, replies: Sequence[Reply]) -> None:
+        """Send a recorded event's answer: replies to its message, each under a uuid of its own
+        that stays the same however often it is sent (Feishu shows it once)."""
+        event = FeishuMessage.from_json(pending.payload)
+        for number, reply in enumerate(replies):
+            await self._reply(event, reply, number)
 
     async def _process(self, event: FeishuMessage) -> None:
         """Hand a recorded event to the core: a message, answered with a reply to it, or a card
@@ -647,7 +654,7 @@ class FeishuFrontend:
                 replied=self._replied_lookup(event.parent_id),
                 redelivered=in_inbox(),
             )
-            surface = ReplySurface(after_commit(functools.partial(self._reply, event.message_id)))
+            surface = ReplySurface(after_commit(functools.partial(self._reply, event)))
         await self.pinbot.handle(incoming, surface)
 
     def _replied_lookup(self, parent_id: str | None) -> QuotedLookup | None:
@@ -665,11 +672,19 @@ class FeishuFrontend:
 
         return lookup
 
-    async def _reply(self, message_id: str, reply: Reply) -> None:
+    async def _reply(self, event: FeishuMessage, reply: Reply, number: int = 0) -> None:
+        """Send reply (the number-th of the event's answer) as a reply to its message; what
+        cannot go after the retries is logged and counted as lost."""
+        key = f"{event.message_id}/{number}".encode()
+        once = hashlib.sha1(key, usedforsecurity=False).hexdigest()
         try:
-            await self.api.reply(message_id, self._shown(reply))
+            await self.api.reply(event.message_id, self._shown(reply), once=once)
         except (FeishuApiError, httpx.HTTPError) as error:
-            log.warning("reply to Feishu message %s failed: %s", message_id, error)
+            log.error(
+                "the answer to Feishu message %s in chat %s (%d characters) was lost: %s",
+                *(event.message_id, event.chat_id, len(reply.text), error),
+            )
+            metrics.reply_lost(PLATFORM)
 
     def _shown(self, reply: Reply) -> Reply:
         """The reply as Feishu shows it: the model's Markdown only with reply_format markdown."""

@@ -1,13 +1,16 @@
 """Feishu's OpenAPI as the bot uses it: one pooled async HTTP client with the tenant access token
 fetched and refreshed on the event loop, replies as `post` messages (literal text, or the
 model's Markdown built from styled text, link and code block elements, bot/adapters/
-feishu_format.py, with a literal fallback), sending and editing messages."""
+feishu_format.py, with a literal fallback), sending and editing messages. Calls that fail for a
+reason that may pass are tried again; a message posted again carries the same `uuid`, which
+Feishu takes as the same message (for an hour), so a retried post never shows twice."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,6 +30,14 @@ TOKEN_REFRESH_MARGIN_S = 300
 _EXPIRED_TOKEN_CODES = {99991661, 99991663, 99991668}  # Feishu's 'token invalid/expired'
 DEFAULT_TOKEN_LIFETIME_S = 7200  # what Feishu grants when an answer leaves it out
 
+# A call failing for a reason that may pass (a 5xx, 429, a dropped connection, a gateway's HTML
+# page) is tried this many times in all, waiting RETRY_FIRST_S, then twice as long each time;
+# a 429 waits what Feishu's x-ogw-ratelimit-reset says, up to RETRY_LONGEST_S.
+CALL_ATTEMPTS = 4
+RETRY_FIRST_S = 0.5
+RETRY_LONGEST_S = 30.0
+TOO_MANY_REQUESTS = 429
+
 # Refusals about the chat (bot not in it, no permission, chat gone): plain text would not help.
 CHAT_PROBLEM_CODES = {230002, 230006, 230013, 230017, 230027, 230035}
 
@@ -36,11 +47,16 @@ class FeishuApi:
     access token fetched and refreshed on the event loop without blocking it."""
 
     def __init__(
-        self, config: FeishuConfig, app_secret: str, monotonic: Callable[[], float] = time.monotonic
+        self,
+        config: FeishuConfig,
+        app_secret: str,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._config = config
         self._app_secret = app_secret
         self._monotonic = monotonic
+        self._sleep = sleep
         self._client = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/"), timeout=config.request_timeout_s
         )
@@ -103,21 +119,44 @@ class FeishuApi:
     async def call(
         self, method: str, path: str, payload: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        """One authorised call, tried again (bounded, with backoff) while it fails for a reason
+        that may pass; the last such failure is a FeishuTransientError."""
+        for attempt in range(1, CALL_ATTEMPTS + 1):
+            try:
+                return await self._call_once(method, path, payload)
+            except (FeishuTransientError, httpx.TransportError) as error:
+                if attempt == CALL_ATTEMPTS:
+                    raise FeishuTransientError(f"{error} ({attempt} attempts)") from error
+                wait = getattr(error, "wait_s", None) or RETRY_FIRST_S * 2 ** (attempt - 1)
+                log.warning(
+                    "Feishu %s %s failed (%s); trying again in %.1f s",
+                    *(method, path.split("?")[0], error or type(error).__name__, wait),
+                )
+                await self._sleep(min(wait, RETRY_LONGEST_S))
+        raise AssertionError("unreachable")
+
+    async def _call_once(
+        self, method: str, path: str, payload: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """One authorised call; retried once with a fresh token if Feishu says it expired."""
         for attempt in (1, 2):
             token = await self._tenant_token(force=attempt == 2)
             response = await self._request(
                 method, path, json=payload, headers={"Authorization": f"Bearer {token}"}
             )
+            failed = f"{method} {path.split('?')[0]}: HTTP {response.status_code}"
+            if response.status_code == TOO_MANY_REQUESTS:
+                reset = response.headers.get("x-ogw-ratelimit-reset", "")
+                raise FeishuTransientError(failed, wait_s=float(reset) if reset.isdigit() else None)
             try:
                 body = response.json()
             except ValueError:
-                raise FeishuTransientError(
-                    f"{method} {path}: HTTP {response.status_code} without a JSON answer"
-                ) from None
+                raise FeishuTransientError(f"{failed} without a JSON answer") from None
             code = body.get("code")
             if code == 0:
                 return dict(body)
+            if response.status_code >= httpx.codes.INTERNAL_SERVER_ERROR:
+                raise FeishuTransientError(f"{failed}, code {code} {body.get('msg', '')}".strip())
             if code not in _EXPIRED_TOKEN_CODES:
                 break
         raise FeishuApiError(f"{method} {path}: code {code} {body.get('msg', '')}".strip(), code)
@@ -136,27 +175,38 @@ class FeishuApi:
             raise FeishuApiError(f"GET message {message_id}: no such message", None)
         return dict(items[0])
 
-    async def reply(self, message_id: str, reply: Reply) -> None:
-        """Reply to a message, split into parts under the size limit, in order."""
+    async def reply(self, message_id: str, reply: Reply, *, once: str) -> None:
+        """Reply to a message, split into parts under the size limit, in order. once names this
+        reply (at most 40 characters): posted again with the same once, within the hour, no
+        part shows twice."""
         path = f"/open-apis/im/v1/messages/{message_id}/reply"
-        for content in self._contents(reply):
-            await content(lambda body: self.call("POST", path, body))
+        for number, content in enumerate(self._contents(reply)):
+            await content(self._poster(path, f"{once}-{number}"))
 
     async def send(self, chat_id: str, reply: Reply) -> Sent | None:
         """Post a reply in a chat (one card when it has buttons); the first message sent."""
         path = "/open-apis/im/v1/messages?receive_id_type=chat_id"
+        once = uuid.uuid4().hex
         if reply.buttons is not None:
             body = {"msg_type": "interactive", "content": card_content(reply)}
-            answer = await self.call("POST", path, {**body, "receive_id": chat_id})
+            answer = await self.call("POST", path, {**body, "receive_id": chat_id, "uuid": once})
             message_id = str((answer.get("data") or {}).get("message_id") or "")
             return Sent(chat_id, message_id) if message_id else None
         first: str | None = None
-        for content in self._contents(reply):
-            answer = await content(
-                lambda body: self.call("POST", path, {**body, "receive_id": chat_id})
-            )
+        for number, content in enumerate(self._contents(reply)):
+            answer = await content(self._poster(path, f"{once}-{number}", receive_id=chat_id))
             first = first or str((answer.get("data") or {}).get("message_id") or "")
         return Sent(chat_id, first) if first else None
+
+    def _poster(self, path: str, once: str, **fields: str) -> Poster:
+        """Posts a message body to path with fields and Feishu's `uuid` once added (the same
+        message posted again shows once): a part's formatted form and its literal fallback carry
+        the same one, as only one of them can have been posted."""
+
+        async def post(body: dict[str, Any]) -> dict[str, Any]:
+            return await self.call("POST", path, {**body, **fields, "uuid": once})
+
+        return post
 
     async def edit(self, sent: Sent, reply: Reply) -> bool:
         """Replace a sent message's content with the reply's first part."""
@@ -224,4 +274,9 @@ class FeishuCredentialsError(FeishuApiError):
 
 
 class FeishuTransientError(FeishuApiError):
-    """Feishu (or a gateway before it) failed in a way that waiting may fix."""
+    """Feishu (or a gateway before it) failed in a way that waiting may fix; wait_s: how long
+    Feishu asked to wait, if it said."""
+
+    def __init__(self, message: str, code: object = None, *, wait_s: float | None = None) -> None:
+        super().__init__(message, code)
+        self.wait_s = wait_s

@@ -6,13 +6,12 @@ webhook source a minute."""
 from __future__ import annotations
 
 import contextvars
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from bot.core.entry import Deliver, Messenger, Reply, Sent
+from bot.core.entry import Messenger, Reply, Sent
 from storage.errors import Unavailable
 
 __all__ = [
@@ -52,16 +51,12 @@ class Frontend(Protocol):
 
 
 class _Outbox:
-    """What one update from the inbox sends, held back until the inbox marks it processed;
-    lost when its processing could not be recorded."""
+    """What one update from the inbox answers, held back for the inbox to send; lost when its
+    processing could not be recorded."""
 
     def __init__(self) -> None:
-        self.sends: list[Deliver] = []
+        self.replies: list[Reply] = []
         self.lost = False
-
-    async def deliver(self) -> None:
-        for send in self.sends:
-            await send()
 
 
 # The update being processed from the inbox, if any. A context variable, because a platform
@@ -69,11 +64,11 @@ class _Outbox:
 _OUTBOX: contextvars.ContextVar[_Outbox | None] = contextvars.ContextVar("outbox", default=None)
 
 
-async def from_inbox(work: Awaitable[object]) -> Deliver | None:
-    """Process one update from the inbox: every send of a surface built during work is held
-    back and returned, as the inbox's Deliver, to go out once the update is marked processed
-    (None: nothing to send). Unavailable, and nothing sent, when the work found the database
-    unreachable: the update's next processing answers it."""
+async def from_inbox(work: Awaitable[object]) -> list[Reply]:
+    """Process one update from the inbox: every reply a surface built during work sends is
+    held back and returned, for the inbox to send (see bot.core.entry.Inbox). Unavailable, and
+    nothing returned, when the work found the database unreachable: the update's next
+    processing answers it."""
     outbox = _Outbox()
     token = _OUTBOX.set(outbox)
     try:
@@ -82,7 +77,7 @@ async def from_inbox(work: Awaitable[object]) -> Deliver | None:
         _OUTBOX.reset(token)
     if outbox.lost:
         raise Unavailable("the database could not record the update's processing")
-    return outbox.deliver if outbox.sends else None
+    return outbox.replies
 
 
 def in_inbox() -> bool:
@@ -110,15 +105,15 @@ async def unless_lost(work: Awaitable[T]) -> T | Lost:
 
 
 def after_commit(answer: Answer) -> Answer:
-    """answer, or, for a message from the inbox, answer held back until the inbox has marked the
-    message processed: what a `ReplySurface` of the message sends through. Call it while the
-    message is processed (it reads which of the two from there)."""
+    """answer, or, for a message from the inbox, a hold of the reply for the inbox to send
+    once the message's processing is recorded: what a `ReplySurface` of the message sends
+    through. Call it while the message is processed (it reads which of the two from there)."""
     outbox = _OUTBOX.get()
     if outbox is None:
         return answer
 
     async def held(reply: Reply) -> None:
-        outbox.sends.append(functools.partial(answer, reply))
+        outbox.replies.append(reply)
 
     return held
 

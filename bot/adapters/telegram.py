@@ -11,7 +11,6 @@ import json
 import logging
 import re
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
@@ -29,15 +28,15 @@ from telegram import (
     User,
 )
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType
-from telegram.error import Conflict, InvalidToken, TelegramError
+from telegram.error import Conflict, InvalidToken, NetworkError, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
-    BaseUpdateProcessor,
     CallbackQueryHandler,
     ChatMemberHandler,
     ContextTypes,
     MessageHandler,
+    Updater,
     filters,
 )
 
@@ -63,7 +62,6 @@ from bot.core.entry import (
     ChatPinned,
     ChatUnpinned,
     Conversation,
-    Deliver,
     GroupMoved,
     Incoming,
     Pinbot,
@@ -93,7 +91,6 @@ POLL_ANSWER_SLACK_S = 30.0
 # A webhook worker is not ready once Telegram has answered none of its requests for this long.
 SEND_FAILURE_WINDOW_S = 60.0
 CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not per poll
-MAX_CONCURRENT_UPDATES = 256  # updates in progress at once, across all chats
 # 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s); a small pool also
 # kept httpx's sends cheap while many chats waited (it walked every pooled connection).
 SEND_CONNECTIONS = 8
@@ -147,42 +144,25 @@ def update_kind(update: object) -> str:
     return "other"
 
 
-class ChatOrderedUpdates(BaseUpdateProcessor):
-    """Processes updates of different chats concurrently and those of one chat in arrival order."""
+class RecordingQueue(asyncio.Queue[object]):
+    """The queue python-telegram-bot's Updater puts each polled update into: put records it in
+    the inbox first. The Updater confirms updates to Telegram (the next getUpdates' offset)
+    only once put has returned for each, so an update is confirmed only once it is recorded; a
+    failure to record is a NetworkError, which the Updater retries by polling the update again.
+    """
 
-    def __init__(
-        self,
-        max_concurrent_updates: int = MAX_CONCURRENT_UPDATES,
-        at_once: Callable[[Update], Awaitable[None]] | None = None,
-    ) -> None:
-        super().__init__(max_concurrent_updates)
-        self._locks: weakref.WeakValueDictionary[object, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
-        self.at_once = at_once
+    def __init__(self, record: Callable[[Update], Awaitable[object]]) -> None:
+        super().__init__()
+        self._record = record
 
-    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        """Await coroutine once every earlier update of the same chat is done; a button tap is
-        first answered (at_once), without waiting for the chat."""
-        metrics.update_received(PLATFORM, update_kind(update))  # polling's updates come here
-        if isinstance(update, Update) and update.callback_query and self.at_once:
-            try:
-                await self.at_once(update)
-            except Exception:  # the tap is still carried out (or not) in its chat's order
-                log.exception("answering a button tap failed")
-        chat = update.effective_chat if isinstance(update, Update) else None
-        key: object = chat.id if chat is not None else id(update)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        async with lock:
-            await coroutine
-
-    async def initialize(self) -> None:
-        """Nothing to set up."""
-
-    async def shutdown(self) -> None:
-        """Nothing to release."""
+    async def put(self, item: object) -> None:
+        """Record a polled update (nothing else is put here)."""
+        if not isinstance(item, Update):
+            return
+        try:
+            await self._record(item)
+        except Exception as error:
+            raise NetworkError(f"could not record update {item.update_id}: {error}") from error
 
 
 def conversation_of(message: Message, tapper: User | None = None) -> Conversation:
@@ -232,10 +212,12 @@ class TelegramFrontend:
         self.monotonic = monotonic
         self._admin_cache: dict[tuple[int, int], tuple[bool, float]] = {}
         self._runner: web.AppRunner | None = None
-        self._jobs: asyncio.Task[None] | None = None
+        self._poller: Updater | None = None
         self._conflict_reported_at: float | None = None
         self._refusals = RefusalLog("Telegram", monotonic)
-        self.inbox = pinbot.inbox(self._process_recorded)
+        # Telegram has no way to take a send twice as one: an update is done before its answer
+        # goes out (see Inbox).
+        self.inbox = pinbot.inbox(self._process_recorded, self._send_recorded, resends=False)
         self._requests = (  # sending, and getUpdates
             AiohttpRequest(SEND_CONNECTIONS, monotonic=monotonic),
             AiohttpRequest(1, read_timeout=config.poll_timeout_s + 10, monotonic=monotonic),
@@ -245,7 +227,7 @@ class TelegramFrontend:
             ApplicationBuilder()
             .token(token)
             .base_url(config.base_url.rstrip("/"))  # PTB appends the token directly
-            .concurrent_updates(ChatOrderedUpdates(at_once=self.answer_tap))
+            .updater(None)  # polling puts into our RecordingQueue (_start)
             .request(self._requests[0])
             .get_updates_request(self._requests[1])
             .build()
@@ -306,15 +288,14 @@ class TelegramFrontend:
         if self.config.mode == "webhook":
             await self._start_webhook()
         else:
-            await self.pinbot.join_workers(
+            await self.inbox.start(
                 sole=f"the Telegram poller of bot {self.app.bot.id}",
                 advice="only one process may poll a bot; stop the other one, or run several "
                 "workers in webhook mode (telegram.mode: webhook) on PostgreSQL",
             )
-            self._jobs = asyncio.create_task(self.pinbot.run_jobs(asyncio.sleep))
-            updater = self.app.updater
-            assert updater is not None
-            await updater.start_polling(
+            self._poller = Updater(self.app.bot, RecordingQueue(self._record_polled))
+            await self._poller.initialize()
+            await self._poller.start_polling(
                 timeout=self.config.poll_timeout_s, error_callback=self._on_polling_error
             )
         await self.app.start()
@@ -336,19 +317,15 @@ class TelegramFrontend:
 
     async def stop(self) -> None:
         """Stop receiving, finish the updates in progress, and disconnect. In webhook mode the
-        chats' other waiting updates are left to the other workers."""
-        updater = self.app.updater
+        chats' other waiting updates are left to the other workers; a poller's wait in the
+        inbox for its next start."""
         if self._asking is not None:
             self._asking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._asking
-        if self._jobs is not None:
-            self._jobs.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._jobs
-        if updater is not None and updater.running:
-            await updater.stop()
-            await self.pinbot.leave_workers()
+        if self._poller is not None and self._poller.running:
+            await self._poller.stop()  # confirms to Telegram what was recorded
+            await self._poller.shutdown()
         if self._runner is not None:
             await self._runner.cleanup()
             log.info("webhook closed; finishing the updates in progress")
@@ -423,30 +400,54 @@ class TelegramFrontend:
             raw, data, update_id = "", None, None
         if type(update_id) is not int or not 0 <= update_id < 2**63:
             return web.Response(status=400, text="not a Telegram update")
-        chat = _chat_id(data)
-        key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
         try:
-            recorded = await self.inbox.receive(
-                PLATFORM, str(update_id), chat=key, position=update_id, payload=raw
-            )
+            await self._record(update_id, raw, data)
         except Exception as error:  # Telegram delivers it again later
             log.error("could not record update %d: %s", update_id, error)
             return web.Response(status=500)
-        if recorded:  # a repeated delivery was counted when it first came
-            metrics.update_received(PLATFORM, update_kind(data))
-        if recorded and "callback_query" in data:  # answered once, by the worker recording it
-            try:
-                await self.answer_tap(Update.de_json(data, self.app.bot))
-            except Exception:  # recorded: Telegram must not deliver it again for this
-                log.exception("answering the button tap of update %d failed", update_id)
         return web.Response(status=200)
 
-    async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:
-        """Process an update from the inbox; what it answers is sent once the update is marked
-        processed. Unavailable when its turn could not be recorded: nothing is sent, and the
-        update's next processing answers it."""
+    async def _record_polled(self, update: Update) -> None:
+        """Record an update polled from Telegram (see RecordingQueue)."""
+        data = update.to_dict()
+        raw = json.dumps(data, ensure_ascii=False, default=_epoch_seconds)
+        await self._record(update.update_id, raw, data, update)
+
+    async def _record(
+        self, update_id: int, raw: str, data: dict[str, Any], update: Update | None = None
+    ) -> None:
+        """Record an update (committed on return: Telegram may be told it arrived), to be
+        processed in its chat's order; counted once, and a button tap answered at once, by
+        whoever records it first (a repeated delivery is neither). update: data as an Update,
+        if it was made already."""
+        chat = _chat_id(data)
+        key = delivery_chat(PLATFORM, str(chat) if chat is not None else f"update:{update_id}")
+        recorded = await self.inbox.receive(
+            PLATFORM, str(update_id), chat=key, position=update_id, payload=raw
+        )
+        if not recorded:
+            return
+        metrics.update_received(PLATFORM, update_kind(data))
+        if "callback_query" in data:
+            try:
+                await self.answer_tap(update or Update.de_json(data, self.app.bot))
+            except Exception:  # recorded: Telegram must not deliver it again for this
+                log.exception("answering the button tap of update %d failed", update_id)
+
+    async def _process_recorded(self, pending: PendingUpdate) -> list[Reply]:
+        """Process an update from the inbox; its answer, for the inbox to send. Unavailable
+        when its turn could not be recorded: nothing is sent, and the update's next processing
+        answers it."""
         update = Update.de_json(json.loads(pending.payload), self.app.bot)
         return await from_inbox(self.app.process_update(update))
+
+    async def _send_recorded(self, pending: PendingUpdate, replies: Sequence[Reply]) -> None:
+        """Send an update's answer as replies to its message."""
+        message = Update.de_json(json.loads(pending.payload), self.app.bot).effective_message
+        if message is None:
+            return
+        for reply in replies:
+            await self.sender.reply(message, reply)
 
     async def _connect(self) -> None:
         """getMe, retried with backoff while Telegram cannot be reached (network, timeouts,
@@ -772,20 +773,28 @@ class TelegramFrontend:
 
 class TelegramSurface(ReplySurface):
     """A Telegram message being answered: "typing" while the model works, a streamed answer
-    previewed as a reply that grows (only when the answer goes out at once: from the inbox
-    nothing shows before the turn is recorded), and the reply sent as that stream's final
-    form, split to Telegram's limit."""
+    previewed as a reply that grows, and the reply sent as that stream's final form, split to
+    Telegram's limit. The reply goes out once the inbox has recorded the message's processing,
+    unless previews of it show already (they end in it at once). A webhook worker shows no
+    previews: another worker may take the chat up and answer the message again."""
 
     def __init__(self, frontend: TelegramFrontend, message: Message) -> None:
         self._stream = StreamedReply(frontend.sender, message)
-        super().__init__(after_commit(self._stream.finish))
-        self._deferred = in_inbox()  # then nothing may show before the inbox's commit
+        self._held = after_commit(self._stream.finish)
+        super().__init__(self._answer)
+        self._previews = frontend.config.mode == "polling"
         self._typing = functools.partial(frontend.typing, message)
 
     @property
     def on_text(self) -> TextSink | None:
-        """The previews of a streamed answer (none from the inbox)."""
-        return None if self._deferred else self._stream.update
+        """The previews of a streamed answer (none on a webhook worker)."""
+        return self._stream.update if self._previews else None
+
+    async def _answer(self, reply: Reply) -> None:
+        if self._stream.showing:
+            await self._stream.finish(reply)
+        else:
+            await self._held(reply)
 
     def thinking(self) -> AbstractAsyncContextManager[None]:
         """Telegram's "typing…" while the model works."""
@@ -794,6 +803,14 @@ class TelegramSurface(ReplySurface):
     def close(self) -> None:
         """Stop showing previews of a turn that ended without a reply."""
         self._stream.close()
+
+
+def _epoch_seconds(value: object) -> int:
+    """A date python-telegram-bot's to_dict leaves as a datetime (an inaccessible message's
+    date 0, for one), as the Bot API writes dates: seconds since the epoch."""
+    if isinstance(value, datetime):
+        return int(value.timestamp())
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _chat_id(update: dict[str, Any]) -> int | None:

@@ -105,8 +105,9 @@ class AiohttpRequest(BaseRequest):
         connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
         pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
-        """Send one request; its HTTP status and body. TimedOut when a timeout passes,
-        NetworkError when the connection fails."""
+        """Send one request; its HTTP status and body. TimedOut when a timeout passes once the
+        request may have been sent (it may have arrived); NetworkError when the connection fails
+        or cannot be made in time (nothing was sent)."""
         session = self._session
         if session is None or session.closed:
             raise RuntimeError("This AiohttpRequest is not initialized!")
@@ -137,6 +138,9 @@ class AiohttpRequest(BaseRequest):
                 method, url, data=body, timeout=timeout, proxy=proxy, proxy_auth=proxy_auth
             ) as response:
                 answer = response.status, await response.read()
+        except aiohttp.ConnectionTimeoutError as error:
+            self.reach.failed()
+            raise NetworkError(f"no connection in time: {error}") from error
         except TimeoutError as error:  # aiohttp's own timeouts are TimeoutErrors too
             self.reach.failed()
             raise TimedOut from error

@@ -12,8 +12,17 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, ReplyParameters
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    Forbidden,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 
+from bot import metrics
+from bot.adapters import TELEGRAM
 from bot.adapters.kit import Sent, Sleep, formatted_or_plain
 from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
 from bot.config import TelegramConfig
@@ -183,7 +192,8 @@ class TelegramSender:
         except (BadRequest, Forbidden) as error:  # blocked, kicked, no rights
             log.warning("cannot write to chat %s: %s", chat, error)
         except TelegramError as error:
-            log.warning("sending to chat %s failed: %s", chat, error)
+            log.error("sending %d characters to chat %s failed: %s", len(part[0]), chat, error)
+            metrics.reply_lost(TELEGRAM)
         return None
 
     async def _retried(self, chat: int | str, part: Part, post: Post) -> Message | None:
@@ -197,14 +207,25 @@ class TelegramSender:
                     "flood control in chat %s: retrying in %.0f s (attempt %d)", chat, wait, attempt
                 )
                 await self.sleep(wait)
-            except NetworkError as error:
+            except TimedOut:
+                # Sent, but not answered in time: it may have arrived, and Telegram cannot be
+                # asked whether it did; sent again, it could show twice.
+                log.error(
+                    "sending %d characters to chat %s timed out; not sent again (it may have "
+                    "arrived)",
+                    *(len(part[0]), chat),
+                )
+                metrics.reply_lost(TELEGRAM)
+                return None
+            except NetworkError as error:  # refused or not reached: nothing was posted
                 if isinstance(error, BadRequest | Forbidden):
                     raise
                 log.warning(
                     "network error sending to chat %s: %s (attempt %d)", chat, error, attempt
                 )
                 await self.sleep(attempt)  # a short, growing pause before trying again
-        log.error("gave up sending a reply to chat %s", chat)
+        log.error("gave up sending %d characters to chat %s", len(part[0]), chat)
+        metrics.reply_lost(TELEGRAM)
         return None
 
 
@@ -228,6 +249,11 @@ class StreamedReply:
         self._last_write: float | None = None  # when the last send or edit set out (monotonic)
         self._changed = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def showing(self) -> bool:
+        """Whether previews of the reply have started to show."""
+        return self._writer is not None
 
     async def update(self, text: str) -> None:
         """Take the text so far; it is shown as soon as Telegram's pace allows."""

@@ -3,7 +3,8 @@ losing or reordering anything."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -49,6 +50,31 @@ class Reply:
     def failed(cls, text: str) -> Reply:
         """A fault, explained to the user."""
         return cls(text, Result.FAILED)
+
+
+def replies_to_json(replies: Sequence[Reply]) -> str:
+    """Replies as kept until they have gone out; replies_from_json gives them back equal."""
+    return json.dumps(
+        [
+            [r.text, r.outcome.value, r.formatted, None if r.buttons is None else r.buttons]
+            for r in replies
+        ],
+        ensure_ascii=False,
+        default=lambda button: [button.text, button.data],
+    )
+
+
+def replies_from_json(kept: str) -> list[Reply]:
+    """The replies replies_to_json kept."""
+    return [
+        Reply(
+            text,
+            Result(outcome),
+            formatted,
+            None if buttons is None else tuple(Button(*button) for button in buttons),
+        )
+        for text, outcome, formatted, buttons in json.loads(kept)
+    ]
 
 
 @dataclass(frozen=True)

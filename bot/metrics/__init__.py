@@ -130,6 +130,12 @@ class Meters:
             ["outcome"],
             registry=registry,
         )
+        self.replies_lost = Counter(
+            "pinbot_replies_lost",
+            "Answers that could not be sent to the platform after their retries, by platform",
+            ["platform"],
+            registry=registry,
+        )
         self.waiting = Gauge(
             "pinbot_inbox_waiting_updates",
             "Updates waiting in the chats this webhook worker holds, at the last scrape",
@@ -207,6 +213,12 @@ def update_received(platform: str, kind: str) -> None:
     """An update came from the platform (kind: message, edit, tap; anything else is other)."""
     if (meters := _active) is not None:
         meters.updates.labels(_one_of(platform, PLATFORMS), _one_of(kind, UPDATE_KINDS)).inc()
+
+
+def reply_lost(platform: str) -> None:
+    """An answer could not be sent after its retries: its user did not get it."""
+    if (meters := _active) is not None:
+        meters.replies_lost.labels(_one_of(platform, PLATFORMS)).inc()
 
 
 def handled(kind: str, seconds: float) -> None:

@@ -1,6 +1,6 @@
-"""The one way a reply waits for the inbox's commit: a ReplySurface answering after_commit sends at
-once, or, while an update from the inbox is processed (from_inbox), once the inbox has marked it
-processed."""
+"""The one way a reply waits for the inbox: a ReplySurface answering after_commit sends at once,
+or, while an update from the inbox is processed (from_inbox), holds its replies for the inbox to
+send."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ async def test_outside_the_inbox_a_reply_goes_at_once() -> None:
     assert answers.sent == ["hello"]
 
 
-async def test_from_the_inbox_replies_wait_until_the_update_is_marked_processed() -> None:
+async def test_from_the_inbox_replies_are_held_for_the_inbox_in_order() -> None:
     answers = Answers()
     seen: list[bool] = []
 
@@ -41,20 +41,18 @@ async def test_from_the_inbox_replies_wait_until_the_update_is_marked_processed(
         surface = ReplySurface(after_commit(answers))
         seen.append(in_inbox())
         await surface.send(Reply("one"))
-        await surface.send(Reply("two"))
+        await surface.send(Reply("two", buttons=()))
 
-    deliver = await from_inbox(process())
+    held = await from_inbox(process())
     assert seen == [True] and answers.sent == [] and not in_inbox()
-    assert deliver is not None
-    await deliver()
-    assert answers.sent == ["one", "two"]
+    assert held == [Reply("one"), Reply("two", buttons=())]
 
 
-async def test_an_update_that_sends_nothing_has_nothing_to_deliver() -> None:
+async def test_an_update_that_sends_nothing_has_nothing_to_send() -> None:
     async def process() -> None:
         ReplySurface(after_commit(Answers()))
 
-    assert await from_inbox(process()) is None
+    assert await from_inbox(process()) == []
 
 
 async def test_a_lost_update_sends_nothing_and_stays_waiting() -> None:

@@ -32,7 +32,11 @@ class FakeFeishu:
         self.edits: list[dict[str, Any]] = []
         self.card_updates: list[dict[str, Any]] = []  # PATCH im/v1/messages/:id (cards)
         self.auth_headers: list[str] = []
-        self.reply_errors: list[dict[str, Any]] = []
+        self.reply_errors: list[dict[str, Any]] = []  # Feishu's refusals (HTTP 200), in order
+        # Replies that fail as a gateway or Feishu does (status, body: JSON, or a page of HTML
+        # text), in order; landed: the reply was posted before the failure came back.
+        self.reply_failures: list[tuple[int, dict[str, Any] | str, bool]] = []
+        self.uuids: dict[str, str] = {}  # Feishu's uuid of a message posted → its message_id
         self.tokens = itertools.count(1)
         self.current_token = ""
         self.token_failures: list[int] = []  # statuses to answer with an HTML page, in order
@@ -85,12 +89,31 @@ class FakeFeishu:
         body = await request.json()
         if self.reply_errors:
             return web.json_response(self.reply_errors.pop(0))
-        self.replies.append({"message_id": request.match_info["message_id"], **body})
-        async with self._changed:
-            self._changed.notify_all()
-        return web.json_response(
-            {"code": 0, "msg": "success", "data": {"message_id": f"om_reply_{len(self.replies)}"}}
-        )
+        failure = self.reply_failures.pop(0) if self.reply_failures else None
+        if failure is None or failure[2]:
+            to = {"message_id": request.match_info["message_id"]}
+            sent = self._posted_once(self.replies, {**to, **body}, "om_reply")
+            async with self._changed:
+                self._changed.notify_all()
+        if failure is not None:
+            status, answer, _ = failure
+            if isinstance(answer, str):
+                return web.Response(status=status, text=answer, content_type="text/html")
+            return web.json_response(answer, status=status)
+        return web.json_response({"code": 0, "msg": "success", "data": {"message_id": sent}})
+
+    def _posted_once(self, into: list[dict[str, Any]], body: dict[str, Any], prefix: str) -> str:
+        """Post a message (append it to into): its message_id. Unless one with the same uuid
+        was posted: Feishu then answers with that one's id and posts nothing (its deduplication
+        of the `uuid` field, for an hour)."""
+        once = body.get("uuid")
+        if once and once in self.uuids:
+            return self.uuids[once]
+        into.append(body)
+        message_id = f"{prefix}_{len(into)}"
+        if once:
+            self.uuids[once] = message_id
+        return message_id
 
     async def _post(self, request: web.Request) -> web.Response:
         """im/v1/messages: a message sent to a chat (receive_id_type=chat_id)."""
@@ -101,8 +124,7 @@ class FakeFeishu:
         if self.post_failures:
             status = self.post_failures.pop(0)
             return web.json_response({"code": 1, "msg": "internal error"}, status=status)
-        self.posted.append(await request.json())
-        message_id = f"om_sent_{len(self.posted)}"
+        message_id = self._posted_once(self.posted, await request.json(), "om_sent")
         return web.json_response({"code": 0, "msg": "success", "data": {"message_id": message_id}})
 
     async def _edit(self, request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from bot.adapters.feishu import FeishuFrontend, Mention, resolve_mentions
-from bot.adapters.feishu_api import FeishuApi
+from bot.adapters.feishu_api import CALL_ATTEMPTS, FeishuApi
 from bot.adapters.kit import RefusalLog, Sent
 from bot.core.entry.pinbot import UNREADABLE_REPLY, Pinbot
 from bot.core.replies import Reply
@@ -107,7 +107,7 @@ async def start_feishu(
         frontend = FeishuFrontend(
             pinbot,
             config.feishu,
-            FeishuApi(config.feishu, APP_SECRET, monotonic),
+            FeishuApi(config.feishu, APP_SECRET, monotonic, fake_sleep),
             verification_token=VERIFICATION_TOKEN,
             encrypt_key=encrypt_key,
             clock=clock,
@@ -433,8 +433,8 @@ async def test_an_html_gateway_error_at_start_is_retried(
 ) -> None:
     fake_feishu.token_failures = [502, 502]
     bot = await start_feishu()
-    assert fake_feishu.slept == [1.0, 2.0]
-    assert caplog.text.count("cannot reach Feishu") == 2 and "Traceback" not in caplog.text
+    assert fake_feishu.slept == [0.5, 1.0]  # the call is tried again, waiting longer each time
+    assert caplog.text.count("trying again") == 2 and "Traceback" not in caplog.text
     assert bot.frontend.bot_open_id == BOT_OPEN_ID
     assert await bot.send(receive_event("/pin list")) == [
         "You have no blocks. Add one with /pin add <label> <content>."
@@ -746,12 +746,12 @@ async def test_a_suggestion_card_feishu_fails_to_post_costs_neither_the_turn_nor
             tool_calls(("compact_history", {"summary": "They talked.", "suggestions": [tea]})),
             completion("answer 4"),
         ]
-        fake_feishu.post_failures.append(500)
+        fake_feishu.post_failures.extend([500] * CALL_ATTEMPTS)  # failing after every retry
         with caplog.at_level(logging.WARNING):
             assert (await bot.send(receive_event("message 4")))[-1] == "answer 4"
         assert fake_feishu.posted == []
         failed = [r.getMessage() for r in caplog.records if "pin suggestion" in r.getMessage()]
-        assert failed == ["posting a pin suggestion message failed (FeishuApiError)"]
+        assert failed == ["posting a pin suggestion message failed (FeishuTransientError)"]
         # The summary took the place of the oldest turns; the suggestion waits all the same.
         assert server.requests[-1]["messages"][1]["content"].endswith("They talked.")
         listed = await bot.send(receive_event("/pin suggestions"))

@@ -81,7 +81,7 @@ class Harness:
         """Wait until every pushed update has been fetched and fully handled."""
         last = self.server.updates[-1]["update_id"] if self.server.updates else 0
         await self.server.wait_for(lambda: self.server.confirmed >= last)
-        await self.frontend.app.update_queue.join()
+        await self.frontend.inbox.idle()
 
 
 StartBot = Callable[..., Any]

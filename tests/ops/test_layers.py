@@ -164,9 +164,6 @@ def method_of(path: Path, cls: str, name: str) -> Function:
 PINBOT_METHODS = {
     "handle",  # every platform event, with its surface
     "inbox",
-    "join_workers",
-    "leave_workers",
-    "run_jobs",
     "every",
     "use_messenger",
     "known_as",
@@ -245,7 +242,7 @@ def test_each_adapter_hands_every_event_to_the_core_one_way() -> None:
     adapters = ROOT / "bot/adapters"
     sites = {path.name for path in files("bot/adapters") if calls_of(path, "handle")}
     assert sites == {"console.py", "feishu.py", "telegram.py"}
-    # Both platforms with an inbox send after its commit one way: what kit.from_inbox returns.
+    # Both platforms answer through their inbox one way: what kit.from_inbox returns.
     for name, frontend in (("telegram.py", "TelegramFrontend"), ("feishu.py", "FeishuFrontend")):
         process = method_of(adapters / name, frontend, "_process_recorded")
         returned = [

@@ -11,7 +11,7 @@ from bot.core.entry.events import (
     Tap,
     Tapped,
 )
-from bot.core.entry.inbox import Deliver
+from bot.core.entry.inbox import Sender
 from bot.core.entry.incoming import SILENT, Incoming, ReplySurface, Surface
 from bot.core.entry.pinbot import Pinbot
 from bot.core.people import ChatKind, Conversation, Quoted, QuotedLookup, delivery_chat
@@ -24,7 +24,6 @@ __all__ = [
     "ChatPinned",
     "ChatUnpinned",
     "Conversation",
-    "Deliver",
     "Event",
     "GroupMoved",
     "Incoming",
@@ -35,6 +34,7 @@ __all__ = [
     "QuotedLookup",
     "Reply",
     "ReplySurface",
+    "Sender",
     "Sent",
     "Surface",
     "Tap",

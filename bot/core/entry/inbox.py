@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from bot.clock import Clock
 from bot.config import ConfigError
 from bot.core.entry.jobs import Jobs
+from bot.core.replies import Reply, replies_from_json, replies_to_json
 from storage.delivery import DeliveryStore
 from storage.errors import Unavailable, WorkerConflict
 from storage.models import PendingUpdate
@@ -29,11 +30,12 @@ log = logging.getLogger(__name__)
 
 KEEP_PROCESSED = timedelta(days=7)  # a repeated delivery within this is recognised
 ABANDONED_BATCH = 100  # chats taken up per check
-# A handler works out its update's answer and returns how to send it (None: nothing to send);
-# it is sent once the update is marked processed, so an update whose processing cannot be
-# recorded (the database went away) is answered by its next processing, never twice.
-Deliver = Callable[[], Awaitable[None]]
-Handler = Callable[[PendingUpdate], Awaitable[Deliver | None]]
+# A handler works out an update's answer, and a sender sends it (rebuilt from the update's
+# payload, so an answer kept in the store can go out from any worker). The answer goes out once
+# the update's processing is recorded: an update whose processing cannot be recorded (the
+# database went away) is answered by its next processing, never twice.
+Handler = Callable[[PendingUpdate], Awaitable[Sequence[Reply]]]
+Sender = Callable[[PendingUpdate, Sequence[Reply]], Awaitable[None]]
 
 
 async def join_workers(
@@ -49,14 +51,22 @@ async def join_workers(
 
 class Inbox:
     """Records updates once (a repeated delivery to any worker is recognised) and hands each to
-    the handler exactly once per recording, one chat's updates one at a time in order. No
-    database connection is held while the handler runs."""
+    the handler exactly once per recording, one chat's updates one at a time in order, then its
+    answer to the sender. No database connection is held while either runs.
+
+    With resends (a platform that takes the same send twice as one, as Feishu's uuid does),
+    the answer is kept in the store before it goes out and the update is done only once it
+    has: a worker killed in between has it sent, once, by whichever worker takes the chat up.
+    Without, the update is done before its answer goes out: a worker killed while it sends
+    never sends it twice (the platform could not tell)."""
 
     def __init__(
         self,
         store: DeliveryStore,
         handler: Handler,
+        sender: Sender,
         *,
+        resends: bool,
         clock: Clock,
         jobs: Jobs,
         takeover_check_s: float,
@@ -64,6 +74,8 @@ class Inbox:
     ) -> None:
         self._store = store
         self._handler = handler
+        self._sender = sender
+        self._resends = resends
         self._clock = clock
         self._jobs = jobs
         self._check_s = takeover_check_s
@@ -73,14 +85,17 @@ class Inbox:
         self._watcher: asyncio.Task[None] | None = None
         self._stopping = False
 
-    async def start(self) -> None:
-        """Join the store's workers, take up updates left waiting, and start watching for
-        abandoned chats."""
+    async def start(self, *, sole: str | None = None, advice: str = "") -> None:
+        """Join the store's workers (alone in role sole, if given: ConfigError with advice
+        when another live process holds it), take up updates left waiting, and start watching
+        for abandoned chats."""
         await join_workers(
             self._store,
             self._clock,
-            advice="a SQLite database serves one process; for several webhook workers use "
+            advice=advice
+            or "a SQLite database serves one process; for several webhook workers use "
             "PostgreSQL (storage.url_env)",
+            sole=sole,
         )
         await self.take_up_abandoned()
         self._watcher = asyncio.create_task(self._watch())
@@ -182,20 +197,44 @@ class Inbox:
                     return
                 pending = await self._store.next_update(chat)  # recorded meanwhile
                 continue
-            deliver = None
-            try:
-                deliver = await self._handler(pending)
-            except Unavailable as error:  # the turn could not be recorded: nothing was sent
-                log.warning(
-                    "update %d of chat %s could not be recorded (%s); it is processed again "
-                    "when the database is back",
-                    pending.seq,
-                    chat,
-                    error,
-                )
-                return  # the lease stays: the watcher takes the chat up again
-            except Exception:  # one bad update must not hold up the chat
-                log.exception("processing update %d of chat %s failed", pending.seq, chat)
-            pending = await self._store.finish_update(pending.seq, now=self._clock())
-            if deliver is not None:  # sent while the chat is still held: replies stay in order
-                await deliver()
+            if pending.replies is not None:  # processed before, its answer not sent yet
+                replies: Sequence[Reply] = replies_from_json(pending.replies)
+            else:
+                try:
+                    replies = await self._handler(pending)
+                except Unavailable as error:  # the turn could not be recorded: nothing was sent
+                    log.warning(
+                        "update %d of chat %s could not be recorded (%s); it is processed "
+                        "again when the database is back",
+                        pending.seq,
+                        chat,
+                        error,
+                    )
+                    return  # the lease stays: the watcher takes the chat up again
+                except Exception:  # one bad update must not hold up the chat
+                    log.exception("processing update %d of chat %s failed", pending.seq, chat)
+                    replies = ()
+            pending = await self._answer(pending, replies)
+
+    async def _answer(
+        self, pending: PendingUpdate, replies: Sequence[Reply]
+    ) -> PendingUpdate | None:
+        """Send an update's answer and mark the update done, in the order resends allows (see
+        the class); the chat's next waiting update. Sent while the chat is still held: replies
+        stay in order."""
+        if not replies:
+            return await self._store.finish_update(pending.seq, now=self._clock())
+        if self._resends:
+            if pending.replies is None:
+                await self._store.hold_replies(pending.seq, replies_to_json(replies))
+            await self._send(pending, replies)
+            return await self._store.finish_update(pending.seq, now=self._clock())
+        following = await self._store.finish_update(pending.seq, now=self._clock())
+        await self._send(pending, replies)
+        return following
+
+    async def _send(self, pending: PendingUpdate, replies: Sequence[Reply]) -> None:
+        try:
+            await self._sender(pending, replies)
+        except Exception:  # the sender logs and counts what it could not send; this is a bug
+            log.exception("sending the answer to update %d failed", pending.seq)

@@ -42,7 +42,7 @@ from bot.core.entry.events import (
     Tap,
     Tapped,
 )
-from bot.core.entry.inbox import KEEP_PROCESSED, Handler, Inbox, join_workers
+from bot.core.entry.inbox import KEEP_PROCESSED, Handler, Inbox, Sender
 from bot.core.entry.incoming import Incoming, Surface
 from bot.core.entry.jobs import Jobs
 from bot.core.people import (
@@ -126,32 +126,19 @@ class Pinbot:
 
     # --- what frontends need besides handling messages ---------------------------------------
 
-    def inbox(self, handler: Handler) -> Inbox:
-        """Delivery for a frontend that is posted updates (webhooks): each recorded on arrival
-        and handed to handler once, one chat's in order, on whichever worker holds the chat."""
+    def inbox(self, handler: Handler, sender: Sender, *, resends: bool) -> Inbox:
+        """Delivery for a platform frontend: each update recorded on arrival and handed to
+        handler once, one chat's in order, on whichever worker holds the chat, and its answer
+        to sender (resends: the platform takes the same send twice as one; see Inbox)."""
         return Inbox(
             self.store,
             handler,
+            sender,
+            resends=resends,
             clock=self.clock,
             jobs=self.jobs,
             takeover_check_s=self.config.storage.takeover_check_s,
         )
-
-    async def join_workers(self, *, advice: str, sole: str | None = None) -> None:
-        """Serve the store as one of its workers (alone in role sole, if given); ConfigError
-        with advice when a live process stands in the way."""
-        await join_workers(self.store, self.clock, advice=advice, sole=sole)
-
-    async def leave_workers(self) -> None:
-        """Stop serving: this process's chats and roles go to the other workers."""
-        await self.store.leave_workers()
-
-    async def run_jobs(self, sleep: Callable[[float], Awaitable[None]]) -> None:
-        """Run the periodic jobs that are due, every storage.takeover_check_s, until cancelled
-        (for a frontend without an inbox, whose watcher does it)."""
-        while True:
-            await sleep(self.config.storage.takeover_check_s)
-            await self.jobs.run_due()
 
     def every(
         self, name: str, interval: timedelta, job: Callable[[datetime], Awaitable[None]]
