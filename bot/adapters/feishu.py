@@ -65,6 +65,7 @@ PLATFORM_WINDOW_S = 60.0
 PLATFORM = FEISHU
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
+MAX_OTHER_APPS_LOGGED = 100  # other apps' ids remembered, so their events are logged once each
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,7 @@ class FeishuFrontend:
         self._monotonic = monotonic
         self._asking: asyncio.Task[None] | None = None  # a call asked by not_ready
         self._refusals = RefusalLog("Feishu", monotonic)
+        self._other_apps: set[str] = set()  # app ids whose events were ignored (logged once)
         self.port = config.webhook_port
         self.dispatcher = (
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
@@ -522,6 +524,8 @@ class FeishuFrontend:
             P2CardActionTriggerResponse as Answer,
         )
 
+        if self._for_another_app(data):
+            return Answer({})
         tap = tap_of(data)
         received = _RECEIVED.get()
         if tap is None or received is not None:
@@ -567,6 +571,8 @@ class FeishuFrontend:
     def on_event(self, data: Any) -> None:
         """lark-oapi's callback: during a webhook request, collect the event for it to record;
         from the long connection (on its own thread), hand it to the bot's loop and return."""
+        if self._for_another_app(data):
+            return
         event = message_of(data)
         received = _RECEIVED.get()
         if received is not None:
@@ -581,6 +587,8 @@ class FeishuFrontend:
     def on_bot_removed(self, data: Any) -> None:
         """lark-oapi's callback for the bot removed from a group (`im.chat.member.bot.
         deleted_v1`): the core logs and counts it, on the bot's loop; nothing is answered."""
+        if self._for_another_app(data):
+            return
         event = data.event
         chat = getattr(event, "chat_id", None)
         by = getattr(getattr(event, "operator_id", None), "open_id", None) or ""
@@ -588,6 +596,28 @@ class FeishuFrontend:
         if chat and loop is not None:
             removed = BotRemoved(Conversation(PLATFORM, ChatKind.GROUP, chat, by))
             loop.call_soon_threadsafe(self._spawn_removed, removed)
+
+    def _for_another_app(self, data: Any) -> bool:
+        """Whether an event (or card action) names another app than feishu.app_id in its
+        header: such an event is not acted on, and the first one from each app is logged. Its
+        webhook request is still answered 200: it passed the token (and signature) check, so
+        it is no forgery, and any other answer makes Feishu deliver it again for hours."""
+        # Every schema 2.0 event and callback carries header.app_id; one without it is taken
+        # as ours (it names no other app, and lark-oapi has checked its token or signature).
+        app_id = getattr(getattr(data, "header", None), "app_id", None)
+        if not app_id or not self.config.app_id or app_id == self.config.app_id:
+            return False
+        if app_id not in self._other_apps and len(self._other_apps) < MAX_OTHER_APPS_LOGGED:
+            self._other_apps.add(app_id)
+            header = data.header
+            log.warning(
+                "ignored a Feishu %s event for app %s (this bot is feishu.app_id %s); further "
+                "events for that app are ignored without a log line",
+                getattr(header, "event_type", None) or "unknown",
+                app_id,
+                self.config.app_id,
+            )
+        return True
 
     def _spawn_removed(self, removed: BotRemoved) -> None:
         task = asyncio.get_running_loop().create_task(self.pinbot.handle(removed, SILENT))

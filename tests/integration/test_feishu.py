@@ -200,6 +200,41 @@ async def test_the_bot_removed_from_a_group_is_logged_and_its_blocks_stay(
     assert (block.label, block.content) == ("rules", "Be kind")
 
 
+def for_app(payload: dict[str, Any], app_id: str) -> dict[str, Any]:
+    """The event or callback payload as Feishu sends it for the app app_id."""
+    return {**payload, "header": {**payload["header"], "app_id": app_id}}
+
+
+async def test_events_for_another_app_are_not_acted_on(
+    start_feishu: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    pins = {"enable_in_group": True, "group_shared_admin_ids": ["ou_admin"]}
+    bot = await start_feishu(pins=pins)
+    caplog.set_level(logging.INFO, logger="bot")
+    event = receive_event("/pin add elsewhere x", event_id="ev_other_app")
+    # Authentic (its token is right), so acknowledged: a refusal would only be delivered again.
+    assert (await bot.post(for_app(event, "cli_other_app")))[0] == 200
+    tap = card_action({"pinbot": "pinbot:proposal:approve:1"}, open_id="ou_admin")
+    assert await bot.post(for_app(tap, "cli_other_app")) == (200, {})  # no toast
+    assert (await bot.post(for_app(bot_removed("oc_group", "ou_admin"), "cli_other_app")))[0] == 200
+    # The long connection hands events to the same callbacks.
+    payload = json.dumps(for_app(receive_event("/pin add via-ws x"), "cli_other_app")).encode()
+    await asyncio.to_thread(bot.frontend.dispatcher._do_without_validation, payload)
+    await bot.frontend.idle()
+    assert bot.server.replies == [] and bot.server.card_updates == []
+    assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []
+    assert not [m for m in caplog.messages if m.startswith("removed from")]
+    warnings = [r for r in caplog.records if "cli_other_app" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert VERIFICATION_TOKEN not in caplog.text and APP_SECRET not in caplog.text
+    # Not recorded either: the same event for this app is taken, and answered.
+    assert await bot.send(event) == ["Saved strong block 'elsewhere'."]
+    # An event that names no app (older payloads) is taken as this app's.
+    unnamed = receive_event("/pin add unnamed x")
+    del unnamed["header"]["app_id"]
+    assert (await bot.send(unnamed))[-1] == "Saved strong block 'unnamed'."
+
+
 async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
     bot = await start_feishu(pins={"enable_in_group": True, "group_shared_admin_ids": ["u_admin"]})
     group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
