@@ -65,6 +65,7 @@ PLATFORM_WINDOW_S = 60.0
 PLATFORM = FEISHU
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
+URL_VERIFICATION = "url_verification"  # the type of Feishu's request URL check
 MAX_OTHER_APPS_LOGGED = 100  # other apps' ids remembered, so their events are logged once each
 
 
@@ -326,6 +327,7 @@ class FeishuFrontend:
         self._monotonic = monotonic
         self._asking: asyncio.Task[None] | None = None  # a call asked by not_ready
         self._refusals = RefusalLog("Feishu", monotonic)
+        self._encrypt_key = encrypt_key
         self._other_apps: set[str] = set()  # app ids whose events were ignored (logged once)
         self.port = config.webhook_port
         self.dispatcher = (
@@ -492,6 +494,8 @@ class FeishuFrontend:
         raw.body = await request.read()
         # An unsigned request must fail lark-oapi's signature check, not crash it.
         raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
+        read = self._read(raw.body)
+        verification = read is not None and read.type == URL_VERIFICATION
         received: list[FeishuMessage] = []
         token = _RECEIVED.set(received)
         try:
@@ -504,6 +508,10 @@ class FeishuFrontend:
             self._refusals.note(request.remote or "unknown", detail)
             status = 401 if ("token" in detail or "signature" in detail) else 400
             return web.json_response({"msg": "refused"}, status=status)
+        if verification:
+            # lark-oapi writes the challenge into its answer unescaped ('{"challenge":"%s"}'),
+            # so a quote in it could add keys: the same challenge, as JSON.
+            return web.json_response({"challenge": read.challenge})
         taps = [event for event in received if event.message_type == CARD_ACTION]
         try:
             for event in received:
@@ -515,6 +523,29 @@ class FeishuFrontend:
             log.error("could not record a Feishu event: %s", error)
             return web.json_response({"msg": "try again"}, status=500)
         return web.Response(body=result.content, status=200, content_type="application/json")
+
+    def _read(self, body: bytes) -> Any:
+        """The request as lark-oapi's dispatcher reads it (an EventContext: decrypted, its type
+        worked out the same way), or None when it cannot be read (the dispatcher refuses it)."""
+        from lark_oapi.core.utils import AESCipher, Strings
+        from lark_oapi.event.context import EventContext
+
+        # The steps of EventDispatcherHandler.do, with lark-oapi's own pieces.
+        try:
+            encrypted = json.loads(body).get("encrypt")
+            plaintext = (
+                AESCipher(self._encrypt_key).decrypt_str(encrypted)
+                if Strings.is_not_empty(encrypted)
+                else body.decode("utf-8")
+            )
+            context = EventContext(json.loads(plaintext))
+            if Strings.is_not_empty(context.schema):
+                context.type = context.header.event_type
+            elif Strings.is_not_empty(context.uuid):
+                context.type = context.event.get("type")
+        except Exception:  # whatever the dispatcher makes of it, it is no url_verification
+            return None
+        return context
 
     def on_card_action(self, data: Any) -> Any:
         """lark-oapi's callback for a card button tap, which Feishu wants answered at once:

@@ -136,6 +136,19 @@ async def test_url_verification_and_token_check(start_feishu: Any) -> None:
     assert bot.server.replies == [] and await bot.store.blocks(["feishu:direct:ou_user1"]) == []
 
 
+async def test_the_challenge_is_answered_as_json_whatever_it_holds(start_feishu: Any) -> None:
+    bot = await start_feishu()
+    encrypted = await start_feishu(encrypt_key=ENCRYPT_KEY)
+    # Echoed into JSON as written, the first would add a key "x", the second break the JSON.
+    for challenge in ('c-1","x":"1', 'c-2\\"}\n'):
+        answer = await bot.post(url_verification(challenge=challenge))
+        assert answer == (200, {"challenge": challenge})
+        body = json.dumps(encrypt(url_verification(challenge=challenge), ENCRYPT_KEY)).encode()
+        assert await encrypted.post({}, raw=body) == (200, {"challenge": challenge})
+        status, _ = await bot.post(url_verification(token="forged", challenge=challenge))
+        assert status == 401
+
+
 async def test_p2p_pin_and_chat(start_feishu: Any, fake_feishu: FakeFeishu) -> None:
     bot = await start_feishu()
     assert bot.frontend.bot_open_id == BOT_OPEN_ID
