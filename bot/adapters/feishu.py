@@ -65,6 +65,8 @@ PLATFORM_WINDOW_S = 60.0
 PLATFORM = FEISHU
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
+TIMESTAMP_HEADER = SIGNATURE_HEADERS[0]
+MAX_TIMESTAMP_DIGITS = 12  # seconds since 1970 need 10 digits until the year 2286
 URL_VERIFICATION = "url_verification"  # the type of Feishu's request URL check
 MAX_OTHER_APPS_LOGGED = 100  # other apps' ids remembered, so their events are logged once each
 
@@ -486,7 +488,9 @@ class FeishuFrontend:
     async def on_webhook(self, request: web.Request) -> web.Response:
         """Hand a POSTed event to lark-oapi's dispatcher (token, decryption, signature,
         url_verification), record the event, and answer: 200 once it is committed, 500 (Feishu
-        delivers it again) when it could not be. It is processed afterwards."""
+        delivers it again) when it could not be. It is processed afterwards. With an encrypt
+        key, a request signed further than feishu.request_max_age_s from the bot's clock is
+        refused (401) like a bad signature."""
         import lark_oapi as lark
 
         raw = lark.RawRequest()
@@ -496,6 +500,11 @@ class FeishuFrontend:
         raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
         read = self._read(raw.body)
         verification = read is not None and read.type == URL_VERIFICATION
+        # lark-oapi checks no signature on a url_verification (nor without an encrypt key).
+        signed = self._encrypt_key and not verification
+        if signed and (stale := self._stale(request.headers.get(TIMESTAMP_HEADER, ""))):
+            self._refusals.note(request.remote or "unknown", stale)
+            return web.json_response({"msg": "refused"}, status=401)
         received: list[FeishuMessage] = []
         token = _RECEIVED.set(received)
         try:
@@ -523,6 +532,30 @@ class FeishuFrontend:
             log.error("could not record a Feishu event: %s", error)
             return web.json_response({"msg": "try again"}, status=500)
         return web.Response(body=result.content, status=200, content_type="application/json")
+
+    def _stale(self, timestamp: str) -> str | None:
+        """Why a signed request's timestamp (X-Lark-Request-Timestamp, seconds since the epoch)
+        is refused, or None when it is within feishu.request_max_age_s of the bot's clock, past
+        or future: a request recorded on its way is not accepted again later."""
+        # Only the request's timestamp counts, never the event's header.create_time: Feishu
+        # delivers an event again, hours later, with a fresh timestamp at every delivery.
+        # The signature hashes timestamp + nonce + key + body as one string, so moving digits
+        # between timestamp and nonce keeps it valid: an empty or re-split timestamp must fail
+        # here (a shorter one is decades old, a longer one centuries ahead).
+        # Bounded before int(): Python refuses to read more than 4,300 digits (ValueError).
+        if (
+            not (timestamp.isascii() and timestamp.isdigit())
+            or len(timestamp) > MAX_TIMESTAMP_DIGITS
+        ):
+            return f"a signed request without a valid {TIMESTAMP_HEADER} header"
+        skew = int(timestamp) - self._clock().timestamp()
+        if abs(skew) <= self.config.request_max_age_s:
+            return None
+        when = "ahead of" if skew > 0 else "behind"
+        return (
+            f"a signed request {abs(skew):.0f} s {when} this machine's clock (more than "
+            f"feishu.request_max_age_s, {self.config.request_max_age_s:g} s)"
+        )
 
     def _read(self, body: bytes) -> Any:
         """The request as lark-oapi's dispatcher reads it (an EventContext: decrypted, its type

@@ -344,6 +344,35 @@ async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
     assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == ["secret-ok"]
 
 
+async def test_signed_requests_outside_the_freshness_window_are_refused(
+    start_feishu: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_feishu(encrypt_key=ENCRYPT_KEY)  # the clock reads 2026-01-01 00:00 UTC
+    body = json.dumps(encrypt(receive_event("/pin add replayed x"), ENCRYPT_KEY)).encode()
+    year_2001 = signature_headers(body, ENCRYPT_KEY, timestamp="978307200")
+    status, _ = await bot.post({}, raw=body, headers=year_2001)
+    assert status == 401
+    assert "s behind this machine's clock" in caplog.text  # one line in the refusal log
+    now = int(clock.now.timestamp())
+    ahead = signature_headers(body, ENCRYPT_KEY, timestamp=str(now + 301))
+    assert (await bot.post({}, raw=body, headers=ahead))[0] == 401
+    # The signature hashes timestamp + nonce as one string: moved into the nonce, no timestamp.
+    fresh = signature_headers(body, ENCRYPT_KEY, timestamp=str(now - 299), nonce="n0nce")
+    resplit = {**fresh, "X-Lark-Request-Timestamp": "", "X-Lark-Request-Nonce": f"{now - 299}n0nce"}
+    assert (await bot.post({}, raw=body, headers=resplit))[0] == 401
+    huge = {**fresh, "X-Lark-Request-Timestamp": "9" * 5000}  # more digits than int() reads
+    assert (await bot.post({}, raw=body, headers=huge))[0] == 401
+    await bot.frontend.idle()
+    assert bot.server.replies == []
+    # Nothing was recorded: the same event signed now is taken (299 s old is within the window).
+    assert await bot.send({}, raw=body, headers=fresh) == ["Saved strong block 'replayed'."]
+    clock.advance(minutes=10)  # the window follows the bot's clock
+    later = json.dumps(encrypt(receive_event("/pin add later x"), ENCRYPT_KEY)).encode()
+    assert (await bot.post({}, raw=later, headers=signature_headers(later, ENCRYPT_KEY)))[0] == 401
+    later_now = signature_headers(later, ENCRYPT_KEY, timestamp=str(int(clock.now.timestamp())))
+    assert (await bot.send({}, raw=later, headers=later_now))[-1] == "Saved strong block 'later'."
+
+
 async def test_duplicate_events_are_processed_once_even_after_a_restart(
     start_feishu: Any, tmp_path: Any
 ) -> None:
