@@ -701,20 +701,24 @@ class FeishuFrontend:
 
     async def _record(self, event: FeishuMessage) -> bool:
         """Record an event to be processed in its chat's order, counted (bot.metrics) once:
-        whether it was recorded (False for a repeated delivery, or one without an id)."""
-        if not event.event_id:
-            log.warning("a Feishu event without an event id was ignored")
+        whether it was recorded (False for a repeated delivery, or one without an id). A
+        message is known by its message_id, a card tap by its event id."""
+        # Feishu may deliver one message again under a new event id; a tap's message_id is
+        # the tapped card's, the same for every tap on it.
+        tap = event.message_type == CARD_ACTION
+        identity = event.event_id if tap else event.message_id
+        if not identity:
+            log.warning("a Feishu event without an event or message id was ignored")
             return False
         recorded = await self.inbox.receive(
             PLATFORM,
-            event.event_id,
+            identity,
             chat=delivery_chat(PLATFORM, event.chat_id or event.message_id),
             position=0,  # Feishu has no delivery sequence: arrival order it is
             payload=event.to_json(),
         )
         if recorded:
-            kind = "tap" if event.message_type == CARD_ACTION else "message"
-            metrics.update_received(PLATFORM, kind)
+            metrics.update_received(PLATFORM, "tap" if tap else "message")
         return recorded
 
     async def _process_recorded(self, pending: PendingUpdate) -> Deliver | None:

@@ -391,6 +391,26 @@ async def test_duplicate_events_are_processed_once_even_after_a_restart(
     assert bot.server.texts() == ["Saved strong block 'once'."]
 
 
+async def test_a_message_delivered_again_under_a_new_event_id_is_answered_once(
+    start_feishu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = {**agent_llm(server.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    try:
+        bot = await start_feishu(model=model, llm=llm)
+        first = receive_event("what is pinned?", event_id="ev_first")
+        again = {**first, "header": {**first["header"], "event_id": "ev_again"}}
+        assert await bot.send(first) == ["reply 1"]
+        assert await bot.send(again) == ["reply 1"]  # nothing more
+        assert len(server.requests) == 1
+        (reply,) = bot.server.replies
+        assert reply["message_id"] == first["event"]["message"]["message_id"]
+    finally:
+        await server.stop()
+
+
 async def test_long_connection_hand_off_from_another_thread(start_feishu: Any) -> None:
     bot = await start_feishu()
     payload = json.dumps(receive_event("/pin add via-ws x")).encode()
