@@ -744,6 +744,8 @@ class FeishuFrontend:
                 mentioned=mentioned,
                 replied=self._replied_lookup(event.parent_id),
                 redelivered=in_inbox(),
+                # A Feishu command cannot name its bot (no /pin@bot), and groups hold several.
+                commands_for_bot=False,
             )
             surface = ReplySurface(after_commit(functools.partial(self._reply, event.message_id)))
         await self.pinbot.handle(incoming, surface)

@@ -286,6 +286,27 @@ async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
     ]
 
 
+async def test_group_commands_need_the_mention_unless_the_trigger_is_all(
+    start_feishu: Any,
+) -> None:
+    # Feishu cannot address a command to one bot (no /pin@bot) and several bots share groups.
+    pins = {"enable_in_group": True}
+    bot = await start_feishu(pins=pins)
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
+    await bot.send(receive_event("/pin add unasked x", **group))
+    other = mention("@_user_2", "ou_other_bot", "Helper")
+    await bot.send(receive_event("@_user_2 /pin list", mentions=[other], **group))
+    assert bot.server.replies == []
+    texts = await bot.send(receive_event("@_user_1 /pin add asked x", mentions=[BOT], **group))
+    assert texts == ["Saved context block 'asked'."]
+    assert (await bot.send(receive_event("/pin list")))[-1].startswith("You have no blocks")  # DM
+    everyone = await start_feishu(pins=pins, feishu={"group_trigger": "all"})
+    texts = await everyone.send(receive_event("/pin list", chat_type="group", chat_id="oc_all"))
+    assert texts[-1].startswith("You have no personal blocks in this group")
+    mine = "feishu:group:oc_group::u:ou_user1"
+    assert [b.label for b in await bot.store.blocks([mine])] == ["asked"]
+
+
 async def test_group_trigger_all(start_feishu: Any) -> None:
     bot = await start_feishu(feishu={"group_trigger": "all"})
     texts = await bot.send(receive_event("anyone?", chat_type="group", chat_id="oc_g"))
@@ -294,7 +315,9 @@ async def test_group_trigger_all(start_feishu: Any) -> None:
 
 async def test_missing_sender_and_other_chat_types_are_refused(start_feishu: Any) -> None:
     bot = await start_feishu(pins={"enable_in_group": True})
-    texts = await bot.send(receive_event("/pin add a b", open_id=None, chat_type="group"))
+    texts = await bot.send(
+        receive_event("@_user_1 /pin add a b", mentions=[BOT], open_id=None, chat_type="group")
+    )
     assert "no sender id" in texts[-1]
     texts = await bot.send(receive_event("/pin add a b", chat_type="topic_group_v9"))
     assert "not available in this kind of chat" in texts[-1]
@@ -309,16 +332,16 @@ async def test_allowlists_match_any_of_the_three_ids(start_feishu: Any) -> None:
             "group_strong_user_ids": ["feishu:group:oc_g::u:u_strong"],
         }
     )
-    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_g"}
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_g", "mentions": [BOT]}
     texts = await bot.send(
-        receive_event("/pin shared add x y", open_id="ou_9", union_id="on_union9", **group)
+        receive_event("@_user_1 /pin shared add x y", open_id="ou_9", union_id="on_union9", **group)
     )
     assert texts[-1].startswith("Saved")
     texts = await bot.send(
-        receive_event("/pin add-strong s t", open_id="ou_7", user_id="u_strong", **group)
+        receive_event("@_user_1 /pin add-strong s t", open_id="ou_7", user_id="u_strong", **group)
     )
     assert texts[-1].startswith("Saved strong")
-    texts = await bot.send(receive_event("/pin add-strong s t", open_id="ou_8", **group))
+    texts = await bot.send(receive_event("@_user_1 /pin add-strong s t", open_id="ou_8", **group))
     assert "pins.group_strong_user_ids" in texts[-1]
     assert [b.scope for b in await bot.store.blocks(["feishu:group:oc_g::u:ou_7"])] == [
         "feishu:group:oc_g::u:ou_7"
