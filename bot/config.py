@@ -208,6 +208,8 @@ class FeishuConfig(_Section):
     group_trigger: Literal["mention", "all"] = "mention"
     reply_format: Literal["markdown", "plain"] = "markdown"
     request_timeout_s: Seconds = 15.0
+    # Signed webhook requests further than this from the bot's clock are refused (replays).
+    request_max_age_s: Annotated[float, Field(ge=30, le=3600)] = 300.0
 
 
 class ChatConfig(_Section):

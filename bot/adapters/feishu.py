@@ -65,6 +65,10 @@ PLATFORM_WINDOW_S = 60.0
 PLATFORM = FEISHU
 LOGGED_DETAIL_CHARS = 200  # of a refused webhook's error, enough to tell token from signature
 SIGNATURE_HEADERS = ("X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature")
+TIMESTAMP_HEADER = SIGNATURE_HEADERS[0]
+MAX_TIMESTAMP_DIGITS = 12  # seconds since 1970 need 10 digits until the year 2286
+URL_VERIFICATION = "url_verification"  # the type of Feishu's request URL check
+MAX_OTHER_APPS_LOGGED = 100  # other apps' ids remembered, so their events are logged once each
 
 
 @dataclass(frozen=True)
@@ -325,6 +329,8 @@ class FeishuFrontend:
         self._monotonic = monotonic
         self._asking: asyncio.Task[None] | None = None  # a call asked by not_ready
         self._refusals = RefusalLog("Feishu", monotonic)
+        self._encrypt_key = encrypt_key
+        self._other_apps: set[str] = set()  # app ids whose events were ignored (logged once)
         self.port = config.webhook_port
         self.dispatcher = (
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
@@ -482,7 +488,9 @@ class FeishuFrontend:
     async def on_webhook(self, request: web.Request) -> web.Response:
         """Hand a POSTed event to lark-oapi's dispatcher (token, decryption, signature,
         url_verification), record the event, and answer: 200 once it is committed, 500 (Feishu
-        delivers it again) when it could not be. It is processed afterwards."""
+        delivers it again) when it could not be. It is processed afterwards. With an encrypt
+        key, a request signed further than feishu.request_max_age_s from the bot's clock is
+        refused (401) like a bad signature."""
         import lark_oapi as lark
 
         raw = lark.RawRequest()
@@ -490,6 +498,13 @@ class FeishuFrontend:
         raw.body = await request.read()
         # An unsigned request must fail lark-oapi's signature check, not crash it.
         raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
+        read = self._read(raw.body)
+        verification = read is not None and read.type == URL_VERIFICATION
+        # lark-oapi checks no signature on a url_verification (nor without an encrypt key).
+        signed = self._encrypt_key and not verification
+        if signed and (stale := self._stale(request.headers.get(TIMESTAMP_HEADER, ""))):
+            self._refusals.note(request.remote or "unknown", stale)
+            return web.json_response({"msg": "refused"}, status=401)
         received: list[FeishuMessage] = []
         token = _RECEIVED.set(received)
         try:
@@ -502,6 +517,10 @@ class FeishuFrontend:
             self._refusals.note(request.remote or "unknown", detail)
             status = 401 if ("token" in detail or "signature" in detail) else 400
             return web.json_response({"msg": "refused"}, status=status)
+        if verification:
+            # lark-oapi writes the challenge into its answer unescaped ('{"challenge":"%s"}'),
+            # so a quote in it could add keys: the same challenge, as JSON.
+            return web.json_response({"challenge": read.challenge})
         taps = [event for event in received if event.message_type == CARD_ACTION]
         try:
             for event in received:
@@ -514,6 +533,53 @@ class FeishuFrontend:
             return web.json_response({"msg": "try again"}, status=500)
         return web.Response(body=result.content, status=200, content_type="application/json")
 
+    def _stale(self, timestamp: str) -> str | None:
+        """Why a signed request's timestamp (X-Lark-Request-Timestamp, seconds since the epoch)
+        is refused, or None when it is within feishu.request_max_age_s of the bot's clock, past
+        or future: a request recorded on its way is not accepted again later."""
+        # Only the request's timestamp counts, never the event's header.create_time: Feishu
+        # delivers an event again, hours later, with a fresh timestamp at every delivery.
+        # The signature hashes timestamp + nonce + key + body as one string, so moving digits
+        # between timestamp and nonce keeps it valid: an empty or re-split timestamp must fail
+        # here (a shorter one is decades old, a longer one centuries ahead).
+        # Bounded before int(): Python refuses to read more than 4,300 digits (ValueError).
+        if (
+            not (timestamp.isascii() and timestamp.isdigit())
+            or len(timestamp) > MAX_TIMESTAMP_DIGITS
+        ):
+            return f"a signed request without a valid {TIMESTAMP_HEADER} header"
+        skew = int(timestamp) - self._clock().timestamp()
+        if abs(skew) <= self.config.request_max_age_s:
+            return None
+        when = "ahead of" if skew > 0 else "behind"
+        return (
+            f"a signed request {abs(skew):.0f} s {when} this machine's clock (more than "
+            f"feishu.request_max_age_s, {self.config.request_max_age_s:g} s)"
+        )
+
+    def _read(self, body: bytes) -> Any:
+        """The request as lark-oapi's dispatcher reads it (an EventContext: decrypted, its type
+        worked out the same way), or None when it cannot be read (the dispatcher refuses it)."""
+        from lark_oapi.core.utils import AESCipher, Strings
+        from lark_oapi.event.context import EventContext
+
+        # The steps of EventDispatcherHandler.do, with lark-oapi's own pieces.
+        try:
+            encrypted = json.loads(body).get("encrypt")
+            plaintext = (
+                AESCipher(self._encrypt_key).decrypt_str(encrypted)
+                if Strings.is_not_empty(encrypted)
+                else body.decode("utf-8")
+            )
+            context = EventContext(json.loads(plaintext))
+            if Strings.is_not_empty(context.schema):
+                context.type = context.header.event_type
+            elif Strings.is_not_empty(context.uuid):
+                context.type = context.event.get("type")
+        except Exception:  # whatever the dispatcher makes of it, it is no url_verification
+            return None
+        return context
+
     def on_card_action(self, data: Any) -> Any:
         """lark-oapi's callback for a card button tap, which Feishu wants answered at once:
         during a webhook request it is collected and answered by on_webhook; from the long
@@ -522,6 +588,8 @@ class FeishuFrontend:
             P2CardActionTriggerResponse as Answer,
         )
 
+        if self._for_another_app(data):
+            return Answer({})
         tap = tap_of(data)
         received = _RECEIVED.get()
         if tap is None or received is not None:
@@ -567,6 +635,8 @@ class FeishuFrontend:
     def on_event(self, data: Any) -> None:
         """lark-oapi's callback: during a webhook request, collect the event for it to record;
         from the long connection (on its own thread), hand it to the bot's loop and return."""
+        if self._for_another_app(data):
+            return
         event = message_of(data)
         received = _RECEIVED.get()
         if received is not None:
@@ -581,6 +651,8 @@ class FeishuFrontend:
     def on_bot_removed(self, data: Any) -> None:
         """lark-oapi's callback for the bot removed from a group (`im.chat.member.bot.
         deleted_v1`): the core logs and counts it, on the bot's loop; nothing is answered."""
+        if self._for_another_app(data):
+            return
         event = data.event
         chat = getattr(event, "chat_id", None)
         by = getattr(getattr(event, "operator_id", None), "open_id", None) or ""
@@ -588,6 +660,28 @@ class FeishuFrontend:
         if chat and loop is not None:
             removed = BotRemoved(Conversation(PLATFORM, ChatKind.GROUP, chat, by))
             loop.call_soon_threadsafe(self._spawn_removed, removed)
+
+    def _for_another_app(self, data: Any) -> bool:
+        """Whether an event (or card action) names another app than feishu.app_id in its
+        header: such an event is not acted on, and the first one from each app is logged. Its
+        webhook request is still answered 200: it passed the token (and signature) check, so
+        it is no forgery, and any other answer makes Feishu deliver it again for hours."""
+        # Every schema 2.0 event and callback carries header.app_id; one without it is taken
+        # as ours (it names no other app, and lark-oapi has checked its token or signature).
+        app_id = getattr(getattr(data, "header", None), "app_id", None)
+        if not app_id or not self.config.app_id or app_id == self.config.app_id:
+            return False
+        if app_id not in self._other_apps and len(self._other_apps) < MAX_OTHER_APPS_LOGGED:
+            self._other_apps.add(app_id)
+            header = data.header
+            log.warning(
+                "ignored a Feishu %s event for app %s (this bot is feishu.app_id %s); further "
+                "events for that app are ignored without a log line",
+                getattr(header, "event_type", None) or "unknown",
+                app_id,
+                self.config.app_id,
+            )
+        return True
 
     def _spawn_removed(self, removed: BotRemoved) -> None:
         task = asyncio.get_running_loop().create_task(self.pinbot.handle(removed, SILENT))
@@ -607,20 +701,24 @@ class FeishuFrontend:
 
     async def _record(self, event: FeishuMessage) -> bool:
         """Record an event to be processed in its chat's order, counted (bot.metrics) once:
-        whether it was recorded (False for a repeated delivery, or one without an id)."""
-        if not event.event_id:
-            log.warning("a Feishu event without an event id was ignored")
+        whether it was recorded (False for a repeated delivery, or one without an id). A
+        message is known by its message_id, a card tap by its event id."""
+        # Feishu may deliver one message again under a new event id; a tap's message_id is
+        # the tapped card's, the same for every tap on it.
+        tap = event.message_type == CARD_ACTION
+        identity = event.event_id if tap else event.message_id
+        if not identity:
+            log.warning("a Feishu event without an event or message id was ignored")
             return False
         recorded = await self.inbox.receive(
             PLATFORM,
-            event.event_id,
+            identity,
             chat=delivery_chat(PLATFORM, event.chat_id or event.message_id),
             position=0,  # Feishu has no delivery sequence: arrival order it is
             payload=event.to_json(),
         )
         if recorded:
-            kind = "tap" if event.message_type == CARD_ACTION else "message"
-            metrics.update_received(PLATFORM, kind)
+            metrics.update_received(PLATFORM, "tap" if tap else "message")
         return recorded
 
     async def _process_recorded(self, pending: PendingUpdate) -> list[Reply]:
@@ -653,6 +751,8 @@ class FeishuFrontend:
                 mentioned=mentioned,
                 replied=self._replied_lookup(event.parent_id),
                 redelivered=in_inbox(),
+                # A Feishu command cannot name its bot (no /pin@bot), and groups hold several.
+                commands_for_bot=False,
             )
             surface = ReplySurface(after_commit(functools.partial(self._reply, event)))
         await self.pinbot.handle(incoming, surface)

@@ -502,9 +502,17 @@ class TelegramFrontend:
     async def on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Hand a message to the core with what Telegram says about it; the core answers on its
         surface. A message with no text (a photo, a sticker, a file) reaches the core as
-        unreadable: a caption is not taken as the message."""
+        unreadable: a caption is not taken as the message. A channel post gets nothing."""
         message = update.effective_message
         if message is None:
+            return
+        if message.chat.type == ChatType.CHANNEL:
+            # Whatever the bot said in a channel, every subscriber would read it, and pins are
+            # not available there anyway: not even the refusal is posted.
+            log.info(
+                "a post in channel %s was not answered: nothing is posted into channels",
+                message.chat.id,
+            )
             return
         surface = TelegramSurface(self, message)
         try:

@@ -325,8 +325,10 @@ def mention(key: str, open_id: str, name: str) -> dict[str, Any]:
     }
 
 
-def url_verification(token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
-    return {"challenge": "challenge-code-123", "token": token, "type": "url_verification"}
+def url_verification(
+    token: str = VERIFICATION_TOKEN, challenge: str = "challenge-code-123"
+) -> dict[str, Any]:
+    return {"challenge": challenge, "token": token, "type": "url_verification"}
 
 
 def encrypt(payload: dict[str, Any], key: str) -> dict[str, str]:

@@ -136,6 +136,19 @@ async def test_url_verification_and_token_check(start_feishu: Any) -> None:
     assert bot.server.replies == [] and await bot.store.blocks(["feishu:direct:ou_user1"]) == []
 
 
+async def test_the_challenge_is_answered_as_json_whatever_it_holds(start_feishu: Any) -> None:
+    bot = await start_feishu()
+    encrypted = await start_feishu(encrypt_key=ENCRYPT_KEY)
+    # Echoed into JSON as written, the first would add a key "x", the second break the JSON.
+    for challenge in ('c-1","x":"1', 'c-2\\"}\n'):
+        answer = await bot.post(url_verification(challenge=challenge))
+        assert answer == (200, {"challenge": challenge})
+        body = json.dumps(encrypt(url_verification(challenge=challenge), ENCRYPT_KEY)).encode()
+        assert await encrypted.post({}, raw=body) == (200, {"challenge": challenge})
+        status, _ = await bot.post(url_verification(token="forged", challenge=challenge))
+        assert status == 401
+
+
 async def test_p2p_pin_and_chat(start_feishu: Any, fake_feishu: FakeFeishu) -> None:
     bot = await start_feishu()
     assert bot.frontend.bot_open_id == BOT_OPEN_ID
@@ -200,6 +213,41 @@ async def test_the_bot_removed_from_a_group_is_logged_and_its_blocks_stay(
     assert (block.label, block.content) == ("rules", "Be kind")
 
 
+def for_app(payload: dict[str, Any], app_id: str) -> dict[str, Any]:
+    """The event or callback payload as Feishu sends it for the app app_id."""
+    return {**payload, "header": {**payload["header"], "app_id": app_id}}
+
+
+async def test_events_for_another_app_are_not_acted_on(
+    start_feishu: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    pins = {"enable_in_group": True, "group_shared_admin_ids": ["ou_admin"]}
+    bot = await start_feishu(pins=pins)
+    caplog.set_level(logging.INFO, logger="bot")
+    event = receive_event("/pin add elsewhere x", event_id="ev_other_app")
+    # Authentic (its token is right), so acknowledged: a refusal would only be delivered again.
+    assert (await bot.post(for_app(event, "cli_other_app")))[0] == 200
+    tap = card_action({"pinbot": "pinbot:proposal:approve:1"}, open_id="ou_admin")
+    assert await bot.post(for_app(tap, "cli_other_app")) == (200, {})  # no toast
+    assert (await bot.post(for_app(bot_removed("oc_group", "ou_admin"), "cli_other_app")))[0] == 200
+    # The long connection hands events to the same callbacks.
+    payload = json.dumps(for_app(receive_event("/pin add via-ws x"), "cli_other_app")).encode()
+    await asyncio.to_thread(bot.frontend.dispatcher._do_without_validation, payload)
+    await bot.frontend.idle()
+    assert bot.server.replies == [] and bot.server.card_updates == []
+    assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []
+    assert not [m for m in caplog.messages if m.startswith("removed from")]
+    warnings = [r for r in caplog.records if "cli_other_app" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert VERIFICATION_TOKEN not in caplog.text and APP_SECRET not in caplog.text
+    # Not recorded either: the same event for this app is taken, and answered.
+    assert await bot.send(event) == ["Saved strong block 'elsewhere'."]
+    # An event that names no app (older payloads) is taken as this app's.
+    unnamed = receive_event("/pin add unnamed x")
+    del unnamed["header"]["app_id"]
+    assert (await bot.send(unnamed))[-1] == "Saved strong block 'unnamed'."
+
+
 async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
     bot = await start_feishu(pins={"enable_in_group": True, "group_shared_admin_ids": ["u_admin"]})
     group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
@@ -238,6 +286,27 @@ async def test_group_mentions_topics_and_triggers(start_feishu: Any) -> None:
     ]
 
 
+async def test_group_commands_need_the_mention_unless_the_trigger_is_all(
+    start_feishu: Any,
+) -> None:
+    # Feishu cannot address a command to one bot (no /pin@bot) and several bots share groups.
+    pins = {"enable_in_group": True}
+    bot = await start_feishu(pins=pins)
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
+    await bot.send(receive_event("/pin add unasked x", **group))
+    other = mention("@_user_2", "ou_other_bot", "Helper")
+    await bot.send(receive_event("@_user_2 /pin list", mentions=[other], **group))
+    assert bot.server.replies == []
+    texts = await bot.send(receive_event("@_user_1 /pin add asked x", mentions=[BOT], **group))
+    assert texts == ["Saved context block 'asked'."]
+    assert (await bot.send(receive_event("/pin list")))[-1].startswith("You have no blocks")  # DM
+    everyone = await start_feishu(pins=pins, feishu={"group_trigger": "all"})
+    texts = await everyone.send(receive_event("/pin list", chat_type="group", chat_id="oc_all"))
+    assert texts[-1].startswith("You have no personal blocks in this group")
+    mine = "feishu:group:oc_group::u:ou_user1"
+    assert [b.label for b in await bot.store.blocks([mine])] == ["asked"]
+
+
 async def test_group_trigger_all(start_feishu: Any) -> None:
     bot = await start_feishu(feishu={"group_trigger": "all"})
     texts = await bot.send(receive_event("anyone?", chat_type="group", chat_id="oc_g"))
@@ -246,7 +315,9 @@ async def test_group_trigger_all(start_feishu: Any) -> None:
 
 async def test_missing_sender_and_other_chat_types_are_refused(start_feishu: Any) -> None:
     bot = await start_feishu(pins={"enable_in_group": True})
-    texts = await bot.send(receive_event("/pin add a b", open_id=None, chat_type="group"))
+    texts = await bot.send(
+        receive_event("@_user_1 /pin add a b", mentions=[BOT], open_id=None, chat_type="group")
+    )
     assert "no sender id" in texts[-1]
     texts = await bot.send(receive_event("/pin add a b", chat_type="topic_group_v9"))
     assert "not available in this kind of chat" in texts[-1]
@@ -261,16 +332,16 @@ async def test_allowlists_match_any_of_the_three_ids(start_feishu: Any) -> None:
             "group_strong_user_ids": ["feishu:group:oc_g::u:u_strong"],
         }
     )
-    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_g"}
+    group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_g", "mentions": [BOT]}
     texts = await bot.send(
-        receive_event("/pin shared add x y", open_id="ou_9", union_id="on_union9", **group)
+        receive_event("@_user_1 /pin shared add x y", open_id="ou_9", union_id="on_union9", **group)
     )
     assert texts[-1].startswith("Saved")
     texts = await bot.send(
-        receive_event("/pin add-strong s t", open_id="ou_7", user_id="u_strong", **group)
+        receive_event("@_user_1 /pin add-strong s t", open_id="ou_7", user_id="u_strong", **group)
     )
     assert texts[-1].startswith("Saved strong")
-    texts = await bot.send(receive_event("/pin add-strong s t", open_id="ou_8", **group))
+    texts = await bot.send(receive_event("@_user_1 /pin add-strong s t", open_id="ou_8", **group))
     assert "pins.group_strong_user_ids" in texts[-1]
     assert [b.scope for b in await bot.store.blocks(["feishu:group:oc_g::u:ou_7"])] == [
         "feishu:group:oc_g::u:ou_7"
@@ -296,6 +367,35 @@ async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
     assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == ["secret-ok"]
 
 
+async def test_signed_requests_outside_the_freshness_window_are_refused(
+    start_feishu: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_feishu(encrypt_key=ENCRYPT_KEY)  # the clock reads 2026-01-01 00:00 UTC
+    body = json.dumps(encrypt(receive_event("/pin add replayed x"), ENCRYPT_KEY)).encode()
+    year_2001 = signature_headers(body, ENCRYPT_KEY, timestamp="978307200")
+    status, _ = await bot.post({}, raw=body, headers=year_2001)
+    assert status == 401
+    assert "s behind this machine's clock" in caplog.text  # one line in the refusal log
+    now = int(clock.now.timestamp())
+    ahead = signature_headers(body, ENCRYPT_KEY, timestamp=str(now + 301))
+    assert (await bot.post({}, raw=body, headers=ahead))[0] == 401
+    # The signature hashes timestamp + nonce as one string: moved into the nonce, no timestamp.
+    fresh = signature_headers(body, ENCRYPT_KEY, timestamp=str(now - 299), nonce="n0nce")
+    resplit = {**fresh, "X-Lark-Request-Timestamp": "", "X-Lark-Request-Nonce": f"{now - 299}n0nce"}
+    assert (await bot.post({}, raw=body, headers=resplit))[0] == 401
+    huge = {**fresh, "X-Lark-Request-Timestamp": "9" * 5000}  # more digits than int() reads
+    assert (await bot.post({}, raw=body, headers=huge))[0] == 401
+    await bot.frontend.idle()
+    assert bot.server.replies == []
+    # Nothing was recorded: the same event signed now is taken (299 s old is within the window).
+    assert await bot.send({}, raw=body, headers=fresh) == ["Saved strong block 'replayed'."]
+    clock.advance(minutes=10)  # the window follows the bot's clock
+    later = json.dumps(encrypt(receive_event("/pin add later x"), ENCRYPT_KEY)).encode()
+    assert (await bot.post({}, raw=later, headers=signature_headers(later, ENCRYPT_KEY)))[0] == 401
+    later_now = signature_headers(later, ENCRYPT_KEY, timestamp=str(int(clock.now.timestamp())))
+    assert (await bot.send({}, raw=later, headers=later_now))[-1] == "Saved strong block 'later'."
+
+
 async def test_duplicate_events_are_processed_once_even_after_a_restart(
     start_feishu: Any, tmp_path: Any
 ) -> None:
@@ -312,6 +412,26 @@ async def test_duplicate_events_are_processed_once_even_after_a_restart(
         await again.send(event)
         await again.frontend.stop()
     assert bot.server.texts() == ["Saved strong block 'once'."]
+
+
+async def test_a_message_delivered_again_under_a_new_event_id_is_answered_once(
+    start_feishu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = {**agent_llm(server.base_url), "agent_tools": False}
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    try:
+        bot = await start_feishu(model=model, llm=llm)
+        first = receive_event("what is pinned?", event_id="ev_first")
+        again = {**first, "header": {**first["header"], "event_id": "ev_again"}}
+        assert await bot.send(first) == ["reply 1"]
+        assert await bot.send(again) == ["reply 1"]  # nothing more
+        assert len(server.requests) == 1
+        (reply,) = bot.server.replies
+        assert reply["message_id"] == first["event"]["message"]["message_id"]
+    finally:
+        await server.stop()
 
 
 async def test_long_connection_hand_off_from_another_thread(start_feishu: Any) -> None:

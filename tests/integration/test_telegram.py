@@ -229,11 +229,45 @@ async def test_anonymous_admin_and_channel_are_refused(start_bot: StartBot, stor
     linked = message(chat, "/pin add a b", user(777000, "Telegram"), sender_chat=channel)
     (reply,) = await bot.reply_to(linked)
     assert "no sender id" in reply
-    (reply,) = await bot.reply_to(
-        message(channel, "/pin add a b", None, kind="channel_post", sender_chat=channel)
-    )
-    assert "channels" in reply
     assert await store.blocks([GROUP_KEY]) == []
+
+
+async def test_nothing_is_posted_into_a_channel(
+    start_bot: StartBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_bot(pins=PINS)
+    caplog.set_level(logging.INFO, logger="bot")
+    channel = {"id": -100777, "type": "channel", "title": "News"}
+    for text in ("/pin list", "/pin add a b", "@pin_bot hello", "/pin@pin_bot list"):
+        fake_telegram.push(message(channel, text, None, kind="channel_post", sender_chat=channel))
+    await bot.settle()
+    to_channel = [p for _, p in fake_telegram.calls if str(p.get("chat_id")) == "-100777"]
+    assert to_channel == []  # no sendMessage, no "typing…"
+    quiet = [m for m in caplog.messages if m.startswith("a post in channel -100777")]
+    assert len(quiet) == 4
+    (reply,) = await bot.reply_to(message(private_chat(42), "/pin list", user(42)))
+    assert reply.startswith("You have no blocks")
+    # Through a webhook, from the inbox, the same.
+    port = free_port()
+    webhook = {
+        "mode": "webhook",
+        "webhook_port": port,
+        "webhook_path": "hook",
+        "webhook_url": "https://bot.example.test/hook",
+    }
+    hooked = await start_bot(telegram=webhook, webhook_secret="s3cret-token", pins=PINS)
+    post = message(channel, "/pin list", None, kind="channel_post", sender_chat=channel)
+    headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://127.0.0.1:{port}/hook", json=post | {"update_id": 99}, headers=headers
+        ) as response,
+    ):
+        assert response.status == 200
+    await hooked.frontend.inbox.idle()
+    assert [p for _, p in fake_telegram.calls if str(p.get("chat_id")) == "-100777"] == []
+    assert len([m for m in caplog.messages if m.startswith("a post in channel -100777")]) == 5
 
 
 async def test_commands_for_other_bots_and_edits_are_ignored(

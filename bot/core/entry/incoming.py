@@ -26,7 +26,11 @@ class Incoming:
     asks the platform whether the sender administers the group, at most once and only when the
     answer could change a decision. redelivered: the update waits in the inbox until it is
     marked processed, so a database that cannot be reached raises Unavailable instead of being
-    answered (the update's next processing answers it, once)."""
+    answered (the update's next processing answers it, once). commands_for_bot: whether a
+    command is for this bot without being addressed to it, as where a command can name the bot
+    it is for (`/pin@other_bot` is not for this one); False where several bots share a group
+    and a command cannot say which it is for: in a group it then needs what other text needs
+    (a mention or a reply, unless the group trigger is `all`)."""
 
     conversation: Conversation
     text: str | None
@@ -35,6 +39,7 @@ class Incoming:
     replied: QuotedLookup | None = None
     platform_admin: AdminLookup | None = None
     redelivered: bool = False
+    commands_for_bot: bool = True
 
 
 class Surface(Protocol):

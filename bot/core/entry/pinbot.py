@@ -190,13 +190,15 @@ class Pinbot:
 
         A message the bot cannot read (text None) gets one short answer per chat and minute when
         addressed, and nothing goes to the model. A command is for the bot unless it names
-        another bot; other text when the trigger policy says the bot is addressed
-        (`is_addressed`). The platform is asked about admin status (incoming.platform_admin) at
-        most once, and only when that could change a decision; the replied message only when a
-        command needs it. While a streaming model answers, surface.on_text gets the text so far;
-        surface.thinking() runs while the model works. A fault is logged and answered with one
-        short line; for a redelivered update a database that cannot be reached raises
-        Unavailable instead, and nothing is sent: the update's next processing answers it, once.
+        another bot or, where commands cannot name their bot (incoming.commands_for_bot False),
+        it is said in a group without addressing the bot; other text when the trigger policy
+        says the bot is addressed (`is_addressed`). The platform is asked about admin status
+        (incoming.platform_admin) at most once, and only when that could change a decision; the
+        replied message only when a command needs it. While a streaming model answers,
+        surface.on_text gets the text so far; surface.thinking() runs while the model works. A
+        fault is logged and answered with one short line; for a redelivered update a database
+        that cannot be reached raises Unavailable instead, and nothing is sent: the update's
+        next processing answers it, once.
         """
         if isinstance(event, Incoming):
             reply = await self._reply_to(event, surface)
@@ -334,6 +336,11 @@ class Pinbot:
             return None
         if text.startswith("/"):
             if self._names_other_bot(text):
+                return None
+            # The platform's mention rules come first where a command cannot name its bot:
+            # another bot in the group may be the one asked.
+            grouped = conversation.kind is ChatKind.GROUP
+            if grouped and not incoming.commands_for_bot and not addressed:
                 return None
         elif not addressed:
             return None
