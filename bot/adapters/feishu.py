@@ -496,8 +496,12 @@ class FeishuFrontend:
         raw = lark.RawRequest()
         raw.uri = request.path
         raw.body = await request.read()
-        # An unsigned request must fail lark-oapi's signature check, not crash it.
-        raw.headers = {header: "" for header in SIGNATURE_HEADERS} | dict(request.headers)
+        # lark-oapi looks the signature headers up by their exact spelling: given as named
+        # whatever case a proxy wrote them in (HTTP/2 lowercases them), and empty when absent
+        # (an unsigned request must fail its signature check, not crash it).
+        raw.headers = dict(request.headers) | {
+            header: request.headers.get(header, "") for header in SIGNATURE_HEADERS
+        }
         read = self._read(raw.body)
         verification = read is not None and read.type == URL_VERIFICATION
         # lark-oapi checks no signature on a url_verification (nor without an encrypt key).

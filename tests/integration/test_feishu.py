@@ -353,6 +353,10 @@ async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
     body = json.dumps(encrypt(receive_event("/pin add secret-ok x"), ENCRYPT_KEY)).encode()
     texts = await bot.send({}, raw=body, headers=signature_headers(body, ENCRYPT_KEY))
     assert texts == ["Saved strong block 'secret-ok'."]
+    body = json.dumps(encrypt(receive_event("/pin add lower-ok x"), ENCRYPT_KEY)).encode()
+    lowered = {name.lower(): value for name, value in signature_headers(body, ENCRYPT_KEY).items()}
+    texts = await bot.send({}, raw=body, headers=lowered)  # as an HTTP/2 proxy writes them
+    assert texts[-1] == "Saved strong block 'lower-ok'."
     body = json.dumps(encrypt(receive_event("/pin add forged x"), ENCRYPT_KEY)).encode()
     status, _ = await bot.post({}, raw=body, headers=signature_headers(body, "wrong-key"))
     assert status == 401
@@ -364,7 +368,8 @@ async def test_encrypted_bodies_and_signatures(start_feishu: Any) -> None:
     challenge = json.dumps(encrypt(url_verification(), ENCRYPT_KEY)).encode()
     assert await bot.post({}, raw=challenge) == (200, {"challenge": "challenge-code-123"})
     await bot.frontend.idle()
-    assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == ["secret-ok"]
+    labels = [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])]
+    assert labels == ["secret-ok", "lower-ok"]
 
 
 async def test_signed_requests_outside_the_freshness_window_are_refused(
