@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +38,9 @@ class FakeFeishu:
         # text), in order; landed: the reply was posted before the failure came back.
         self.reply_failures: list[tuple[int, dict[str, Any] | str, bool]] = []
         self.uuids: dict[str, str] = {}  # Feishu's uuid of a message posted → its message_id
+        # Called with each call's path as it arrives and again once it is answered (a crash
+        # test kills the bot there); True as it arrives: the call is dropped, never carried out.
+        self.on_call: Callable[[str], bool] | None = None
         self.tokens = itertools.count(1)
         self.current_token = ""
         self.token_failures: list[int] = []  # statuses to answer with an HTML page, in order
@@ -183,6 +187,15 @@ class FakeFeishu:
         self.card_updates.append({"message_id": request.match_info["message_id"], **body})
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = 10) -> None:
+        """Wait until condition holds after some reply (a safety timeout only, never a pause)."""
+
+        async def waiter() -> None:
+            async with self._changed:
+                await self._changed.wait_for(condition)
+
+        await asyncio.wait_for(waiter(), timeout)
+
     async def wait_for_replies(self, count: int, timeout: float = 10) -> None:
         async def waiter() -> None:
             async with self._changed:
@@ -202,7 +215,11 @@ class FakeFeishu:
     async def _outage(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self.down:
             return web.Response(status=502, text="<html>Bad Gateway</html>")
+        if self.on_call is not None and self.on_call(request.path):
+            return web.Response(status=502, text="<html>Bad Gateway</html>")
         response: web.StreamResponse = await handler(request)
+        if self.on_call is not None:
+            self.on_call(request.path)
         return response
 
     async def start(self) -> FakeFeishu:

@@ -125,6 +125,8 @@ class FakeOpenAI:
         self.headers: list[dict[str, str]] = []
         self.status = 200
         self.error: dict[str, Any] = {"message": "fake failure", "type": "server_error"}
+        # Called as each request arrives (a crash test kills the bot there).
+        self.on_request: Callable[[], object] | None = None
         self.release: asyncio.Event | None = None
         self.respond: Responder | None = None
         self.script: list[dict[str, Any]] = []  # answers to give, in order, before the default
@@ -167,6 +169,8 @@ class FakeOpenAI:
         body = await request.json()
         index = len(self.requests)
         self.requests.append(body)
+        if self.on_request is not None:
+            self.on_request()
         self.headers.append(dict(request.headers))
         async with self._received:
             self._received.notify_all()

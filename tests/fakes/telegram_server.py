@@ -62,6 +62,8 @@ class FakeTelegram:
         self.pushed_at: dict[int, float] = {}  # chat id → when /_control/push queued its update
         self.confirmed = 0  # the highest update_id the bot has confirmed receiving
         self.one_way_s = 0.0  # network delay each way of every call but getUpdates (benchmark)
+        # Called with each call's method as it is answered (a crash test kills the bot there).
+        self.on_call: Callable[[str], object] | None = None
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -156,6 +158,8 @@ class FakeTelegram:
         result = await self._result(method, params)
         if method != "getUpdates":
             self.returned.append((method, params, result))
+        if self.on_call is not None:
+            self.on_call(method)
         if delayed:
             await asyncio.sleep(delayed)
         return web.json_response({"ok": True, "result": result})
