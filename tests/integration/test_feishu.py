@@ -883,3 +883,88 @@ async def test_a_suggestion_card_feishu_fails_to_post_costs_neither_the_turn_nor
         assert "#1 tea: Drinks green tea, no sugar. (why: said so)" in listed[-1]
     finally:
         await server.stop()
+
+
+FEISHU_500 = {"code": 1000004, "msg": "internal error, please try again"}
+GATEWAY_502 = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "landed"),
+    [
+        (500, FEISHU_500, False),  # Feishu failed before posting
+        (502, GATEWAY_502, False),  # a gateway's page: nothing reached Feishu
+        (500, FEISHU_500, True),  # posted, but the answer that said so was lost
+        (502, GATEWAY_502, True),
+    ],
+)
+async def test_a_reply_that_fails_once_arrives_exactly_once(
+    start_feishu: Any,
+    fake_feishu: FakeFeishu,
+    status: int,
+    answer: dict[str, Any] | str,
+    landed: bool,
+) -> None:
+    bot = await start_feishu()
+    fake_feishu.reply_failures.append((status, answer, landed))
+    assert await bot.send(receive_event("/pin add tone Be brief.")) == [
+        "Saved strong block 'tone'."
+    ]
+    assert fake_feishu.slept == [0.5]  # tried again once, after a short wait
+    # Both attempts carried the same uuid: Feishu posted the reply once.
+    assert len(fake_feishu.replies) == 1 and len(fake_feishu.uuids) == 1
+
+
+async def test_a_reply_that_cannot_go_is_logged_with_its_chat_and_counted(
+    start_feishu: Any, fake_feishu: FakeFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bot import metrics
+
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        bot = await start_feishu()
+        fake_feishu.reply_failures += [(502, GATEWAY_502, False)] * CALL_ATTEMPTS
+        assert await bot.send(receive_event("/pin add tone Be brief.")) == []
+        assert fake_feishu.slept == [0.5, 1.0, 2.0]  # bounded, each wait twice the last
+        lost = [r for r in caplog.records if "was lost" in r.getMessage()]
+        assert len(lost) == 1 and "in chat oc_chat1" in lost[0].getMessage()
+        assert "Be brief" not in caplog.text  # what was lost is counted, not quoted
+        counted = meters.registry.get_sample_value(
+            "pinbot_replies_lost_total", {"platform": "feishu"}
+        )
+        assert counted == 1
+        # The command itself stands, and the next message is answered.
+        assert await bot.send(receive_event("/pin list")) != []
+        assert [b.label for b in await bot.store.blocks(["feishu:direct:ou_user1"])] == ["tone"]
+    finally:
+        metrics.disable()
+
+
+async def test_an_answer_kept_before_a_crash_goes_out_at_the_next_start(
+    start_feishu: Any, fake_feishu: FakeFeishu, store: Store, clock: FakeClock
+) -> None:
+    from bot.adapters.feishu import FeishuMessage
+    from bot.core.replies import replies_to_json
+
+    # As a worker killed between keeping its answer and sending it left the inbox.
+    event = FeishuMessage(
+        *("ev_kept", "om_kept", "oc_chat1", "p2p", None, None, "text"),
+        content=json.dumps({"text": "/pin add tone Be brief."}),
+        mentions=(),
+        open_id="ou_user1",
+        user_id="u_user1",
+        union_id="on_user1",
+    )
+    await store.register_worker(now=clock())
+    chat, payload = "feishu:oc_chat1", event.to_json()
+    await store.record_update(
+        "feishu", "om_kept", chat=chat, position=0, payload=payload, now=clock()
+    )
+    pending = await store.next_update(chat)
+    assert pending is not None
+    await store.hold_replies(pending.seq, replies_to_json([Reply("Saved strong block 'tone'.")]))
+    await store.leave_workers()
+    bot = await start_feishu()
+    await bot.frontend.idle()
+    assert fake_feishu.texts() == ["Saved strong block 'tone'."]  # sent, not worked out again
+    assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []

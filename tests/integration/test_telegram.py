@@ -1521,3 +1521,56 @@ async def test_a_pinned_credential_is_not_taken_and_the_status_says_why(
     assert "is not the 'chat-pin' block" in status and "looks like" in status
     assert "Sup3r" not in status
     assert all("Sup3r" not in str(sent.get("text", "")) for sent in fake_telegram.sent(GROUP))
+
+
+async def test_updates_delivered_again_after_a_restart_are_not_answered_again(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    me, chat = user(42), private_chat(42)
+    first = await start_bot()
+    assert await first.reply_to(message(chat, "/pin add tone Be brief.", me)) == [
+        "Saved strong block 'tone'."
+    ]
+    await first.reply_to(message(chat, "hello", me))
+    await first.settle()
+    await first.frontend.stop()
+    # The next poller starts at offset 0: the fake hands every update out again, as Telegram
+    # does with those it was never told arrived.
+    second = await start_bot()
+    (listing,) = await second.reply_to(message(chat, "/pin list", me))
+    assert "1. tone" in listing
+    await second.settle()
+    assert len(fake_telegram.sent(42)) == 3  # the two first answers were not sent again
+    assert await blocks(store, "telegram:direct:42") == [("tone", "Be brief.", "strong")]
+    assert len(await store.history("telegram:direct:42")) == 2  # one turn, recorded once
+
+
+async def test_a_send_that_timed_out_is_not_sent_again(start_bot: StartBot) -> None:
+    from telegram.error import NetworkError, TimedOut
+
+    from bot import metrics
+
+    bot = await start_bot()
+    tries: list[str] = []
+
+    async def times_out(part: Any) -> Any:
+        tries.append(part[0])
+        raise TimedOut("read timed out")
+
+    async def cannot_connect(part: Any) -> Any:
+        tries.append(part[0])
+        raise NetworkError("no connection in time")
+
+    meters = metrics.enable(version="test", model="m", currency="USD")
+    try:
+        sender = bot.frontend.sender
+        assert await sender._retried(5, ("it may have arrived", ()), times_out) is None
+        assert tries == ["it may have arrived"]  # not again: it could show twice
+        assert await sender._retried(5, ("nothing went", ()), cannot_connect) is None
+        assert tries[1:] == ["nothing went"] * 3  # refused connections are tried again
+        lost = meters.registry.get_sample_value(
+            "pinbot_replies_lost_total", {"platform": "telegram"}
+        )
+        assert lost == 2
+    finally:
+        metrics.disable()

@@ -213,7 +213,7 @@ async def test_rate_limits_hold_across_workers(
 
 
 @SECOND
-async def test_a_feishu_event_delivered_to_every_worker_is_handled_once(
+async def test_a_feishu_message_delivered_to_every_worker_is_handled_once(
     start_cluster: StartCluster, fake_feishu: FakeFeishu, fake_openai: FakeOpenAI
 ) -> None:
     settings = {
@@ -225,7 +225,14 @@ async def test_a_feishu_event_delivered_to_every_worker_is_handled_once(
     cluster = await start_cluster("feishu", 3, feishu=settings)
     add = feishu_event("/pin add tone Be brief.")
     hello = feishu_event("hello")
-    posts = [cluster.post_to(n % 3, event, {}) for event in (add, hello) for n in range(6)]
+
+    def again(event: dict[str, Any], n: int) -> dict[str, Any]:
+        """The event as delivered the n-th time: every other time under a new event id (one
+        message, delivered again by Feishu as a new event)."""
+        header = {**event["header"], "event_id": f"{event['header']['event_id']}-{n // 2}"}
+        return {**event, "header": header} if n % 2 else event
+
+    posts = [cluster.post_to(n % 3, again(e, n), {}) for e in (add, hello) for n in range(6)]
     assert set(await asyncio.gather(*posts)) == {200}
     await fake_feishu.wait_for_replies(2, WAIT_S)
     # Both events are processed: anything more would be a second handling.
