@@ -24,11 +24,18 @@ FORK_TIMEOUT_S = 60  # a safety net for a hung process, not a pause
 
 
 def _serve() -> None:
-    import lark_oapi  # noqa: F401  (what a Feishu bot imports at its start)
+    # Everything a bot imports as it starts, what it imports lazily too (lark-oapi, openai).
+    import lark_oapi  # noqa: F401
+    import openai  # noqa: F401
 
     import bot.adapters.feishu
     import bot.adapters.telegram
     import bot.cli
+    import bot.cli.feishu
+    import bot.cli.runtime
+    import bot.cli.telegram
+    import bot.llm.openai_backend
+    import storage.dialect.sqlite  # noqa: F401
 
     wakeup, woken = socket.socketpair()
     wakeup.setblocking(False)
