@@ -94,6 +94,7 @@ CONFLICT_LOG_INTERVAL_S = 60.0  # a second poller is reported once a minute, not
 # 8 parallel sends are plenty for one bot (Telegram allows ~30 messages/s); a small pool also
 # kept httpx's sends cheap while many chats waited (it walked every pooled connection).
 SEND_CONNECTIONS = 8
+RECENT_UPDATES = 256
 PRIVATE_COMMANDS = [
     BotCommand("pin", "Manage your pinned rules and notes"),
     BotCommand("sticky", "Status of your pinned blocks (/pin status)"),
@@ -213,6 +214,7 @@ class TelegramFrontend:
         self._admin_cache: dict[tuple[int, int], tuple[bool, float]] = {}
         self._runner: web.AppRunner | None = None
         self._poller: Updater | None = None
+        self._recent: dict[str, Update] = {}  # payload → update, the last RECENT_UPDATES made
         self._conflict_reported_at: float | None = None
         self._refusals = RefusalLog("Telegram", monotonic)
         # Telegram has no way to take a send twice as one: an update is done before its answer
@@ -411,7 +413,23 @@ class TelegramFrontend:
         """Record an update polled from Telegram (see RecordingQueue)."""
         data = update.to_dict()
         raw = json.dumps(data, ensure_ascii=False, default=_epoch_seconds)
+        self._remember(raw, update)
         await self._record(update.update_id, raw, data, update)
+
+    def _update_of(self, payload: str) -> Update:
+        """The update a recorded payload holds, made once for its recording, processing and
+        sending (python-telegram-bot's objects cost more to make than the rest of an update's
+        handling but its database writes)."""
+        update = self._recent.get(payload)
+        if update is None:
+            update = Update.de_json(json.loads(payload), self.app.bot)
+            self._remember(payload, update)
+        return update
+
+    def _remember(self, payload: str, update: Update) -> None:
+        self._recent[payload] = update
+        if len(self._recent) > RECENT_UPDATES:
+            del self._recent[next(iter(self._recent))]
 
     async def _record(
         self, update_id: int, raw: str, data: dict[str, Any], update: Update | None = None
@@ -438,12 +456,11 @@ class TelegramFrontend:
         """Process an update from the inbox; its answer, for the inbox to send. Unavailable
         when its turn could not be recorded: nothing is sent, and the update's next processing
         answers it."""
-        update = Update.de_json(json.loads(pending.payload), self.app.bot)
-        return await from_inbox(self.app.process_update(update))
+        return await from_inbox(self.app.process_update(self._update_of(pending.payload)))
 
     async def _send_recorded(self, pending: PendingUpdate, replies: Sequence[Reply]) -> None:
         """Send an update's answer as replies to its message."""
-        message = Update.de_json(json.loads(pending.payload), self.app.bot).effective_message
+        message = self._update_of(pending.payload).effective_message
         if message is None:
             return
         for reply in replies:
