@@ -16,6 +16,7 @@ from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
 from storage.history import HistoryStore
 from storage.models import StoreCheck
+from storage.people import PeopleStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.search import SearchIndex
@@ -34,6 +35,7 @@ class Store(
     DeliveryStore,
     BrowseStore,
     DecisionStore,
+    PeopleStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers."""

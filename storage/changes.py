@@ -324,6 +324,31 @@ class ChangeStore(Protocol):
         )
 
 
+def versions_forgotten(scopes: Sequence[str]) -> Step:
+    """The statement dropping every version of scopes: a forgotten person's scopes go whole."""
+    return Step("DELETE FROM block_versions WHERE scope IN (?*)", (list(scopes),))
+
+
+def versions_without(platform: str, actor: str, former: str) -> list[Step]:
+    """The statements making actor, a forgotten person of platform, former in the versions of
+    its scopes that stay (a group's shared blocks they changed, a block pinned from their
+    message): as who changed them, and as the author of a message a block came from."""
+    low, high = rows.prefix_range(f"{platform}:")
+    suffix = f":{actor}"
+    return [
+        Step(
+            "UPDATE block_versions SET actor = ? WHERE actor = ? AND scope >= ? AND scope < ?",
+            (former, actor, low, high),
+        ),
+        Step(
+            "UPDATE block_versions SET origin = substr(origin, 1, length(origin) - length(?)) "
+            "|| ':' WHERE origin LIKE 'message:%' AND substr(origin, length(origin) - "
+            "length(?) + 1) = ? AND scope >= ? AND scope < ?",
+            (suffix, suffix, suffix, low, high),
+        ),
+    ]
+
+
 def _one_label(change: BlockChange) -> bool:
     """Whether the change is one label's add, edit or removal with nothing besides."""
     if (

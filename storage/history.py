@@ -36,14 +36,15 @@ class HistoryStore(Protocol):
         reply: str,
         *,
         now: datetime,
+        sender: str | None = None,
         drop_ids: Sequence[int] = (),
     ) -> None:
-        """Record one completed turn (both messages or neither), with the model calls counted
-        so far, and forget drop_ids; all in one transaction."""
+        """Record one completed turn (both messages or neither) as sender's, with the model
+        calls counted so far, and forget drop_ids; all in one transaction."""
         turn = Step(
-            "INSERT INTO history (session, role, content, created_at) VALUES "
-            "(?, 'user', ?, ?), (?, 'assistant', ?, ?)",
-            (session, user_text, ts(now), session, reply, ts(now)),
+            "INSERT INTO history (session, role, content, created_at, sender) VALUES "
+            "(?, 'user', ?, ?, ?), (?, 'assistant', ?, ?, ?)",
+            (session, user_text, ts(now), sender, session, reply, ts(now), sender),
         )
         drop = (Step(_DROP, (session, list(drop_ids))),) if drop_ids else ()
         async with self._pending_calls.writing() as calls:

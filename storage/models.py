@@ -279,6 +279,7 @@ class Channel(StrEnum):
     RESTORE = "restore"
     PROPOSAL = "proposal"
     TELEGRAM_PIN = "telegram-pin"
+    FORGET = "forget"  # a person's data removed at their request (or the operator's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,3 +513,19 @@ class StoreCheck:
     version: int
     waiting: int = 0
     oldest: float | None = None
+
+
+@dataclass(frozen=True)
+class Person:
+    """One person of one platform, as their data is found: their id; the scopes of their
+    blocks (their DM's, their personal scopes in groups); the history sessions wholly theirs
+    (their DM's, their own in groups); the groups they took part in; their rate buckets' keys;
+    and the chats whose delivery is theirs alone."""
+
+    platform: str
+    user: str
+    scopes: tuple[str, ...] = ()
+    sessions: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    buckets: tuple[str, ...] = ()
+    chats: tuple[str, ...] = ()

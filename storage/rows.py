@@ -38,7 +38,7 @@ TABLES = {
         "decided_at, chat, message_id",
         "id",
     ),
-    "history": ("session, role, content, created_at", "id"),
+    "history": ("session, role, content, created_at, sender", "id"),
     "inbox": (
         "platform, event_id, chat, position, payload, received_at, done_at, replies",
         "seq",

@@ -499,6 +499,9 @@ STEPS: dict[int, Step] = {
     # takes a repeated send once (Feishu's uuid): a worker killed in between sends it after its
     # restart instead of losing it. Updates of earlier releases have none.
     19: ["ALTER TABLE inbox ADD COLUMN replies TEXT"],
+    # Who said each turn (the sender's id; NULL for the turns of earlier releases and a
+    # group's own summaries), so that a person's turns can be handed to them and forgotten.
+    20: ["ALTER TABLE history ADD COLUMN sender TEXT"],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from bot.adapters import CONSOLE
-from bot.core.entry import ChatKind, Conversation, Incoming, Pinbot, Reply, ReplySurface, Sent
+from bot.core.entry import (
+    ChatKind,
+    Conversation,
+    Document,
+    Incoming,
+    Pinbot,
+    Reply,
+    ReplySurface,
+    Sent,
+)
 
 PLATFORM = CONSOLE
 PROMPT = "> "
@@ -31,6 +42,21 @@ class ConsoleMessenger:
         """Print what a posted message now says."""
         self._sink.write(f"[message {sent.message_id} now] {reply.text}\n")
         return True
+
+
+def save_document(document: Document, folder: Path) -> str:
+    """Write a document a reply carries into folder, readable by its owner alone (an export is
+    private), under its name or, if that is taken, with a number added; the name used."""
+    path = folder / document.name
+    number = 1
+    while True:
+        try:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(document.data)
+            return path.name
+        except FileExistsError:
+            number += 1
+            path = folder / f"{Path(document.name).stem}-{number}{Path(document.name).suffix}"
 
 
 def console_conversation(user: str, group: str | None, topic: str | None) -> Conversation:
@@ -69,6 +95,8 @@ async def run_console(
 
     async def write(reply: Reply) -> None:
         sink.write(reply.text + "\n")
+        if reply.document is not None:
+            sink.write(f"wrote {save_document(reply.document, Path.cwd())}\n")
         sink.flush()
 
     surface = ReplySurface(write)  # no inbox: every reply is written at once

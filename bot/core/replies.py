@@ -3,6 +3,7 @@ losing or reordering anything."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,17 +30,27 @@ class Button:
 
 
 @dataclass(frozen=True, slots=True)
+class Document:
+    """A file a reply carries (a person's export): its name and its bytes."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """One answer of the core. formatted: the text is the model's (Markdown, as models answer)
     and adapters may show it formatted; every other reply (/pin, help, /whoami, errors) is plain
     text shown exactly as it is. buttons: a message with buttons (a Telegram inline keyboard, a
     Feishu card); an empty tuple is such a message whose buttons are gone (after a decision),
-    None a plain message."""
+    None a plain message. document: a file sent with it (the text then goes with the file, or
+    right before it where the platform has no caption)."""
 
     text: str
     outcome: Result = Result.DONE
     formatted: bool = False
     buttons: tuple[Button, ...] | None = None
+    document: Document | None = None
 
     @classmethod
     def refused(cls, text: str) -> Reply:
@@ -56,11 +67,18 @@ def replies_to_json(replies: Sequence[Reply]) -> str:
     """Replies as kept until they have gone out; replies_from_json gives them back equal."""
     return json.dumps(
         [
-            [r.text, r.outcome.value, r.formatted, None if r.buttons is None else r.buttons]
+            [
+                r.text,
+                r.outcome.value,
+                r.formatted,
+                None if r.buttons is None else [[b.text, b.data] for b in r.buttons],
+                None
+                if r.document is None
+                else [r.document.name, base64.b64encode(r.document.data).decode()],
+            ]
             for r in replies
         ],
         ensure_ascii=False,
-        default=lambda button: [button.text, button.data],
     )
 
 
@@ -72,8 +90,10 @@ def replies_from_json(kept: str) -> list[Reply]:
             Result(outcome),
             formatted,
             None if buttons is None else tuple(Button(*button) for button in buttons),
+            None if document is None else Document(document[0], base64.b64decode(document[1])),
         )
-        for text, outcome, formatted, buttons in json.loads(kept)
+        for text, outcome, formatted, buttons, *rest in json.loads(kept)
+        for document in (rest[0] if rest else None,)
     ]
 
 

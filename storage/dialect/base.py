@@ -166,6 +166,11 @@ class Database(Executor):
         """Whether the database checks out."""
         return [tuple(row) for row in await self.fetch(self.integrity_check)] == [("ok",)]
 
+    @abc.abstractmethod
+    async def reclaim(self) -> None:
+        """After rows were deleted for good (a person forgotten): make what they held
+        unreadable on the disk as far as this database can (its dialect says how far)."""
+
     async def hold_writers(self, tx: Executor, table: str) -> None:
         """Inside a transaction: wait until every transaction that writes table has ended, and
         keep the next ones waiting until this one ends (so it reads the table as it stays)."""

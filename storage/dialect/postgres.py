@@ -150,6 +150,24 @@ def url_problem(url: str) -> str | None:
     return _asyncpg_problem(url)
 
 
+# The tables a forgotten person's rows are deleted from or rewritten in.
+PERSON_TABLES = (
+    "blocks",
+    "block_versions",
+    "history",
+    "usage",
+    "usage_compaction",
+    "proposals",
+    "suggestions",
+    "shared_audit",
+    "inbox",
+    "rate_buckets",
+    "budget_holds",
+    "scope_calls",
+    "scope_notes",
+)
+
+
 class _PgExecutor(Executor):
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         with _pg_faults():
@@ -263,6 +281,13 @@ class PostgresDatabase(_PgExecutor, Database):
         async with self.transaction() as tx:
             await tx.execute("SELECT " + ", ".join(settings))
             yield tx
+
+    async def reclaim(self) -> None:
+        """VACUUM the tables a person's data lives in: the space of their deleted rows is
+        reclaimed (reused by later rows; VACUUM does not overwrite it at once, nor reach the
+        WAL already archived)."""
+        for table in PERSON_TABLES:
+            await self.execute(f"VACUUM {table}")
 
     async def hold_writers(self, tx: Executor, table: str) -> None:
         # SHARE ROW EXCLUSIVE conflicts with every writer's ROW EXCLUSIVE, and with itself.

@@ -104,6 +104,15 @@ class SqliteDatabase(_SqliteExecutor, Database):
     """One aiosqlite connection in autocommit mode. Writes take turns on an asyncio lock, so no
     single write lands inside (and is rolled back with) a transaction on the shared connection."""
 
+    async def reclaim(self) -> None:
+        """Deleted rows are overwritten as they go (secure_delete, set at connect); here the
+        search index merges its segments (a deleted block's terms leave the old ones, whose
+        pages are overwritten in turn) and the WAL, which holds the pages as they were before,
+        is checkpointed into the file and cut to nothing."""
+        if await self.text_index.present():
+            await self.execute("INSERT INTO blocks_search (blocks_search) VALUES ('optimize')")
+        await self.fetch("PRAGMA wal_checkpoint(TRUNCATE)")
+
     kind = "SQLite"
     buckets_in_memory = True  # one process serves the file (join holds its lock)
     for_update = ""
@@ -141,6 +150,8 @@ class SqliteDatabase(_SqliteExecutor, Database):
                 await cls._use_wal(connection)
                 await connection.execute("PRAGMA synchronous = NORMAL")
                 await connection.execute("PRAGMA foreign_keys = ON")
+                # A deleted row's bytes are overwritten, not left in the file's free space.
+                await connection.execute("PRAGMA secure_delete = ON")
         except BaseException:
             await connection.close()
             raise

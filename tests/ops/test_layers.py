@@ -342,10 +342,13 @@ BLOCK_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(blocks\b|bl
 BLOCK_WRITERS = {"storage/changes.py", "storage/schema.py"}
 # Where a statement's table is a value, and why that is no write of a block: a transfer
 # (`Store.load`) copies a whole database row for row into an empty store, a raw copy that
-# changes no block (its docstring says so); a decision kind's table is its own.
+# changes no block (its docstring says so); a decision kind's table is its own; a forgotten
+# person's usage is folded in either usage table, and their counts and notes deleted.
 VALUES = {
     ("storage/__init__.py", "Store.load"),  # every table, copied raw
     ("storage/decisions.py", "DecisionStore"),  # a decision kind's: proposals, suggestions
+    ("storage/people.py", "_fold_usage"),  # usage, usage_compaction
+    ("storage/people.py", "PeopleStore.forget_person"),  # scope_calls, scope_notes
 }
 
 

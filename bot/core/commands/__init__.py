@@ -2,11 +2,15 @@
 
 from bot.core.commands.help import GENERAL_HELP
 from bot.core.commands.parse import ParseError, parse_pin, parse_sticky, split_command
+from bot.core.commands.person import FORGET_TAP, PersonCommands, PersonData
 from bot.core.commands.pins import PinService
 
 __all__ = [
+    "FORGET_TAP",
     "GENERAL_HELP",
     "ParseError",
+    "PersonCommands",
+    "PersonData",
     "PinService",
     "parse_pin",
     "parse_sticky",

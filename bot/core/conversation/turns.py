@@ -171,7 +171,8 @@ class ChatService:
                 answer = f"{answer}\n\n{stopped}"
             if pending is not None:  # the compaction the answer was asked with stands now
                 await pending()
-            await self._store.append_turn(session, text, answer, now=self._clock())
+            sender = context.conversation.sender_id
+            await self._store.append_turn(session, text, answer, now=self._clock(), sender=sender)
             if stopped and not cut_off:  # what the model answered stands; the budget stopped it
                 return Reply(f"{answer}\n\n{stopped}", formatted=True)
             return Reply(answer, formatted=True)

@@ -15,7 +15,7 @@ from bot.core.entry.inbox import Sender
 from bot.core.entry.incoming import SILENT, Incoming, ReplySurface, Surface
 from bot.core.entry.pinbot import Pinbot
 from bot.core.people import ChatKind, Conversation, Quoted, QuotedLookup, delivery_chat
-from bot.core.replies import Messenger, Reply, Sent, split_message, utf16_length
+from bot.core.replies import Document, Messenger, Reply, Sent, split_message, utf16_length
 
 __all__ = [
     "SILENT",
@@ -24,6 +24,7 @@ __all__ = [
     "ChatPinned",
     "ChatUnpinned",
     "Conversation",
+    "Document",
     "Event",
     "GroupMoved",
     "Incoming",

@@ -23,8 +23,11 @@ from bot.clock import Clock, utc_now
 from bot.config import Config
 from bot.core.blocks import BlockPolicy, ChatPin
 from bot.core.commands import (
+    FORGET_TAP,
     GENERAL_HELP,
     ParseError,
+    PersonCommands,
+    PersonData,
     PinService,
     parse_pin,
     parse_sticky,
@@ -61,7 +64,7 @@ from bot.core.people import (
     parse_scope,
     whoami,
 )
-from bot.core.replies import Messenger, Reply, Sent
+from bot.core.replies import Messenger, Reply, Result, Sent
 from bot.llm.base import ChatModel
 from bot.logs import handled_fields
 from storage import Store
@@ -113,6 +116,8 @@ class Pinbot:
         self._turns = RateLimiter(store, "turn", limits.model_turns_per_minute, clock)
         self._unreadable = RateLimiter(store, "unreadable", UNREADABLE_REPLIES_PER_MINUTE, clock)
         self.chat_pin = ChatPin(store, self.pins.ops, config.telegram.pinned_label)
+        self.people = PersonCommands(PersonData(store, self.pins.ops, clock))
+        self._messenger: Messenger | None = None
         self.jobs = Jobs(store, clock)
         self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
         self.jobs.add("stale budget holds", HOUSEKEEPING_INTERVAL, self.usage.forget_stale_holds)
@@ -162,6 +167,7 @@ class Pinbot:
         messenger."""
         self.pins.proposals.messenger = messenger
         self.pins.suggestions.messenger = messenger
+        self._messenger = messenger
 
     # --- the one entry ------------------------------------------------------------------------
 
@@ -243,6 +249,8 @@ class Pinbot:
         the very message that shows that suggestion. Counted (bot.metrics: one tap handled,
         and an access refusal) unless tap.counted is False."""
         conversation, message = tap.conversation, tap.message
+        if tap.data == FORGET_TAP:
+            return await self._forget_tapped(tap)
         if message is None:
             use = "/pin suggestions" if is_suggestion_tap(tap.data) else "/pin shared proposals"
             return Tapped(
@@ -266,6 +274,18 @@ class Pinbot:
                 metrics.refused("access")
             metrics.handled("tap", time.perf_counter() - started)
         return Tapped(notice, command, conversation)
+
+    async def _forget_tapped(self, tap: Tap) -> Tapped:
+        """A tap on /forget me's button: the tapper's data removed at once (the button only
+        ever forgets who taps it), its message showing the outcome instead of the button."""
+        conversation = tap.conversation
+        if conversation.sender_id is None:
+            return Tapped("I cannot tell who you are; send /forget me confirm.", None, conversation)
+        reply = await self.people.forget(conversation.platform, conversation.sender_id)
+        if tap.message is not None and self._messenger is not None:
+            await self._messenger.edit(tap.message, replace(reply, buttons=()))
+        notice = "Forgotten." if reply.outcome is Result.DONE else "Nothing was removed."
+        return Tapped(notice, None, conversation)
 
     async def _tapped(
         self,
@@ -435,6 +455,13 @@ class Pinbot:
             if isinstance(parsed, ParseError):
                 return Reply.refused(parsed.message)
             return await self.pins.execute(context, parsed)
+        if name in ("export", "forget"):
+            if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
+                metrics.refused("rate_limit")
+                return Reply.refused(f"Too fast. Try again in {math.ceil(wait)} s.")
+            act = self.people.export_me if name == "export" else self.people.forget_me
+            direct = conversation.kind is ChatKind.DIRECT
+            return await act(conversation.platform, conversation.sender_id, direct, rest)
         if name in ("start", "help"):
             return Reply(GENERAL_HELP)
         if name == "whoami":
