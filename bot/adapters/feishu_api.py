@@ -8,6 +8,7 @@ Feishu takes as the same message (for an hour), so a retried post never shows tw
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -19,7 +20,7 @@ import httpx
 from bot.adapters.feishu_format import card_content, formatted_posts, post_content
 from bot.adapters.kit import Reachability, Sent, formatted_or_plain
 from bot.config import FeishuConfig
-from bot.core.entry import Reply, split_message
+from bot.core.entry import Document, Reply, split_message
 
 log = logging.getLogger(__name__)
 Poster = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -117,13 +118,19 @@ class FeishuApi:
         return response
 
     async def call(
-        self, method: str, path: str, payload: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        files: dict[str, tuple[str, bytes]] | None = None,
     ) -> dict[str, Any]:
-        """One authorised call, tried again (bounded, with backoff) while it fails for a reason
-        that may pass; the last such failure is a FeishuTransientError."""
+        """One authorised call (payload as JSON, or with files as a multipart form), tried
+        again (bounded, with backoff) while it fails for a reason that may pass; the last such
+        failure is a FeishuTransientError."""
         for attempt in range(1, CALL_ATTEMPTS + 1):
             try:
-                return await self._call_once(method, path, payload)
+                return await self._call_once(method, path, payload, files)
             except (FeishuTransientError, httpx.TransportError) as error:
                 if attempt == CALL_ATTEMPTS:
                     raise FeishuTransientError(f"{error} ({attempt} attempts)") from error
@@ -136,13 +143,18 @@ class FeishuApi:
         raise AssertionError("unreachable")
 
     async def _call_once(
-        self, method: str, path: str, payload: dict[str, Any] | None
+        self,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None,
+        files: dict[str, tuple[str, bytes]] | None = None,
     ) -> dict[str, Any]:
         """One authorised call; retried once with a fresh token if Feishu says it expired."""
+        body: dict[str, Any] = {"data": payload, "files": files} if files else {"json": payload}
         for attempt in (1, 2):
             token = await self._tenant_token(force=attempt == 2)
             response = await self._request(
-                method, path, json=payload, headers={"Authorization": f"Bearer {token}"}
+                method, path, headers={"Authorization": f"Bearer {token}"}, **body
             )
             failed = f"{method} {path.split('?')[0]}: HTTP {response.status_code}"
             if response.status_code == TOO_MANY_REQUESTS:
@@ -176,12 +188,34 @@ class FeishuApi:
         return dict(items[0])
 
     async def reply(self, message_id: str, reply: Reply, *, once: str) -> None:
-        """Reply to a message, split into parts under the size limit, in order. once names this
+        """Reply to a message, split into parts under the size limit, in order (a reply with
+        buttons as one card; a document as a file message after the text). once names this
         reply (at most 40 characters): posted again with the same once, within the hour, no
         part shows twice."""
         path = f"/open-apis/im/v1/messages/{message_id}/reply"
-        for number, content in enumerate(self._contents(reply)):
-            await content(self._poster(path, f"{once}-{number}"))
+        if reply.buttons is not None:  # one card, its buttons under its text
+            card = {"msg_type": "interactive", "content": card_content(reply)}
+            await self._poster(path, f"{once}-card")(card)
+        else:
+            for number, content in enumerate(self._contents(reply)):
+                await content(self._poster(path, f"{once}-{number}"))
+        if reply.document is not None:  # a file message has no caption: after the text
+            file_key = await self.upload(reply.document)
+            post = self._poster(path, f"{once}-file")
+            await post({"msg_type": "file", "content": json.dumps({"file_key": file_key})})
+
+    async def upload(self, document: Document) -> str:
+        """Upload a file for a file message; its file_key."""
+        answer = await self.call(
+            "POST",
+            "/open-apis/im/v1/files",
+            {"file_type": "stream", "file_name": document.name},
+            files={"file": (document.name, document.data)},
+        )
+        file_key = (answer.get("data") or {}).get("file_key")
+        if not file_key:
+            raise FeishuApiError("upload: no file_key in Feishu's answer", None)
+        return str(file_key)
 
     async def send(self, chat_id: str, reply: Reply) -> Sent | None:
         """Post a reply in a chat (one card when it has buttons); the first message sent."""

@@ -26,11 +26,12 @@ from bot.adapters import TELEGRAM
 from bot.adapters.kit import Sent, Sleep, formatted_or_plain
 from bot.adapters.telegram_format import Part, formatted_parts, plain_parts, without_formatting
 from bot.config import TelegramConfig
-from bot.core.entry import Reply
+from bot.core.entry import Document, Reply
 
 log = logging.getLogger(__name__)
 
 SEND_ATTEMPTS = 3
+CAPTION_LIMIT = 1024  # of a file's caption, in characters (Telegram's)
 STREAM_EDIT_INTERVAL_S = 1.0  # Telegram tolerates about one edit a second per chat
 # Bad Requests about the chat itself: sending again as plain text would not help.
 CHAT_PROBLEMS = (
@@ -99,9 +100,26 @@ class TelegramSender:
         return plain_parts(reply.text)
 
     async def reply(self, message: Message, reply: Reply) -> None:
-        """Send a reply to message, split to Telegram's limit, in order, never cut."""
+        """Send a reply to message, split to Telegram's limit, in order, never cut; a reply
+        carrying a document goes as that file with the reply's text as its caption."""
+        if reply.document is not None:
+            await self._reply_document(message, reply.document, reply.text)
+            return
         for part in self.parts(reply):
             await self.reply_part(message, part)
+
+    async def _reply_document(self, message: Message, document: Document, caption: str) -> None:
+        async def post(part: Part) -> Message:
+            return await message.reply_document(
+                document.data,
+                filename=document.name,
+                caption=part[0][:CAPTION_LIMIT],
+                reply_parameters=ReplyParameters(
+                    message.message_id, allow_sending_without_reply=True
+                ),
+            )
+
+        await self._deliver(message.chat.id, (caption, ()), post)
 
     async def reply_part(self, message: Message, part: Part) -> Message | None:
         """Send one part as a reply to message; the sent message, or None if it could not go."""

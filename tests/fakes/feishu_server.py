@@ -37,6 +37,7 @@ class FakeFeishu:
         # Replies that fail as a gateway or Feishu does (status, body: JSON, or a page of HTML
         # text), in order; landed: the reply was posted before the failure came back.
         self.reply_failures: list[tuple[int, dict[str, Any] | str, bool]] = []
+        self.files: dict[str, tuple[str, bytes]] = {}  # file_key → (file_name, bytes) uploaded
         self.uuids: dict[str, str] = {}  # Feishu's uuid of a message posted → its message_id
         # Called with each call's path as it arrives and again once it is answered (a crash
         # test kills the bot there); True as it arrives: the call is dropped, never carried out.
@@ -131,6 +132,19 @@ class FakeFeishu:
         message_id = self._posted_once(self.posted, await request.json(), "om_sent")
         return web.json_response({"code": 0, "msg": "success", "data": {"message_id": message_id}})
 
+    async def _upload(self, request: web.Request) -> web.Response:
+        """im/v1/files: a file uploaded (multipart: file_type, file_name, file) for a file
+        message."""
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        form = await request.post()
+        upload = form.get("file")
+        if form.get("file_type") != "stream" or not isinstance(upload, web.FileField):
+            return web.json_response({"code": 234001, "msg": "invalid request param"})
+        file_key = f"file_v2_{len(self.files) + 1}"
+        self.files[file_key] = (str(form.get("file_name")), upload.file.read())
+        return web.json_response({"code": 0, "msg": "success", "data": {"file_key": file_key}})
+
     async def _edit(self, request: web.Request) -> web.Response:
         """im/v1/messages/:message_id (PUT): a sent text or post message edited."""
         if not self._authorised(request):
@@ -207,6 +221,11 @@ class FakeFeishu:
         """Each reply's text (or each of messages'), read back from its post content."""
         result = []
         for reply in self.replies if messages is None else messages:
+            if reply.get("msg_type") == "file":
+                continue  # a file message (files holds the file): no text
+            if reply.get("msg_type") == "interactive":
+                result.append(card_text(reply["content"]))
+                continue
             post = json.loads(reply["content"])["zh_cn"]["content"]
             result.append("\n".join("".join(e["text"] for e in line) for line in post))
         return result
@@ -228,6 +247,7 @@ class FakeFeishu:
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         app.router.add_post("/open-apis/im/v1/messages", self._post)
+        app.router.add_post("/open-apis/im/v1/files", self._upload)
         app.router.add_put("/open-apis/im/v1/messages/{message_id}", self._edit)
         app.router.add_get("/open-apis/im/v1/messages/{message_id}", self._message)
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)

@@ -127,6 +127,9 @@ class FakeTelegram:
         form = await request.post()
         params: dict[str, Any] = {}
         for key, value in form.items():
+            if isinstance(value, web.FileField):  # an uploaded file: its name and bytes
+                params[key] = {"filename": value.filename, "data": value.file.read()}
+                continue
             try:
                 params[key] = json.loads(str(value))
             except json.JSONDecodeError:
@@ -177,6 +180,21 @@ class FakeTelegram:
                 "from": BOT_USER,
                 "chat": {"id": chat_id, "type": self.chat_types.get(chat_id, "private")},
                 "text": params.get("text", ""),
+            }
+        if method == "sendDocument":
+            chat_id = int(params["chat_id"])
+            upload = params.get("document") or {}
+            return {
+                "message_id": next(self._ids),
+                "date": 0,
+                "from": BOT_USER,
+                "chat": {"id": chat_id, "type": self.chat_types.get(chat_id, "private")},
+                "caption": params.get("caption", ""),
+                "document": {
+                    "file_id": f"doc{chat_id}",
+                    "file_unique_id": f"doc{chat_id}",
+                    "file_name": upload.get("filename") if isinstance(upload, dict) else None,
+                },
             }
         if method == "getChat":
             chat_id = int(params["chat_id"])
