@@ -101,6 +101,8 @@ PRIVATE_COMMANDS = [
     BotCommand("usage", "Your model usage and what is left of your budget"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("whoami", "Your ids and what you may do here"),
+    BotCommand("export", "Everything the bot holds about you, as a file (/export me)"),
+    BotCommand("forget", "Remove everything the bot holds about you (/forget me)"),
     BotCommand("help", "What this bot does"),
 ]
 GROUP_COMMANDS = [

@@ -105,8 +105,10 @@ class TelegramSender:
         if reply.document is not None:
             await self._reply_document(message, reply.document, reply.text)
             return
-        for part in self.parts(reply):
-            await self.reply_part(message, part)
+        parts = self.parts(reply)
+        for number, part in enumerate(parts, 1):
+            # A reply's buttons go under its last part.
+            await self.reply_part(message, part, keyboard(reply) if number == len(parts) else None)
 
     async def _reply_document(self, message: Message, document: Document, caption: str) -> None:
         async def post(part: Part) -> Message:
@@ -121,13 +123,17 @@ class TelegramSender:
 
         await self._deliver(message.chat.id, (caption, ()), post)
 
-    async def reply_part(self, message: Message, part: Part) -> Message | None:
-        """Send one part as a reply to message; the sent message, or None if it could not go."""
+    async def reply_part(
+        self, message: Message, part: Part, markup: InlineKeyboardMarkup | None = None
+    ) -> Message | None:
+        """Send one part as a reply to message (with buttons, if given); the sent message, or
+        None if it could not go."""
 
         async def post(part: Part) -> Message:
             return await message.reply_text(
                 part[0],
                 entities=list(part[1]) or None,
+                reply_markup=markup,
                 reply_parameters=ReplyParameters(
                     message.message_id, allow_sending_without_reply=True
                 ),

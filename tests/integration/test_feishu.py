@@ -968,3 +968,29 @@ async def test_an_answer_kept_before_a_crash_goes_out_at_the_next_start(
     await bot.frontend.idle()
     assert fake_feishu.texts() == ["Saved strong block 'tone'."]  # sent, not worked out again
     assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []
+
+
+async def test_export_me_is_a_file_message_and_forget_me_a_card(
+    start_feishu: Any, fake_feishu: FakeFeishu
+) -> None:
+    bot = await start_feishu()
+    await bot.send(receive_event("/pin add tone Be brief."))
+    texts = await bot.send(receive_event("/export me"))
+    assert "1 pinned block" in texts[-1]
+    (file_message,) = [r for r in fake_feishu.replies if r["msg_type"] == "file"]
+    (name, data) = fake_feishu.files[json.loads(file_message["content"])["file_key"]]
+    assert (
+        name.startswith("pinbot-feishu-ou_user1")
+        and json.loads(data)["blocks"][0]["label"] == "tone"
+    )
+    await bot.send(receive_event("/forget me"))
+    card = fake_feishu.replies[-1]
+    assert card["msg_type"] == "interactive" and "1 pinned block" in card_text(card["content"])
+    (button,) = json.loads(card["content"])["elements"][1]["actions"]
+    status, answer = await bot.post(
+        card_action(button["value"], open_id="ou_user1", chat_id="oc_chat1", message_id="om_c")
+    )
+    assert status == 200 and answer["toast"]["content"] == "Forgotten."
+    (update,) = fake_feishu.card_updates
+    assert card_text(update["content"]).startswith("Done: I removed everything")
+    assert await bot.store.blocks(["feishu:direct:ou_user1"]) == []

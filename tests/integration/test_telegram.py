@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -1574,3 +1575,32 @@ async def test_a_send_that_timed_out_is_not_sent_again(start_bot: StartBot) -> N
         assert lost == 2
     finally:
         metrics.disable()
+
+
+async def test_export_me_is_a_document_to_that_chat_and_forget_me_has_a_button(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    bot = await start_bot(pins={"enable_in_group": True})
+    me, chat = user(42), private_chat(42)
+    await bot.reply_to(message(chat, "/pin add tone Be brief.", me))
+    (refused,) = await bot.reply_to(message(group_chat(GROUP), "/export me", me))
+    assert "direct chat" in refused
+    fake_telegram.push(message(chat, "/export me", me))
+    await bot.settle()
+    (sent,) = fake_telegram.called("sendDocument")
+    assert sent["chat_id"] == 42 and sent["document"]["filename"].endswith(".json")
+    exported = json.loads(sent["document"]["data"])
+    assert [b["label"] for b in exported["blocks"]] == ["tone"] and exported["user"] == "42"
+    assert "1 pinned block" in sent["caption"]
+    (asked,) = await bot.reply_to(message(chat, "/forget me", me))
+    assert "1 pinned block" in asked
+    posted = fake_telegram.sent(42)[-1]
+    (button,) = posted["reply_markup"]["inline_keyboard"][0]
+    result = fake_telegram.results("sendMessage")[-1][1]
+    fake_telegram.push(tap(chat, me, result, button["callback_data"]))
+    await bot.settle()
+    assert fake_telegram.called("answerCallbackQuery")[-1]["text"] == "Forgotten."
+    edited = fake_telegram.called("editMessageText")[-1]
+    assert edited["text"].startswith("Done: I removed everything") and "reply_markup" not in edited
+    assert await store.blocks(["telegram:direct:42"]) == []
+    assert await store.history("telegram:direct:42") == []

@@ -276,9 +276,12 @@ class Pinbot:
         return Tapped(notice, command, conversation)
 
     async def _forget_tapped(self, tap: Tap) -> Tapped:
-        """A tap on /forget me's button: the tapper's data removed at once (the button only
-        ever forgets who taps it), its message showing the outcome instead of the button."""
+        """A tap on /forget me's button: the tapper's data removed as the tap is answered (the
+        button only ever forgets who taps it; asked again for its command, uncounted, it does
+        nothing more), its message showing the outcome instead of the button."""
         conversation = tap.conversation
+        if not tap.counted:
+            return Tapped("Forgotten.", None, conversation)
         if conversation.sender_id is None:
             return Tapped("I cannot tell who you are; send /forget me confirm.", None, conversation)
         reply = await self.people.forget(conversation.platform, conversation.sender_id)
