@@ -150,11 +150,11 @@ class FeishuApi:
         files: dict[str, tuple[str, bytes]] | None = None,
     ) -> dict[str, Any]:
         """One authorised call; retried once with a fresh token if Feishu says it expired."""
-        body: dict[str, Any] = {"data": payload, "files": files} if files else {"json": payload}
+        sending: dict[str, Any] = {"data": payload, "files": files} if files else {"json": payload}
         for attempt in (1, 2):
             token = await self._tenant_token(force=attempt == 2)
             response = await self._request(
-                method, path, headers={"Authorization": f"Bearer {token}"}, **body
+                method, path, headers={"Authorization": f"Bearer {token}"}, **sending
             )
             failed = f"{method} {path.split('?')[0]}: HTTP {response.status_code}"
             if response.status_code == TOO_MANY_REQUESTS:
