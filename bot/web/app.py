@@ -36,12 +36,12 @@ from bot.core.blocks import (
     refusal,
 )
 from bot.core.commands import PersonCommands, PersonData
-from bot.core.people import ScopeKind, group_key_of, parse_scope, read_scope
+from bot.core.people import ScopeKind, group_key_of, parse_scope, platform_of, read_scope
 from bot.core.replies import Result
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart
-from bot.web.person import KINDS, Person, read_person
+from bot.web.person import KINDS, Person, person_page, read_person, scope_person_page
 from storage import Store
 from storage.models import ChangeKind, Level, State, UsageTotals
 
@@ -113,6 +113,10 @@ class WebPage:
             shared_default_level=default_level(group=True).value,
         )
         self.templates.filters["segment"] = views.segment
+        # Where a page names a person, it links to everything held about them.
+        self.templates.globals.update(
+            person_page=person_page, scope_person_page=scope_person_page, platform_of=platform_of
+        )
 
     def app(self) -> web.Application:
         """The aiohttp application serving every page."""

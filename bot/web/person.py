@@ -1,6 +1,6 @@
 """A person's data on the web page: who a typed `platform:id` names (only a person the bot could
-have met: a platform it serves, an id of the form that platform gives), the address of their
-page, and the words each kind of their data is shown with."""
+have met: a platform it serves, an id of the form that platform gives), the page of that person
+other pages link to, and the words each kind of their data is shown with."""
 
 from __future__ import annotations
 
@@ -76,3 +76,13 @@ def person_page(platform: str, user: str) -> str:
     (an operator's name in the audit log, "a former member", the anonymous usage total)."""
     found = read_person(f"{platform}:{user}")
     return f"/person?user={segment(str(found))}" if isinstance(found, Person) else ""
+
+
+def scope_person_page(scope: str) -> str:
+    """The page of the person whose blocks scope holds (a DM's owner, a member in a group), or
+    '' for a group's shared scope and any key the bot does not read."""
+    parsed = read_scope(scope)
+    if parsed is None or parsed.kind is ScopeKind.SHARED:
+        return ""
+    owner = parsed.owner if parsed.kind is ScopeKind.DIRECT else parsed.sender
+    return person_page(parsed.platform, owner or "")

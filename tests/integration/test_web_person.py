@@ -140,7 +140,7 @@ async def counts_shown(page: Page) -> dict[str, int]:
     return shown
 
 
-async def test_a_persons_page_shows_their_counts_or_that_nothing_is_held(
+async def test_a_persons_page_shows_their_counts_and_is_linked_where_they_are_named(
     serve: Serve, browser: Browser
 ) -> None:
     served = await serve(show_direct=True)
@@ -163,6 +163,19 @@ async def test_a_persons_page_shows_their_counts_or_that_nothing_is_held(
         await page.click("#lookup button")
     assert "Nothing held" in await page.inner_text("#nothing-held")
     assert await page.locator("#counts").count() == 0
+    # Where a page names the person, it links to their page.
+    await page.goto(f"{served.base}/direct")
+    async with page.expect_navigation():
+        await page.click(f'#direct a.person[href$="{ME}"]')
+    assert served.at(page.url, "/person")
+    await page.goto(f"{served.base}/scope/telegram:group:{CHAT}")
+    async with page.expect_navigation():
+        await page.click(f".member a.person:text('{ME}')")
+    assert served.at(page.url, "/person")
+    await page.goto(f"{served.base}/usage")
+    async with page.expect_navigation():
+        await page.click(f'#users a.person[href$="{ME}"]')
+    assert served.at(page.url, "/person")
 
 
 async def test_the_download_is_the_file_export_me_gives_them(
