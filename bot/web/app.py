@@ -1,10 +1,12 @@
 """The web page's HTTP side (aiohttp): sign-in, the pages, the forms that change a group's
-shared blocks (through the same BlockOps as `/pin shared`), and what keeps them safe: headers
-that let content people typed be only text, and a per-session token on every form."""
+shared blocks (through the same BlockOps as `/pin shared`), a person's data handed over or
+removed (through the same code as `/export me` and `/forget me`), and what keeps them safe:
+headers that let content people typed be only text, and a per-session token on every form."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from urllib.parse import urlencode, urlsplit
 
 import jinja2
 from aiohttp import web
+from aiohttp.helpers import content_disposition_header
 
 from bot.clock import Clock, utc_now
 from bot.config import Config
@@ -32,12 +35,17 @@ from bot.core.blocks import (
     default_level,
     refusal,
 )
-from bot.core.people import ScopeKind, group_key_of, parse_scope, read_scope
+from bot.core.commands import PersonCommands, PersonData
+from bot.core.people import ScopeKind, group_key_of, parse_scope, platform_of, read_scope
+from bot.core.replies import Result
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart
+from bot.web.person import KINDS, Person, person_page, read_person, scope_person_page
 from storage import Store
 from storage.models import ChangeKind, Level, State, UsageTotals
+
+log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "pinbot_session"
 MAX_USAGE_DAYS = 366
@@ -53,6 +61,10 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# The export file holds a person's direct chat whole: the page gives it only where the operator
+# chose to show direct chats (web.show_direct), as no other page shows one otherwise.
+EXPORT_HIDDEN = "This page gives no export while it keeps direct chats private: see Export below."
+NOT_CONFIRMED = "Nothing was removed: tick the box to confirm that it cannot be undone."
 # A form's priority that is no whole number: the priority rule's refusal.
 NOT_A_PRIORITY = refusal(Rule.PRIORITY, low=PRIORITY_MIN, high=PRIORITY_MAX)
 
@@ -86,6 +98,8 @@ class WebPage:
         self.sign_in = SignIn(token, clock)
         self.ops = BlockOps(store, BlockPolicy(config.pins), clock)
         self.history = BlockVersions(store, self.ops)
+        self.person_data = PersonData(store, self.ops, clock)
+        self.people = PersonCommands(self.person_data)  # what /export me and /forget me run
         name = config.web.operator_name.strip()
         self.actor = f"web:{name}" if name else "web"
         self._flash: dict[str, Flash] = {}  # per session: what the last change did, shown once
@@ -99,6 +113,10 @@ class WebPage:
             shared_default_level=default_level(group=True).value,
         )
         self.templates.filters["segment"] = views.segment
+        # Where a page names a person, it links to everything held about them.
+        self.templates.globals.update(
+            person_page=person_page, scope_person_page=scope_person_page, platform_of=platform_of
+        )
 
     def app(self) -> web.Application:
         """The aiohttp application serving every page."""
@@ -118,6 +136,10 @@ class WebPage:
         app.router.add_get("/audit", self.audit)
         app.router.add_get("/usage", self.usage)
         app.router.add_get("/search", self.search)
+        app.router.add_get("/person", self.person)
+        app.router.add_get("/person/export", self.export_person)
+        app.router.add_get("/person/forget", self.forget_form)
+        app.router.add_post("/person/forget", self.forget_person)
         return app
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -423,6 +445,116 @@ class WebPage:
             limit=views.SEARCH_RESULTS,
             min_chars=views.MIN_SEARCH_CHARS,
             page_of=_page_of,
+        )
+
+    # --- a person's data ------------------------------------------------------------------------
+
+    async def person(self, request: web.Request) -> web.Response:
+        """The form to look a person up by platform:id and, for a person typed (?user=), how
+        much is held about them by kind ("nothing held" when nothing is), with their export and
+        their forget. A mistyped person gets what is wrong with it (400), and no data."""
+        typed = request.query.get("user", "")
+        if not typed.strip():
+            return self._person_page(request, typed)
+        found = read_person(typed)
+        if isinstance(found, str):
+            return self._person_page(request, typed, status=400, problem=found)
+        counts = await self.person_data.counts(found.platform, found.user)
+        return self._person_page(request, str(found), person=found, counts=counts)
+
+    async def export_person(self, request: web.Request) -> web.StreamResponse:
+        """Everything held about the person ?user= as the JSON file `/export me` gives them
+        (the same code), downloaded under that file's name. Only where the page shows direct
+        chats (web.show_direct): the file holds theirs whole, sensitive blocks too; elsewhere
+        403, and the page says which command gives it. Logged, without its content."""
+        typed = request.query.get("user", "")
+        found = read_person(typed)
+        if isinstance(found, str):
+            return self._person_page(request, typed, status=400, problem=found)
+        if not self.config.show_direct:
+            counts = await self.person_data.counts(found.platform, found.user)
+            return self._person_page(
+                request, str(found), status=403, problem=EXPORT_HIDDEN, person=found, counts=counts
+            )
+        reply = await self.people.export_me(found.platform, found.user, True, "me")
+        if reply.document is None:  # a refusal (asked as the person in a direct chat: none yet)
+            return self._person_page(request, typed, status=400, problem=reply.text)
+        log.info("%s exported the data of %s from the web page", self.actor, found)
+        disposition = content_disposition_header("attachment", filename=reply.document.name)
+        return web.Response(
+            body=reply.document.data,
+            content_type="application/json",
+            charset="utf-8",
+            headers={"Content-Disposition": disposition},
+        )
+
+    async def forget_form(self, request: web.Request) -> web.Response:
+        """The confirmation of a forget: what it would remove from the person ?user=, in counts,
+        that it cannot be undone, and the form that confirms it. Changes nothing."""
+        typed = request.query.get("user", "")
+        found = read_person(typed)
+        if isinstance(found, str):
+            return self._person_page(request, typed, status=400, problem=found)
+        return await self._forget_page(request, found)
+
+    async def forget_person(self, request: web.Request) -> web.Response:
+        """Remove everything held about the person of the form, confirmed by its box, as
+        `pinbot forget --user … --yes` does (PersonCommands.forget: blocks through the review,
+        recorded as channel `forget`), then back to their page, which says what was removed,
+        or why nothing was. Unconfirmed or mistyped: the page again (400), nothing changed.
+        Logged, naming the person and how it went."""
+        form = await request.post()
+        typed = _text(form, "user")
+        found = read_person(typed)
+        if isinstance(found, str):
+            return self._person_page(request, typed, status=400, problem=found)
+        if _text(form, "confirm") != "yes":
+            return await self._forget_page(request, found, status=400, problem=NOT_CONFIRMED)
+        reply = await self.people.forget(found.platform, found.user)
+        log.info("%s forgot %s from the web page: %s", self.actor, found, reply.outcome.value)
+        # Said as `pinbot forget` says it: the reply speaks to the person, the page about them.
+        said = reply.text.replace("about you", f"about {found}")
+        kind = "done" if reply.outcome is Result.DONE else "refused"
+        self._flash[request.cookies.get(SESSION_COOKIE, "")] = Flash(kind, said)
+        raise web.HTTPSeeOther(found.page)
+
+    def _person_page(
+        self,
+        request: web.Request,
+        typed: str,
+        *,
+        status: int = 200,
+        problem: str = "",
+        person: Person | None = None,
+        counts: dict[str, int] | None = None,
+    ) -> web.Response:
+        """The person page: the look-up form as typed, a problem, and a person's counts."""
+        return self.render(
+            request,
+            "person.html",
+            status=status,
+            section="person",
+            typed=typed,
+            problem=problem,
+            person=person,
+            counts=counts or {},
+            kinds=KINDS,
+        )
+
+    async def _forget_page(
+        self, request: web.Request, person: Person, *, status: int = 200, problem: str = ""
+    ) -> web.Response:
+        """The confirmation page of forgetting person, with their counts as they are now."""
+        counts = await self.person_data.counts(person.platform, person.user)
+        return self.render(
+            request,
+            "forget.html",
+            status=status,
+            section="person",
+            person=person,
+            counts=counts,
+            kinds=KINDS,
+            problem=problem,
         )
 
 
