@@ -137,7 +137,8 @@ class WebPage:
         app.router.add_get("/usage", self.usage)
         app.router.add_get("/search", self.search)
         app.router.add_get("/person", self.person)
-        app.router.add_get("/person/export", self.export_person)
+        # A HEAD would make the file (and log an export) for nothing.
+        app.router.add_get("/person/export", self.export_person, allow_head=False)
         app.router.add_get("/person/forget", self.forget_form)
         app.router.add_post("/person/forget", self.forget_person)
         return app

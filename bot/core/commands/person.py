@@ -165,6 +165,8 @@ class PersonData:
                 return Forgotten({}, refusal.reason)
         removed = await self._store.forget_person(person, former=FORMER, sent_by=sent_by(user))
         await self._store.reclaim()
+        # The removals' own versions went too; the person is told of those they had.
+        removed["versions"] = max(0, removed["versions"] - len(blocks))
         return Forgotten({"blocks": len(blocks), **removed})
 
 
