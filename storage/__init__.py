@@ -16,6 +16,7 @@ from storage.delivery import DeliveryStore
 from storage.dialect import Database, connect
 from storage.history import HistoryStore
 from storage.models import StoreCheck
+from storage.retention import RetentionStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.search import SearchIndex
@@ -34,9 +35,11 @@ class Store(
     DeliveryStore,
     BrowseStore,
     DecisionStore,
+    RetentionStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
-    model-call counts, history, the audit trail, usage, delivered updates and workers."""
+    model-call counts, history, the audit trail, usage, delivered updates and workers, and the
+    groups the bot was removed from."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -499,6 +499,16 @@ STEPS: dict[int, Step] = {
     # takes a repeated send once (Feishu's uuid): a worker killed in between sends it after its
     # restart instead of losing it. Updates of earlier releases have none.
     19: ["ALTER TABLE inbox ADD COLUMN replies TEXT"],
+    # The groups the bot was removed from (chat: the group's key in the inbox), kept until the
+    # bot is back (an update of the chat recorded after removed_at) or, past the grace period
+    # (retention.removed_group_days), their data is removed (storage.retention).
+    20: [
+        """CREATE TABLE removed_groups (
+            group_key TEXT PRIMARY KEY,
+            chat TEXT NOT NULL,
+            removed_at {time} NOT NULL
+        ){without_rowid}""",
+    ],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the
