@@ -7,11 +7,21 @@ import ipaddress
 import os
 import re
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 
 class ConfigError(Exception):
@@ -171,6 +181,40 @@ class PinsConfig(_Section):
     suggest_on_compaction: Literal["off", "dm", "all"] = "dm"
     suggest_max: Annotated[int, Field(ge=1, le=10)] = 3
     header_label: HeaderLabel = "pinned rules"
+
+
+KeptDays = Annotated[int, Field(ge=1, le=3650)]
+# Usage is kept at least as long as a budget reads it: this month's, up to 31 days back.
+UsageDays = Annotated[int, Field(ge=31, le=3650)]
+
+
+class RetentionConfig(_Section):
+    """How long each kind of data is kept, in days; a daily job removes what is older. Block
+    versions and the audit trail follow pins.history_days and pins.audit_retention_days (their
+    older spellings) unless given here: a key given here wins."""
+
+    conversation_days: KeptDays = 90  # conversation history: turns and summaries
+    versions_days: KeptDays | None = None  # None: pins.history_days
+    usage_days: UsageDays = 400
+    audit_days: KeptDays | None = None  # None: pins.audit_retention_days
+    inbox_days: KeptDays = 7  # processed platform updates (a repeated delivery is recognised)
+    removed_group_days: KeptDays = 30  # a group's data after the bot was removed from it
+
+
+@dataclass(frozen=True)
+class Retention:
+    """The retention in effect, in days, kind by kind (see RetentionConfig)."""
+
+    conversation: int
+    versions: int
+    usage: int
+    audit: int
+    inbox: int
+    removed_group: int
+
+
+# The keys of pins that retention's replace where it gives them: (retention's, pins').
+RETENTION_IN_PINS = (("versions_days", "history_days"), ("audit_days", "audit_retention_days"))
 
 
 class TelegramConfig(_Section):
@@ -389,6 +433,45 @@ class Config(_Section):
     web: WebConfig = WebConfig()
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
+    retention: RetentionConfig = RetentionConfig()
+    # pins' keys that retention's replaced, with the values they were given (check-config warns)
+    _replaced: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _retention_in_pins(self) -> Config:
+        """Where retention gives block versions' or the audit trail's days, pins' older keys
+        take them too: whatever reads pins.history_days or pins.audit_retention_days reads
+        the retention in effect."""
+        update = {
+            old: days
+            for new, old in RETENTION_IN_PINS
+            if (days := getattr(self.retention, new)) is not None
+        }
+        for old, days in update.items():
+            given = getattr(self.pins, old)
+            if old in self.pins.model_fields_set and given != days:
+                self._replaced[old] = given
+        if update:  # frozen: the section is replaced once, here, while the model is made
+            object.__setattr__(self, "pins", self.pins.model_copy(update=update))
+        return self
+
+    @property
+    def retention_in_effect(self) -> Retention:
+        """How many days each kind of data is kept."""
+        kept = self.retention
+        return Retention(
+            conversation=kept.conversation_days,
+            versions=self.pins.history_days,
+            usage=kept.usage_days,
+            audit=self.pins.audit_retention_days,
+            inbox=kept.inbox_days,
+            removed_group=kept.removed_group_days,
+        )
+
+    @property
+    def replaced_pins_keys(self) -> dict[str, int]:
+        """pins' retention keys given a value that retention's replaced: key → the value."""
+        return dict(self._replaced)
 
 
 def _known_keys(location: tuple[int | str, ...]) -> list[str]:

@@ -17,6 +17,7 @@ from storage.dialect import Database, connect
 from storage.history import HistoryStore
 from storage.models import StoreCheck
 from storage.people import PeopleStore
+from storage.retention import RetentionStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.search import SearchIndex
@@ -36,9 +37,11 @@ class Store(
     BrowseStore,
     DecisionStore,
     PeopleStore,
+    RetentionStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
-    model-call counts, history, the audit trail, usage, delivered updates and workers."""
+    model-call counts, history, the audit trail, usage, delivered updates and workers, and the
+    groups the bot was removed from."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

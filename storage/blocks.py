@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from storage import models, rows
-from storage.dialect import Database
+from storage.dialect import Database, Step
 from storage.models import (
     AuditEntry,
     Author,
@@ -37,6 +37,19 @@ async def _audit_entries(
         *(*args, limit, offset),
     )
     return [rows.audit_from_row(row) for row in found]
+
+
+def group_records_forgotten(group: str, members_prefix: str) -> list[tuple[str | None, Step]]:
+    """The statements forgetting what is kept beside a group's blocks (gone before, as block
+    changes): its audit trail (counted as "audit"), and the model-call counts and notes of its
+    shared scope and its members' scopes (whose keys start with members_prefix)."""
+    mine = "scope = ? OR substr(scope, 1, length(?)) = ?"
+    scopes = (group, members_prefix, members_prefix)
+    return [
+        ("audit", Step("DELETE FROM shared_audit WHERE group_scope = ?", (group,))),
+        (None, Step(f"DELETE FROM scope_calls WHERE {mine}", scopes)),
+        (None, Step(f"DELETE FROM scope_notes WHERE {mine}", scopes)),
+    ]
 
 
 class BlockStore(Protocol):
@@ -136,6 +149,11 @@ class BlockStore(Protocol):
         return await self._db.execute(
             "DELETE FROM shared_audit WHERE group_scope = ? AND at < ?", group_scope, ts(before)
         )
+
+    async def forget_audit_before(self, moment: datetime) -> int:
+        """Forget every group's audit entries older than moment (retention); returns how many
+        went."""
+        return await self._db.execute("DELETE FROM shared_audit WHERE at < ?", ts(moment))
 
 
 class BrowseStore(Protocol):

@@ -12,7 +12,8 @@ Each label's statement is built in one place (`_write`) for every change; one la
 or removal (most changes) is that statement holding what the change was reviewed against and
 the scope's limits, one batch as cheap as a plain write; every other change reads its scope in
 the transaction that writes it. Besides: a group's move to a new key (`move_group`) and the
-retention of versions (`forget_versions_before`)."""
+retention of versions (`forget_versions_before`, and a removed group's whole
+`group_versions_forgotten`)."""
 
 from __future__ import annotations
 
@@ -347,6 +348,16 @@ def versions_without(platform: str, actor: str, former: str) -> list[Step]:
             (suffix, suffix, suffix, low, high),
         ),
     ]
+
+
+def group_versions_forgotten(group: str, members_prefix: str) -> Step:
+    """The statement dropping every version of a group's scopes, its shared one and its
+    members' (whose keys start with members_prefix): the data of a group the bot was removed
+    from goes whole once its blocks have gone as block changes (retention)."""
+    return Step(
+        "DELETE FROM block_versions WHERE scope = ? OR substr(scope, 1, length(?)) = ?",
+        (group, members_prefix, members_prefix),
+    )
 
 
 def _one_label(change: BlockChange) -> bool:

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import Enum, StrEnum
 from typing import Generic, Protocol, TypeVar
 
-from storage.dialect import Database, Row
+from storage.dialect import Database, Row, Step
 from storage.models import (
     Decision,
     Level,
@@ -75,6 +75,16 @@ SUGGESTIONS: Kind[NewSuggestion, SuggestionStatus] = Kind(
     lambda row: NewSuggestion(*row),
     SuggestionStatus,
 )
+
+
+def group_decisions_forgotten(group: str, members_prefix: str) -> list[tuple[str, Step]]:
+    """The statements forgetting a group's decisions (counted as "proposals"): its proposals,
+    and any pin suggestion of its members' scopes (whose keys start with members_prefix)."""
+    suggestions = "DELETE FROM suggestions WHERE substr(scope, 1, length(?)) = ?"
+    return [
+        ("proposals", Step("DELETE FROM proposals WHERE group_scope = ?", (group,))),
+        ("proposals", Step(suggestions, (members_prefix, members_prefix))),
+    ]
 
 
 def _stored(value: object) -> object:

@@ -20,6 +20,15 @@ _WAITING = (
 _FIRST = _WAITING.format(chat="?") + "ORDER BY position, seq LIMIT 1"
 
 
+def chat_updates_forgotten(chat: str) -> list[tuple[str | None, Step]]:
+    """The statements forgetting a chat's updates, processed or not (counted as "updates"),
+    and its lease: of a group the bot was removed from (retention)."""
+    return [
+        ("updates", Step("DELETE FROM inbox WHERE chat = ?", (chat,))),
+        (None, Step("DELETE FROM chat_leases WHERE chat = ?", (chat,))),
+    ]
+
+
 def _pending(rows: list[list[Row]], step: int) -> PendingUpdate | None:
     """The update a chain's step read, if that step ran and found one."""
     found = rows[step] if len(rows) > step else []

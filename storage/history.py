@@ -14,6 +14,15 @@ from storage.rows import PendingCalls, ts
 _DROP = "DELETE FROM history WHERE session = ? AND id IN (?*)"
 
 
+def group_history_forgotten(group: str, sessions_prefix: str) -> Step:
+    """The statement forgetting a group's conversations: its own session, and those whose keys
+    start with sessions_prefix (its topics and per-sender histories)."""
+    return Step(
+        "DELETE FROM history WHERE session = ? OR substr(session, 1, length(?)) = ?",
+        (group, sessions_prefix, sessions_prefix),
+    )
+
+
 class HistoryStore(Protocol):
     """The history of every conversation (a turn's write also writes the counted model calls)."""
 
@@ -70,3 +79,8 @@ class HistoryStore(Protocol):
     async def clear_history(self, session: str) -> int:
         """Forget a conversation's history (never its blocks); returns entries deleted."""
         return await self._db.execute("DELETE FROM history WHERE session = ?", session)
+
+    async def forget_history_before(self, moment: datetime) -> int:
+        """Forget the turns and summaries of every conversation written before moment
+        (retention); returns how many entries went."""
+        return await self._db.execute("DELETE FROM history WHERE created_at < ?", ts(moment))

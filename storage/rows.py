@@ -57,6 +57,7 @@ TABLES = {
         "completion_tokens, estimated_calls, cost, priced_calls",
         "platform, sender, day, group_key",
     ),
+    "removed_groups": ("group_key, chat, removed_at", "group_key"),
 }
 Dump = dict[str, list[tuple[Any, ...]]]
 BLOCK_COLUMNS = (

@@ -502,6 +502,16 @@ STEPS: dict[int, Step] = {
     # Who said each turn (the sender's id; NULL for the turns of earlier releases and a
     # group's own summaries), so that a person's turns can be handed to them and forgotten.
     20: ["ALTER TABLE history ADD COLUMN sender TEXT"],
+    # The groups the bot was removed from (chat: the group's key in the inbox), kept until the
+    # bot is back (an update of the chat recorded after removed_at) or, past the grace period
+    # (retention.removed_group_days), their data is removed (storage.retention).
+    21: [
+        """CREATE TABLE removed_groups (
+            group_key TEXT PRIMARY KEY,
+            chat TEXT NOT NULL,
+            removed_at {time} NOT NULL
+        ){without_rowid}""",
+    ],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

@@ -34,6 +34,20 @@ _ADD_COMPACTION = (
     "ON CONFLICT (platform, sender, day, group_key) DO UPDATE SET "
     f"{', '.join(f'{count} = usage_compaction.{count} + excluded.{count}' for count in COUNTS)}"
 )
+# A group's usage folded into no group's (group_key ''), row by row: senders' totals and days'
+# totals stay what they were.
+_FOLD = (
+    f"INSERT INTO usage (platform, sender, day, group_key, model, {', '.join(COUNTS)}) "
+    f"SELECT platform, sender, day, '', model, {', '.join(COUNTS)} FROM usage "
+    "WHERE group_key = ? ON CONFLICT (platform, sender, day, group_key, model) DO UPDATE "
+    f"SET {', '.join(f'{count} = usage.{count} + excluded.{count}' for count in COUNTS)}"
+)
+_FOLD_COMPACTION = (
+    f"INSERT INTO usage_compaction (platform, sender, day, group_key, {', '.join(COUNTS)}) "
+    f"SELECT platform, sender, day, '', {', '.join(COUNTS)} FROM usage_compaction "
+    "WHERE group_key = ? ON CONFLICT (platform, sender, day, group_key) DO UPDATE SET "
+    f"{', '.join(f'{count} = usage_compaction.{count} + excluded.{count}' for count in COUNTS)}"
+)
 # What a budget's owner has used in its days, and holds now in calls still in flight.
 _USED = (
     "SELECT (SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage "
@@ -42,6 +56,21 @@ _USED = (
     "(SELECT COALESCE(SUM(tokens), 0) FROM budget_holds WHERE {owner} AND created_at >= ?), "
     "(SELECT COALESCE(SUM(cost), 0) FROM budget_holds WHERE {owner} AND created_at >= ?)"
 )
+
+
+def group_usage_folded(group_key: str) -> list[tuple[str | None, Step]]:
+    """The statements (run holding usage's writers) folding a group's usage into no group's,
+    per sender, UTC day and model: what each sender used stays counted (their budgets stay
+    right) and each day's total too, but no row names the group (the deleted rows are counted
+    as "usage"); its calls in flight are let go."""
+    return [
+        (None, Step(_FOLD, (group_key,))),
+        ("usage", Step("DELETE FROM usage WHERE group_key = ?", (group_key,))),
+        (None, Step(_FOLD_COMPACTION, (group_key,))),
+        (None, Step("DELETE FROM usage_compaction WHERE group_key = ?", (group_key,))),
+        (None, Step("DELETE FROM budget_holds WHERE group_key = ?", (group_key,))),
+        *((None, step) for step in usage_sums.group_forgotten(group_key)),
+    ]
 
 
 def _owner(budget: Budget) -> tuple[str, tuple[str, ...], str]:
@@ -195,3 +224,15 @@ class UsageStore(Protocol):
             f"SELECT day, {SUMS} FROM usage WHERE {where} GROUP BY day ORDER BY day", *args
         )
         return [(row[0], totals(row[1:])) for row in rows]
+
+    async def forget_usage_before(self, first_kept: str) -> int:
+        """Forget the usage of the UTC days before first_kept (retention), with its compaction
+        part and its sums, holding usage's writers meanwhile; returns the usage rows deleted.
+        The caller keeps every day a budget or a kept window still reads."""
+        async with self._db.transaction() as tx:
+            await self._db.hold_writers(tx, "usage")
+            gone = await tx.execute("DELETE FROM usage WHERE day < ?", first_kept)
+            await tx.execute("DELETE FROM usage_compaction WHERE day < ?", first_kept)
+            for step in usage_sums.forgotten_before(first_kept):
+                await tx.execute(step.sql, *step.args)
+        return gone

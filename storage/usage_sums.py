@@ -71,6 +71,28 @@ def recorded(
     return steps
 
 
+def forgotten_before(first_kept: str) -> list[Step]:
+    """The steps forgetting the sums of the days before first_kept, run with the deletion of
+    those days' usage rows (retention): everyone's day sums, and each kept window that begins
+    before it, which is summed again from the rows when next asked for."""
+    return [
+        Step("DELETE FROM usage_day_sums WHERE day < ?", (first_kept,)),
+        Step(
+            "DELETE FROM usage_window_sums WHERE span IN "
+            "(SELECT span FROM usage_windows WHERE first_day < ?)",
+            (first_kept,),
+        ),
+        Step("DELETE FROM usage_windows WHERE first_day < ?", (first_kept,)),
+    ]
+
+
+def group_forgotten(group_key: str) -> list[Step]:
+    """The steps run with a group's usage rows folded into no group's (group_key ''): the kept
+    windows' group top lists lose the group; every sender's sums and every day's stay as they
+    are, since the rows still add up to them."""
+    return [Step("DELETE FROM usage_window_sums WHERE kind = 'group' AND key = ?", (group_key,))]
+
+
 async def rebuild(tx: Executor) -> None:
     """Sum every day again from the usage rows, and let every window be summed again when next
     asked for (after rows were written past `recorded`: a schema step, a transfer)."""

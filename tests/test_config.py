@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bot.config import Config, ConfigError, load_config, parse_config
+from bot.config import Config, ConfigError, Retention, load_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.yaml"
 
@@ -97,6 +97,44 @@ def test_a_good_header_label() -> None:
     label = "STICKY CONTEXT (survives compaction)"
     assert parse_config({"pins": {"header_label": f" {label} "}}).pins.header_label == label
     assert parse_config({"pins": {"header_label": "x" * 60}}).pins.header_label == "x" * 60
+
+
+def test_retention_defaults_and_the_older_pins_keys() -> None:
+    """retention: gives each kind its days; block versions and the audit trail follow the older
+    pins keys unless retention gives them, and then pins reads the retention in effect too
+    (whatever reads pins.history_days keeps agreeing with the job)."""
+    assert parse_config({}).retention_in_effect == Retention(90, 30, 400, 180, 7, 30)
+    older = parse_config({"pins": {"history_days": 60, "audit_retention_days": 365}})
+    assert older.retention_in_effect == Retention(90, 60, 400, 365, 7, 30)
+    assert older.replaced_pins_keys == {}
+    both = parse_config(
+        {
+            "pins": {"history_days": 60, "audit_retention_days": 20},
+            "retention": {"versions_days": 14, "audit_days": 20, "conversation_days": 1},
+        }
+    )
+    assert both.retention_in_effect == Retention(1, 14, 400, 20, 7, 30)
+    assert (both.pins.history_days, both.pins.audit_retention_days) == (14, 20)
+    assert both.replaced_pins_keys == {"history_days": 60}  # 20 was given both ways
+    newer = parse_config({"retention": {"versions_days": 7, "removed_group_days": 1}})
+    assert (newer.pins.history_days, newer.retention_in_effect.removed_group) == (7, 1)
+    assert newer.replaced_pins_keys == {}
+
+
+@pytest.mark.parametrize(
+    ("retention", "problem"),
+    [
+        ({"usage_days": 30}, "retention.usage_days: Input should be greater than or equal to 31"),
+        ({"conversation_days": 0}, "retention.conversation_days: Input should be greater"),
+        ({"inbox_days": 3651}, "retention.inbox_days: Input should be less than or equal to 3650"),
+        ({"audit_days": True}, "retention.audit_days"),
+        ({"history_days": 5}, "retention.history_days: unknown key"),
+    ],
+)
+def test_retention_ranges_and_keys(retention: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"retention": retention}, "my.yaml")
+    assert problem in str(caught.value) and "my.yaml" in str(caught.value)
 
 
 @pytest.mark.parametrize(

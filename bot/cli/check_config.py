@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from bot.cli.checks import check_config, warnings_of
+from bot.cli.checks import check_config, retention_lines, warnings_of
 from bot.cli.command import Subcommand, load
 
 
@@ -27,6 +27,9 @@ def _run(args: argparse.Namespace) -> int:
     config = load(args.config)
     problems = check_config(config, tuple(args.platform))
     source = args.config or "embedded defaults"
+    print("retention in effect (a daily job removes what is older):")
+    for line in retention_lines(config):
+        print(line)
     for warning in warnings_of(config):
         print(f"warning: {warning}")
     for problem in problems:

@@ -123,10 +123,43 @@ def _access_entries(config: Config) -> list[str]:
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
+# Each kind of data retention keeps: what it is, and its key in retention: (and in pins:, its
+# older spelling, where there is one).
+_RETAINED = (
+    ("conversation history", "conversation", "conversation_days", None),
+    ("block versions", "versions", "versions_days", "history_days"),
+    ("usage", "usage", "usage_days", None),
+    ("audit trail of shared blocks", "audit", "audit_days", "audit_retention_days"),
+    ("processed updates (inbox)", "inbox", "inbox_days", None),
+    ("a removed group's data", "removed_group", "removed_group_days", None),
+)
+
+
+def retention_lines(config: Config) -> list[str]:
+    """The retention in effect, one line per kind of data: its days, and the key they come from
+    (marked "default" where none is given)."""
+    kept = config.retention_in_effect
+    lines = []
+    for what, field, key, older in _RETAINED:
+        if older is None or getattr(config.retention, key) is not None:
+            source, given = f"retention.{key}", key in config.retention.model_fields_set
+        else:
+            source, given = f"pins.{older}", older in config.pins.model_fields_set
+        after = " after the bot was removed" if field == "removed_group" else ""
+        default = "" if given else " (default)"
+        lines.append(f"  {what:<30} {getattr(kept, field):>5} days{after}: {source}{default}")
+    return lines
+
+
 def warnings_of(config: Config) -> list[str]:
     """Settings that work but probably do not mean what the operator wants."""
     access = config.access
-    found = []
+    found = [
+        f"pins.{older} ({days}) is replaced by retention.{key} "
+        f"({getattr(config.retention, key)}): remove one of the two"
+        for _, _, key, older in _RETAINED
+        if older is not None and (days := config.replaced_pins_keys.get(older)) is not None
+    ]
     if (
         access.allowed_users
         and ANYONE not in access.allowed_users

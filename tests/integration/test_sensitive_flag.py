@@ -81,7 +81,7 @@ async def test_a_removed_sensitive_label_outlives_the_history_retention(
     fake_openai.script = [tool_calls(("pin_delete", {"label": "srv"})), completion("Removed.")]
     await ask(bot, dm(), "delete srv")
     clock.advance(days=31)
-    assert "block history retention" in await bot.jobs.run_due()
+    assert "retention" in await bot.jobs.run_due()
     (kept,) = await bot.store.versions(DM_SCOPE, "srv")
     assert kept.before is not None and kept.before.sensitive and JUMP not in kept.before.content
     assert await bot.store.versions(DM_SCOPE, "note") == []

@@ -178,3 +178,37 @@ async def test_a_sqlite_store_is_read_online_without_being_created_or_migrated(
     assert code == 1 and f"storage: schema 8, this release expects {LATEST}" in out
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == 8  # untouched
+
+
+async def test_the_retention_in_effect_is_printed_with_where_each_comes_from(
+    tmp_path: Path,
+) -> None:
+    storage = {"path": str(tmp_path / "db.sqlite3")}
+    code, out = await check(tmp_path, {"storage": storage})
+    assert code == 0
+    for line in (
+        "retention in effect (a daily job removes what is older):",
+        "  conversation history              90 days: retention.conversation_days (default)",
+        "  block versions                    30 days: pins.history_days (default)",
+        "  usage                            400 days: retention.usage_days (default)",
+        "  audit trail of shared blocks     180 days: pins.audit_retention_days (default)",
+        "  processed updates (inbox)          7 days: retention.inbox_days (default)",
+        "  a removed group's data            30 days after the bot was removed: "
+        "retention.removed_group_days (default)",
+    ):
+        assert line in out.splitlines(), line
+    settings = {
+        "storage": storage,
+        "pins": {"history_days": 60, "audit_retention_days": 90},
+        "retention": {"versions_days": 14, "inbox_days": 2},
+    }
+    code, out = await check(tmp_path, settings)
+    assert code == 0
+    for line in (
+        "  block versions                    14 days: retention.versions_days",
+        "  audit trail of shared blocks      90 days: pins.audit_retention_days",
+        "  processed updates (inbox)          2 days: retention.inbox_days",
+        "warning: pins.history_days (60) is replaced by retention.versions_days (14): remove "
+        "one of the two",
+    ):
+        assert line in out.splitlines(), line

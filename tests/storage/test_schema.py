@@ -7,7 +7,7 @@ import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -223,6 +223,7 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
             "usage": 2,
             "suggestions": 0,
             "usage_compaction": 0,
+            "removed_groups": 0,
         }
         (rules,) = [b for b in await store.blocks(["telegram:direct:42"]) if b.label == "Rules"]
         assert (rules.content, rules.level, rules.state, rules.priority) == (
@@ -394,6 +395,7 @@ async def test_a_database_of_36c7ab2_opens_keeping_every_row_as_it_was(
         assert await store.schema_version() == LATEST
         if backend == "postgres":  # one bookkeeping row per step applied
             held["pinbot_migrations"] = LATEST
+        held["removed_groups"] = 0  # the table step 21 adds: no group was removed yet
         assert await _row_counts(where) == held
         # blocks of every level and state, two of them sensitive: kept whole, flag and all
         found = [
@@ -597,3 +599,56 @@ async def test_what_36c7ab2_left_pending_goes_on_and_its_database_takes_new_writ
     counts = await _row_counts(where)
     grown = {"blocks": 15, "inbox": 4, "workers": 2, "proposals": 5, "suggestions": 5}
     assert {t: counts[t] for t in grown} == grown
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_group_of_36c7ab2_the_bot_leaves_goes_after_its_grace_keeping_the_rest(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Upgraded, the release's database notes a removal (step 21), sees the bot back from its
+    inbox, and forgets a removed group's rows but its blocks (which go as block changes) in
+    one transaction, everyone else's as they were."""
+    cluster = request.getfixturevalue("pg_cluster") if backend == "postgres" else None
+    async with await _release_store(backend, tmp_path, cluster, "36c7ab2") as store:
+        chat = "telegram:-100123"
+        removed = datetime(2027, 1, 1, tzinfo=UTC)  # after every update the release recorded
+        await store.group_removed(R36_GROUP, chat=chat, now=removed)
+        assert await store.removed_groups(removed) == []
+        assert await store.removed_groups(removed + timedelta(1)) == [(R36_GROUP, removed)]
+        await store.record_update(
+            "telegram", "1004", chat=chat, position=1004, payload="{}", now=removed + timedelta(1)
+        )
+        assert await store.groups_back() == [R36_GROUP]
+        assert await store.removed_groups(removed + timedelta(1)) == []
+        await store.group_removed(R36_GROUP, chat=chat, now=removed + timedelta(2))
+        before = {table: len(rows) for table, rows in (await store.dump()).items()}
+        other = "telegram:group:-100456"
+        others_audit = await store.audit_log(other, 20)
+        audited = len(await store.audit_log(R36_GROUP, 20))
+        members, sessions = f"{R36_GROUP}::u:", f"{R36_GROUP}:"
+        gone = await store.forget_group(
+            R36_GROUP,
+            members_prefix=members,
+            sessions_prefix=sessions,
+            chat=chat,
+            removed_before=removed + timedelta(3),
+        )
+        assert gone is not None and (gone["audit"], gone["proposals"]) == (audited, 4)
+        after = {table: len(rows) for table, rows in (await store.dump()).items()}
+        assert after["blocks"] == before["blocks"]  # blocks go as block changes, not here
+        assert after["shared_audit"] == before["shared_audit"] - audited
+        assert await store.audit_log(R36_GROUP, 20) == []
+        assert await store.audit_log(other, 20) == others_audit
+        assert await store.decisions(PROPOSALS, R36_GROUP, ("pending", "applied")) == []
+        assert [b.label for b in await store.blocks([R36_DM])][:2] == ["Rules", "tone"]
+        # the group's usage is its members' and the day's still, under no group
+        day = "2026-12-01"
+        assert await store.group_usage(R36_GROUP, "2026-11-30", day) == UsageTotals(
+            0, 0, 0, 0, 0, 0.0, 0
+        )
+        assert (await store.sender_usage("telegram", "7", "2026-11-30", day)).billed_tokens == 550
+        assert [(d, t.billed_tokens) for d, t in await store.usage_days("2026-11-30")] == [
+            ("2026-11-30", 60),
+            (day, 1100),
+        ]
+        assert await store.integrity_ok()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -114,3 +114,38 @@ async def test_a_transfer_load_and_a_usage_free_window(store: Store, tmp_path: P
     )
     users, groups = await store.usage_report(empty, 50, window=1)
     assert [(u.key, u.totals.prompt_tokens) for u in users] == [("9", 5)] and groups == []
+
+
+async def test_forgotten_days_and_a_removed_groups_usage_keep_the_sums_right(store: Store) -> None:
+    """Retention forgets the usage of old days (a kept window reaching back past them is summed
+    again when next asked for), and a removed group's usage is folded into no group's: the kept
+    sums still answer as summing every row does, and every sender's totals stay what they were."""
+    rng = random.Random(11)
+    await record(store, rng, range(0, 80), 400)
+    today = START + timedelta(days=45)
+    await same_answers(store, today)  # windows kept from days 45, 39 and 16
+    first_kept = (START + timedelta(days=20)).isoformat()
+    gone = await store.forget_usage_before(first_kept)
+    assert gone > 0
+    assert not await store._db.fetch("SELECT 1 FROM usage WHERE day < ?", first_kept)
+    assert min(d for d, _ in await store.usage_days(START.isoformat())) >= first_kept
+    for step in (5, 1, 0, 2):  # the 30-day window moves on from a day that is forgotten
+        today += timedelta(days=step)
+        offset = (today - START).days
+        await record(store, rng, range(offset - 3, offset + 1), 20)
+        await same_answers(store, today)
+    senders = await store.usage_report(first_kept)
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    await store.group_removed("g:group:2", chat="g:2", now=now)
+    folded = await store.forget_group(
+        "g:group:2",
+        members_prefix="g:group:2::u:",
+        sessions_prefix="g:group:2:",
+        chat="g:2",
+        removed_before=now + timedelta(days=1),
+    )
+    assert folded is not None and folded["usage"] > 0
+    users, groups = await store.usage_report(first_kept)
+    same(users, senders[0])  # every sender's totals as they were
+    assert [g.key for g in groups] == [g.key for g in senders[1] if g.key != "g:group:2"]
+    await same_answers(store, today)

@@ -2,7 +2,7 @@
 versions, the lifecycle, the chat's pinned message, sensitive content, and imports."""
 
 from bot.core.blocks.chatpin import ChatPin
-from bot.core.blocks.lifecycle import Lifecycle
+from bot.core.blocks.lifecycle import Lifecycle, remove_blocks
 from bot.core.blocks.ops import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
 from bot.core.blocks.review import (
     PRIORITY_MAX,
@@ -64,6 +64,7 @@ __all__ = [
     "priority_problem",
     "read_document",
     "refusal",
+    "remove_blocks",
     "seen_of",
     "shown",
     "shown_content",

@@ -1,5 +1,6 @@
 """The pin lifecycle at each model request: count the call for each scope, and delete the idle
-blocks whose retention has passed (a change of the clean-up's, reviewed like any other)."""
+blocks whose retention has passed (a change of the clean-up's, reviewed like any other); and
+the removal of blocks the system decides on, for the clean-up and retention alike."""
 
 from __future__ import annotations
 
@@ -41,26 +42,33 @@ class Lifecycle:
         return blocks
 
     async def _remove(self, gone: Sequence[Block]) -> bool:
-        """Remove expired blocks as one change per scope, the clean-up's, reviewed and written
-        like any other (kept as versions: the user can bring them back), each only if it is
-        still as read; False when one changed meanwhile (it is looked at again at the next
-        request) or the review refused."""
-        by_scope: dict[str, list[Block]] = {}
-        for block in gone:
-            by_scope.setdefault(block.scope, []).append(block)
-        changes = [
-            BlockChange(
-                scope,
-                tuple(Wanted(b.label, None) for b in blocks),
-                CLEANUP,
-                {label_key(b.label): Seen(b, None) for b in blocks},
-                is_shared_scope(scope),
-                mask=redact,
-            )
-            for scope, blocks in by_scope.items()
-        ]
-        try:
-            done = await self._ops.commit_all(changes)
-        except Conflict:
-            return False
-        return isinstance(done, list)
+        """Remove expired blocks (kept as versions: the user can bring them back); False when
+        one changed meanwhile (it is looked at again at the next request) or the review
+        refused."""
+        return await remove_blocks(self._ops, gone)
+
+
+async def remove_blocks(ops: BlockOps, gone: Sequence[Block]) -> bool:
+    """Remove blocks the system decided on (the idle clean-up, retention) as one change per
+    scope, the clean-up's, reviewed through ops with the system's rights and written like any
+    other, each only if it is still as read, all in one transaction; False when one changed
+    meanwhile or the review refused (nothing is removed then)."""
+    by_scope: dict[str, list[Block]] = {}
+    for block in gone:
+        by_scope.setdefault(block.scope, []).append(block)
+    changes = [
+        BlockChange(
+            scope,
+            tuple(Wanted(b.label, None) for b in blocks),
+            CLEANUP,
+            {label_key(b.label): Seen(b, None) for b in blocks},
+            is_shared_scope(scope),
+            mask=redact,
+        )
+        for scope, blocks in by_scope.items()
+    ]
+    try:
+        done = await ops.commit_all(changes)
+    except Conflict:
+        return False
+    return isinstance(done, list)

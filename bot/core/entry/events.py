@@ -80,7 +80,8 @@ class GroupMoved:
 @dataclass(frozen=True)
 class BotRemoved:
     """The bot was removed from a group, or left it (conversation: which, and who removed it):
-    logged and counted. The group's blocks stay: a group that adds the bot again finds them."""
+    noted, logged and counted. The group's data stays for retention.removed_group_days: a group
+    that adds the bot again meanwhile finds it as it was; after that it goes."""
 
     conversation: Conversation
 

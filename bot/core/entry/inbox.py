@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 
 from bot.clock import Clock
 from bot.config import ConfigError
@@ -28,7 +27,6 @@ from storage.models import PendingUpdate
 
 log = logging.getLogger(__name__)
 
-KEEP_PROCESSED = timedelta(days=7)  # a repeated delivery within this is recognised
 ABANDONED_BATCH = 100  # chats taken up per check
 # A handler works out an update's answer, and a sender sends it (rebuilt from the update's
 # payload, so an answer kept in the store can go out from any worker). The answer goes out once

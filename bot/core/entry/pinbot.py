@@ -45,9 +45,10 @@ from bot.core.entry.events import (
     Tap,
     Tapped,
 )
-from bot.core.entry.inbox import KEEP_PROCESSED, Handler, Inbox, Sender
+from bot.core.entry.inbox import Handler, Inbox, Sender
 from bot.core.entry.incoming import Incoming, Surface
 from bot.core.entry.jobs import Jobs
+from bot.core.entry.retention import RETENTION_INTERVAL, Retention
 from bot.core.people import (
     AdminLookup,
     ChatKind,
@@ -121,7 +122,8 @@ class Pinbot:
         self.jobs = Jobs(store, clock)
         self.jobs.add("delivery housekeeping", HOUSEKEEPING_INTERVAL, self._housekeeping)
         self.jobs.add("stale budget holds", HOUSEKEEPING_INTERVAL, self.usage.forget_stale_holds)
-        self.jobs.add("block history retention", HOUSEKEEPING_INTERVAL, self._forget_old_versions)
+        self.retention = Retention(store, self.pins.ops, config.retention_in_effect)
+        self.jobs.add("retention", RETENTION_INTERVAL, self._enforce_retention)
         self.jobs.add("search index", SEARCH_INDEX_INTERVAL, self._catch_up_search)
         # The console user always addresses the bot; platforms follow their group_trigger.
         self._triggers: dict[str, GroupTrigger] = {
@@ -223,7 +225,8 @@ class Pinbot:
             return sorted({p.owner for s in scopes if (p := parse_scope(s)) is not None})
         if isinstance(event, GroupMoved):
             return await self._move_group(event)
-        # The group's blocks stay (see BotRemoved): logged and counted only.
+        # The group's data stays for the grace period (see BotRemoved): noted, logged, counted.
+        await self.retention.bot_removed(event.conversation, self.clock())
         log.info(
             "removed from %s by %s", event.conversation.session_key, event.conversation.sender_id
         )
@@ -325,14 +328,13 @@ class Pinbot:
         notice = f"{'Approving' if approve else 'Rejecting'} proposal #{number}…"
         return notice, f"/pin shared {verb} {number}", False
 
-    async def _forget_old_versions(self, now: datetime) -> None:
-        await self.store.forget_versions_before(now - timedelta(days=self.config.pins.history_days))
+    async def _enforce_retention(self, now: datetime) -> None:
+        await self.retention.run(now)
 
     async def _catch_up_search(self, now: datetime) -> None:
         await self.store.catch_up_search()
 
     async def _housekeeping(self, now: datetime) -> None:
-        await self.store.forget_updates_before(now - KEEP_PROCESSED)
         await self.store.forget_full_buckets(now)
 
     def _names_other_bot(self, text: str) -> bool:
