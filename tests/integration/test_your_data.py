@@ -261,3 +261,24 @@ async def test_the_operator_commands_run_the_same_code(
     assert json.loads(out)["blocks"] == [] and json.loads(out)["turns"] == []
     code, _, err = await run_pinbot_here("forget", "--config", str(config), "--user", "nobody")
     assert code == 2 and "telegram:<user id>" in err
+
+
+async def test_the_console_writes_the_export_into_the_current_folder(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"storage:\n  path: {tmp_path / 'pins.sqlite3'}\n", encoding="utf-8")
+    folder = tmp_path / "here"
+    folder.mkdir()
+    code, out, err = await run_pinbot_here(
+        "console",
+        "--config",
+        str(config),
+        "--user",
+        "77",
+        stdin=b"/pin add tone Be brief.\n/export me\n",
+        cwd=folder,
+    )
+    assert code == 0, err
+    (written,) = folder.iterdir()
+    assert f"wrote {written.name}" in out and written.name.startswith("pinbot-console-77-")
+    assert [b["label"] for b in json.loads(written.read_text())["blocks"]] == ["tone"]
+    assert written.stat().st_mode & 0o077 == 0  # theirs alone
