@@ -6,7 +6,7 @@ made unreadable on the disk as far as the database can."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -54,7 +54,7 @@ class Forgotten:
     refused: str | None = None
 
 
-def sent_by(user: str) -> Any:
+def sent_by(user: str) -> Callable[[str], bool]:
     """Whether a recorded update's payload (as an adapter recorded it) was sent by user: a
     Telegram update whose `from` (of its message, or of a tap) is them, a Feishu event whose
     sender's open_id is them."""
