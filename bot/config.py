@@ -181,6 +181,11 @@ class PinsConfig(_Section):
     suggest_on_compaction: Literal["off", "dm", "all"] = "dm"
     suggest_max: Annotated[int, Field(ge=1, le=10)] = 3
     header_label: HeaderLabel = "pinned rules"
+    # Blocks with keywords (`--when`) go with a request whose message, or one of the user's
+    # messages of the last trigger_turns turns, mentions one; together at most
+    # triggered_budget_tokens (estimated), the lowest priority left out first.
+    trigger_turns: Annotated[int, Field(ge=0, le=50)] = 2
+    triggered_budget_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
 
 
 KeptDays = Annotated[int, Field(ge=1, le=3650)]

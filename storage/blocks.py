@@ -18,7 +18,7 @@ from storage.models import (
     Channel,
     Limits,
 )
-from storage.rows import BLOCK_COLUMNS, block_from_row, prefix_range, ts
+from storage.rows import BLOCK_COLUMNS, BLOCK_WIDTH, block_from_row, prefix_range, ts
 from storage.search import SearchIndex
 
 Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, blocks)
@@ -81,7 +81,7 @@ class BlockStore(Protocol):
             "blocks.scope) FROM blocks WHERE scope IN (?*)",
             list(scopes),
         )
-        stored = {row[1]: row[13] or 0 for row in found}
+        stored = {row[1]: row[BLOCK_WIDTH] or 0 for row in found}
         return [block_from_row(row) for row in found], self._pending_calls.count(scopes, stored)
 
     async def flush_calls(self) -> None:

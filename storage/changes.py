@@ -41,7 +41,7 @@ from storage.models import (
     State,
     Wanted,
 )
-from storage.rows import BLOCK_COLUMNS, block_from_row, ts
+from storage.rows import BLOCK_COLUMNS, BLOCK_WIDTH, block_from_row, encode_triggers, ts
 
 # A label's mark: the operation of its newest kept version ('' when none is kept). Versions are
 # never rewritten, so two reads with the same mark saw the same block.
@@ -52,7 +52,8 @@ MARK = (
 _SCOPE_NOW = f"SELECT {BLOCK_COLUMNS}, {MARK} FROM blocks WHERE scope = ?"
 _INSERT_BLOCK = (
     "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, sensitive, "
-    f"updated_at, created_at, idle_since, idle_calls) SELECT {', '.join('?' * 10)}"
+    "triggers, ends_at, updated_at, created_at, idle_since, idle_calls) "
+    f"SELECT {', '.join('?' * 12)}"
 )
 # A scope's blocks, characters and model calls, as a statement holds them.
 _COUNT = "(SELECT COUNT(*) FROM blocks b WHERE b.scope = ?)"
@@ -69,9 +70,9 @@ _SET_CALLS = (
 )
 _VERSION_COLUMNS = (
     "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, content, "
-    "level, state, priority, sensitive, created_at, undone_by"
+    "level, state, priority, sensitive, triggers, ends_at, created_at, undone_by"
 )
-VERSION_INSERT = f"INSERT INTO block_versions ({_VERSION_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+VERSION_INSERT = f"INSERT INTO block_versions ({_VERSION_COLUMNS}) VALUES ({', '.join('?' * 20)})"
 # Everything older than the label's newest `keep`: one index seek finds the cut, and nothing is
 # deleted (or read) while the label has fewer versions, as it has on most changes.
 _KEEP_NEWEST = (
@@ -134,10 +135,11 @@ def version_row(
     head = (op, scope, models.label_key(label), label, kind.value, detail)
     who = (change.actor, change.channel.value, origin, ts(at))
     if state is None:
-        return (*head, *who, 0, None, None, None, None, 0, None, None)
+        return (*head, *who, 0, None, None, None, None, 0, None, None, None, None)
+    ends_at = None if state.ends_at is None else ts(state.ends_at)
     after = (
         *(state.content, state.level.value, state.state.value, state.priority),
-        int(state.sensitive),
+        *(int(state.sensitive), encode_triggers(state.triggers), ends_at),
     )
     return (*head, *who, 1, *after, None if created_at is None else ts(created_at), None)
 
@@ -158,24 +160,31 @@ def kinds(
     before: Block | BlockState | None, after: BlockState | None
 ) -> list[tuple[ChangeKind, str]]:
     """What changing before into after is, in the audit trail's words: one (kind, detail) per
-    aspect that differs (an add and a removal are one each)."""
-    if before is None:
-        assert after is not None
-        pinned = " pinned" if after.state is State.PINNED else ""
-        return [(ChangeKind.ADD, after.level.value + pinned + (" sensitive" * after.sensitive))]
+    aspect that differs (an add and a removal are one each, an add's keywords and end apart)."""
     if after is None:
         return [(ChangeKind.REMOVE, "")]
     found = []
-    if after.content != before.content:
-        found.append((ChangeKind.EDIT, ""))
-    if after.level is not before.level:
-        found.append((ChangeKind.LEVEL, after.level.value))
-    if after.state is not before.state:
-        found.append((ChangeKind.STATE, after.state.value))
-    if after.priority != before.priority:
-        found.append((ChangeKind.PRIORITY, str(after.priority)))
-    if after.sensitive != before.sensitive:
-        found.append((ChangeKind.SENSITIVE, "on" if after.sensitive else "off"))
+    if before is None:
+        pinned = " pinned" if after.state is State.PINNED else ""
+        found.append(
+            (ChangeKind.ADD, after.level.value + pinned + (" sensitive" * after.sensitive))
+        )
+    else:
+        if after.content != before.content:
+            found.append((ChangeKind.EDIT, ""))
+        if after.level is not before.level:
+            found.append((ChangeKind.LEVEL, after.level.value))
+        if after.state is not before.state:
+            found.append((ChangeKind.STATE, after.state.value))
+        if after.priority != before.priority:
+            found.append((ChangeKind.PRIORITY, str(after.priority)))
+        if after.sensitive != before.sensitive:
+            found.append((ChangeKind.SENSITIVE, "on" if after.sensitive else "off"))
+    if after.triggers != (before.triggers if before else ()):
+        found.append((ChangeKind.TRIGGERS, ", ".join(after.triggers) or "always"))
+    if after.ends_at != (before.ends_at if before else None):
+        ends = after.ends_at
+        found.append((ChangeKind.ENDS, ends.isoformat(timespec="minutes") if ends else "never"))
     return found
 
 
@@ -197,7 +206,7 @@ class ChangeStore(Protocol):
         against them."""
         found = await self._db.fetch(f"{_SCOPE_NOW} ORDER BY created_at, id", scope)
         return [block_from_row(row) for row in found], {
-            models.label_key(row[2]): row[13] for row in found
+            models.label_key(row[2]): row[BLOCK_WIDTH] for row in found
         }
 
     async def apply_change(
@@ -386,7 +395,7 @@ def _one_label(change: BlockChange) -> bool:
 
 def _current(found: Sequence[Sequence[Any]]) -> dict[str, Seen]:
     """Each label of a scope, by key, as rows of _SCOPE_NOW hold them."""
-    return {models.label_key(row[2]): Seen(block_from_row(row), row[13]) for row in found}
+    return {models.label_key(row[2]): Seen(block_from_row(row), row[BLOCK_WIDTH]) for row in found}
 
 
 def _verify(change: BlockChange, current: Mapping[str, Seen]) -> None:
@@ -533,9 +542,13 @@ def _write(change: BlockChange, entry: _Entry, now: datetime, held: Limits | Non
         calls = Sql(_CALLS, scope) if want.idle_calls is None else Sql("?", want.idle_calls)
     updated = ts(want.updated_at) if want.updated_at else stamp
     state: tuple[Any, ...] = (after.content, after.level.value, after.state.value, after.priority)
-    state += (int(after.sensitive), updated)
+    ends_at = None if after.ends_at is None else ts(after.ends_at)
+    state += (int(after.sensitive), encode_triggers(after.triggers), ends_at, updated)
     if before is not None:
-        sets = "content = ?, level = ?, state = ?, priority = ?, sensitive = ?, updated_at = ?"
+        sets = (
+            "content = ?, level = ?, state = ?, priority = ?, sensitive = ?, triggers = ?, "
+            "ends_at = ?, updated_at = ?"
+        )
         if want.created_at and change.kind is ChangeKind.IMPORT:
             sets, state = f"{sets}, created_at = ?", (*state, ts(want.created_at))
         if held is not None:

@@ -54,6 +54,8 @@ class Block:
     idle_calls: int | None = None
     rev: int = 0
     sensitive: bool = False  # kept whole; what the model and readers see of it is redacted
+    triggers: tuple[str, ...] = ()  # keywords (as written) it waits for; none: sent always
+    ends_at: datetime | None = None  # after it the block is not sent (it ends and goes idle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,23 +69,31 @@ class NewBlock:
     state: State = State.ACTIVE
     priority: int = 0
     sensitive: bool = False
+    triggers: tuple[str, ...] = ()
+    ends_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class BlockState:
-    """What a block is, apart from where and when: its content, level, state, priority and
-    whether it is sensitive (stored whole, shown and sent redacted)."""
+    """What a block is, apart from where and when: its content, level, state, priority,
+    whether it is sensitive (stored whole, shown and sent redacted), the keywords it waits for
+    (none: it goes with every request) and when it ends (None: never)."""
 
     content: str
     level: Level
     state: State
     priority: int = 0
     sensitive: bool = False
+    triggers: tuple[str, ...] = ()
+    ends_at: datetime | None = None
 
     @classmethod
     def of(cls, block: Block) -> BlockState:
         """The state of a stored block."""
-        return cls(block.content, block.level, block.state, block.priority, block.sensitive)
+        return cls(
+            *(block.content, block.level, block.state, block.priority, block.sensitive),
+            *(block.triggers, block.ends_at),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +275,8 @@ class ChangeKind(StrEnum):
     CLEAR = "clear"
     IMPORT = "import"
     SENSITIVE = "sensitive"
+    TRIGGERS = "triggers"  # the keywords a block waits for (detail: them, or "always")
+    ENDS = "ends"  # when a block ends (detail: the time, or "never")
 
 
 class Channel(StrEnum):

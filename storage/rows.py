@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,14 +18,14 @@ from storage.models import AuditEntry, Author, Block, ChangeKind, Channel, Level
 TABLES = {
     "blocks": (
         "scope, label, label_key, content, level, state, priority, created_at, updated_at, "
-        "idle_since, idle_calls, sensitive, rev",
+        "idle_since, idle_calls, sensitive, triggers, ends_at, rev",
         "id",
     ),
     "scope_calls": ("scope, calls", "scope"),
     "scope_notes": ("scope, name, text, at", "scope, name"),
     "block_versions": (
         "op, scope, label_key, label, kind, detail, actor, channel, origin, at, existed, "
-        "content, level, state, priority, created_at, undone_by, sensitive",
+        "content, level, state, priority, created_at, undone_by, sensitive, triggers, ends_at",
         "id",
     ),
     "proposals": (
@@ -38,7 +39,7 @@ TABLES = {
         "decided_at, chat, message_id",
         "id",
     ),
-    "history": ("session, role, content, created_at, sender", "id"),
+    "history": ("session, role, content, created_at, sender, sent", "id"),
     "inbox": (
         "platform, event_id, chat, position, payload, received_at, done_at, replies",
         "seq",
@@ -62,8 +63,9 @@ TABLES = {
 Dump = dict[str, list[tuple[Any, ...]]]
 BLOCK_COLUMNS = (
     "id, scope, label, content, level, state, priority, created_at, updated_at, "
-    "idle_since, idle_calls, rev, sensitive"
+    "idle_since, idle_calls, rev, sensitive, triggers, ends_at"
 )
+BLOCK_WIDTH = 15  # the columns of BLOCK_COLUMNS: what a query selects after them starts here
 # What a block is inserted with as it is (its revision starts again): the copied ones but rev.
 BLOCK_INSERT_COLUMNS = tuple(TABLES["blocks"][0].removesuffix(", rev").split(", "))
 AUDIT_COLUMNS = (
@@ -96,12 +98,26 @@ def dt(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
+def encode_triggers(triggers: Sequence[str]) -> str | None:
+    """A block's keywords as stored: a JSON list, or NULL for a block sent always."""
+    return json.dumps(list(triggers), ensure_ascii=False) if triggers else None
+
+
+@functools.lru_cache(maxsize=16_384)  # a scope's triggered blocks are read on every turn
+def decode_triggers(stored: str | None) -> tuple[str, ...]:
+    """A block's keywords from their stored form (NULL: none)."""
+    return tuple(json.loads(stored)) if stored else ()
+
+
 def block_from_row(row: Row) -> Block:
     """A Block from a row of the blocks table, columns in BLOCK_COLUMNS order."""
     idle_since = None if row[9] is None else dt(row[9])
+    triggers = () if row[13] is None else decode_triggers(row[13])
+    ends_at = None if row[14] is None else dt(row[14])
     return Block(
         *(row[0], row[1], row[2], row[3], _LEVELS[row[4]], _STATES[row[5]], row[6]),
         *(dt(row[7]), dt(row[8]), idle_since, row[10], row[11], bool(row[12])),
+        *(triggers, ends_at),
     )
 
 

@@ -512,6 +512,18 @@ STEPS: dict[int, Step] = {
             removed_at {time} NOT NULL
         ){without_rowid}""",
     ],
+    # A block may wait for keywords (triggers: a JSON list of them as written; NULL: it goes
+    # with every request) and may end (ends_at: after it the block is not sent, then ages as
+    # an idle one). A version records both of the state it keeps; every block and version of
+    # earlier releases is sent always and never ends. A user's turn records which blocks went
+    # with its request and why (sent: JSON, for /pin why; NULL for earlier releases' turns).
+    22: [
+        "ALTER TABLE blocks ADD COLUMN triggers TEXT",
+        "ALTER TABLE blocks ADD COLUMN ends_at {time}",
+        "ALTER TABLE block_versions ADD COLUMN triggers TEXT",
+        "ALTER TABLE block_versions ADD COLUMN ends_at {time}",
+        "ALTER TABLE history ADD COLUMN sent TEXT",
+    ],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

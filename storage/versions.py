@@ -11,18 +11,22 @@ from typing import Any, Protocol
 from storage import models
 from storage.dialect import Database
 from storage.models import BlockState, ChangeKind, Channel, Level, Origin, State, Version
-from storage.rows import dt
+from storage.rows import decode_triggers, dt
 
 _SELECT = (
     "SELECT id, op, scope, label, kind, detail, actor, channel, at, existed, content, level, "
-    "state, priority, created_at, origin, undone_by, sensitive FROM block_versions"
+    "state, priority, created_at, origin, undone_by, sensitive, triggers, ends_at "
+    "FROM block_versions"
 )
 
 
 def _version(row: Sequence[Any]) -> Version:
     """A Version from a row of _SELECT."""
     before = (
-        BlockState(row[10], Level(row[11]), State(row[12]), int(row[13]), bool(row[17]))
+        BlockState(
+            *(row[10], Level(row[11]), State(row[12]), int(row[13]), bool(row[17])),
+            *(decode_triggers(row[18]), None if row[19] is None else dt(row[19])),
+        )
         if row[9]
         else None
     )

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.core.commands.parse import ParseError, PinCommand, Verb, parse_pin
+from bot.core.commands.parse import USAGE, ParseError, PinCommand, Verb, parse_pin
 from storage.models import Level
 
 
@@ -98,7 +98,7 @@ def test_parses(text: str, expected: PinCommand) -> None:
         ("level r loud", "/pin level <label> strong|context"),
         ("level r strong extra", "/pin level"),
         ("list extra", "/pin list"),
-        ("edit r", "/pin edit <label> <new content>"),
+        ("edit r", "/pin edit <label> [<new content>]"),
         ("remove", "/pin remove <label>"),
         ("remove a b", "/pin remove <label>"),
         ("idle", "/pin idle <label>"),
@@ -136,9 +136,7 @@ def test_flags_without_values_repeated_or_misspelled_are_refused(text: str, prob
     assert isinstance(result, ParseError)
     assert result.message.startswith(problem), result.message
     assert "put -- after the label: /pin add <label> -- <content>" in result.message
-    assert result.message.endswith(
-        "Usage: /pin add <label> <content> [--pinned] [--priority <n>] [--sensitive]"
-    )
+    assert result.message.endswith(f"Usage: {USAGE['add']}")
 
 
 def test_a_shared_flag_problem_shows_the_shared_forms() -> None:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from bot import metrics
 from bot.clock import Clock, utc_now
+from bot.core.blocks.ends import Ends, shown_end
 from bot.core.blocks.review import (
     BlockPolicy,
     Done,
@@ -300,12 +301,19 @@ class BlockOps:
         priority: int = 0,
         origin: Origin | None = None,
         sensitive: bool = False,
+        triggers: Sequence[str] = (),
+        ends: Ends | None = None,
     ) -> Outcome:
         """Add a block (at the target's default level when level is None); origin says where
-        its content came from; a sensitive block is kept whole and seen redacted."""
+        its content came from; a sensitive block is kept whole and seen redacted; a block with
+        triggers goes only with requests that mention one, and one with an end stops then."""
         level = level or default_level(target.group)
+        ends_at = ends.resolve(self._clock()) if ends else None
+        if problem := self.policy.end_problem(ends_at, self._clock()):
+            return problem
         state = BlockState(
-            content, level, State.PINNED if pinned else State.ACTIVE, priority, sensitive
+            *(content, level, State.PINNED if pinned else State.ACTIVE, priority, sensitive),
+            *(tuple(triggers), ends_at),
         )
         change = target.changed([Wanted(label, state)], {label_key(label): ABSENT}, origin=origin)
         for _ in range(_ATTEMPTS):
@@ -321,6 +329,7 @@ class BlockOps:
                 kept += (
                     f", sensitive (the model and listings see it redacted; {masked_note(content)})"
                 )
+            kept += timing_note(state)
             saved = f"Saved {level.value} block '{label}'{kept}."
             return Done(" ".join(filter(None, [saved, kept_note(target, change.wanted, outcome)])))
         return refusal(Rule.BUSY)
@@ -336,20 +345,33 @@ class BlockOps:
         priority: int | None = None,
         origin: Origin | None = None,
         sensitive: bool | None = None,
+        triggers: Sequence[str] | None = None,
+        ends: Ends | None = None,
     ) -> Outcome:
-        """Change a block's content, level, state, priority or sensitivity (None: as it is);
-        origin says where new content came from."""
+        """Change a block's content, level, state, priority, sensitivity, keywords or end
+        (None: as it is; empty keywords: sent always; an Ends of nothing: it no longer ends);
+        origin says where new content came from. A block that ended comes back (active) when
+        its end is moved into the future or taken away."""
+        now = self._clock()
+        ends_at = ends.resolve(now) if ends else None
+        if problem := self.policy.end_problem(ends_at, now):
+            return problem
         for _ in range(_ATTEMPTS):
             blocks, marks = await self.scope_now(target)
             block = find_block(blocks, label)
             if block is None:
                 return await self._missing(target, label)
+            ended = block.ends_at is not None and block.ends_at <= now
+            if ends is not None and ended and state is None and block.state is State.IDLE:
+                state = State.ACTIVE
             wanted = BlockState(
                 block.content if content is None else content,
                 level or block.level,
                 state or block.state,
                 block.priority if priority is None else priority,
                 block.sensitive if sensitive is None else sensitive,
+                block.triggers if triggers is None else tuple(triggers),
+                block.ends_at if ends is None else ends_at,
             )
             change = target.changed(
                 [Wanted(block.label, wanted)], seen_of(blocks, marks, [block.label]), origin=origin
@@ -360,7 +382,12 @@ class BlockOps:
             if outcome == [] and sensitive is False and block.sensitive:
                 return Done(_kept_why(target, block.label, wanted.content))
             if outcome == []:
-                return Done(_unchanged(block, level, state, priority, sensitive))
+                timing = triggers is not None or ends is not None
+                return Done(
+                    f"Block '{block.label}' already waits for and ends as asked."
+                    if timing and content is None
+                    else _unchanged(block, level, state, priority, sensitive)
+                )
             if outcome is not None:
                 stored = outcome[0].after or wanted
                 text = self.changed_text(target, block, stored)
@@ -385,11 +412,12 @@ class BlockOps:
         label = block.label
         differs = [
             name
-            for name in ("content", "level", "state", "priority", "sensitive")
+            for name in ("content", "level", "state", "priority", "sensitive", "triggers")
             if getattr(wanted, name) != getattr(block, name)
         ]
-        if len(differs) > 1:
-            return f"Updated block '{label}'."
+        differs += ["ends_at"] if wanted.ends_at != block.ends_at else []
+        if len(differs) > 1 or differs in (["triggers"], ["ends_at"]):
+            return f"Updated block '{label}'{timing_note(wanted)}."
         if differs == ["content"]:
             return f"Saved the new content of '{label}'."
         if differs == ["level"]:
@@ -471,6 +499,17 @@ class BlockOps:
     def _undo_note(self, target: Target) -> str:
         days = self.policy.pins.history_days
         return f"{target.command('undo')} brings them back, for {days} days."
+
+
+def timing_note(state: BlockState) -> str:
+    """When a block goes with requests and until when, as a reply adds it ('' for a block
+    sent always that never ends)."""
+    note = ""
+    if state.triggers:
+        note += f", sent when a message mentions {', '.join(state.triggers)}"
+    if state.ends_at is not None:
+        note += f", until {shown_end(state.ends_at)}"
+    return note
 
 
 def _unchanged(

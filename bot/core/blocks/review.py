@@ -20,6 +20,8 @@ from typing import Any
 
 from bot import metrics
 from bot.config import PinsConfig
+from bot.core.blocks.ends import end_problem as end_words
+from bot.core.blocks.triggers import MAX_KEYWORD_CHARS, MAX_KEYWORDS, keywords_problem
 from bot.core.people import Action, Speaker
 from bot.secrets import credential_kind, has_marks, has_placeholder
 from storage.models import (
@@ -75,6 +77,8 @@ class Rule(StrEnum):
     TEXT_TOO_LONG = "text-too-long"
     CREDENTIAL = "credential"
     PRIORITY = "priority"
+    TRIGGERS = "triggers"
+    ENDS = "ends"
     NOT_ALLOWED = "not-allowed"
     PINNED = "pinned"
     LOWERED = "lowered"
@@ -176,6 +180,12 @@ RULE_TEXTS: dict[Rule, str] = {
         "pins.refuse_secrets_in_groups: false.)"
     ),
     Rule.PRIORITY: "Priority must be a whole number from {low} to {high}.",
+    Rule.TRIGGERS: (
+        "The keywords cannot be used: {problem}. A block waits for at most "
+        f"{MAX_KEYWORDS} plain keywords of at most {MAX_KEYWORD_CHARS} characters each, "
+        'separated by commas (double quotes around one with spaces): --when deploy,"release notes".'
+    ),
+    Rule.ENDS: "The end cannot be used: {problem}.",
     Rule.NOT_ALLOWED: "{reason}",
     Rule.PINNED: ("Block '{label}' is pinned; only the user can change or remove it, with /pin."),
     Rule.LOWERED: (
@@ -417,6 +427,19 @@ class BlockPolicy:
             return refusal(Rule.CONTENT_CHARACTER, character=bad)
         return None
 
+    @staticmethod
+    def triggers_problem(triggers: Sequence[str]) -> Refused | None:
+        """Why these keywords cannot be a block's (the rules of bot.core.blocks.triggers), or
+        None."""
+        problem = keywords_problem(triggers) if triggers else None
+        return None if problem is None else refusal(Rule.TRIGGERS, problem=problem)
+
+    @staticmethod
+    def end_problem(ends_at: datetime | None, now: datetime) -> Refused | None:
+        """Why a person may not give a block this end now (passed, or too far), or None."""
+        problem = end_words(ends_at, now) if ends_at is not None else None
+        return None if problem is None else refusal(Rule.ENDS, problem=problem)
+
     def secret_problem(self, text: str, *, group: bool) -> Refused | None:
         """Why text (a block's label and content, a proposal's reason) looks like it holds a
         credential where a group can see it, or None."""
@@ -434,6 +457,7 @@ class BlockPolicy:
             (self.label_problem(label) if new_label else None)
             or self.content_problem(state.content)
             or priority_problem(state.priority)
+            or self.triggers_problem(state.triggers)
             or (self.secret_problem(f"{label} {state.content}", group=True) if group else None)
         )
 

@@ -41,15 +41,27 @@ def parse_keywords(text: str) -> list[str] | str:
         keyword = raw.strip()
         if not keyword:
             return "a keyword is empty: write them separated by commas, e.g. --when deploy,release"
-        if len(keyword) > MAX_KEYWORD_CHARS:
-            return f"the keyword {keyword[:20]!r}… is longer than {MAX_KEYWORD_CHARS} characters"
-        if not _words(normal(keyword)) and not _UNSPACED_CHAR.search(keyword):
-            return f"the keyword {keyword!r} has no letter or digit to match"
         if normal(keyword) not in (normal(k) for k in keywords):
             keywords.append(keyword)
+    return keywords_problem(keywords) or keywords
+
+
+def keywords_problem(keywords: Sequence[str]) -> str | None:
+    """What breaks the rules of a block's keywords (at most MAX_KEYWORDS, each a plain
+    keyword of at most MAX_KEYWORD_CHARS characters with a letter or digit to match, on one
+    line), or None."""
     if len(keywords) > MAX_KEYWORDS:
         return f"{len(keywords)} keywords; a block takes at most {MAX_KEYWORDS}"
-    return keywords
+    for keyword in keywords:
+        if not keyword.strip():
+            return "a keyword is empty"
+        if len(keyword) > MAX_KEYWORD_CHARS:
+            return f"the keyword {keyword[:20]!r}… is longer than {MAX_KEYWORD_CHARS} characters"
+        if any(unicodedata.category(char) in ("Cc", "Cf") for char in keyword):
+            return f"the keyword {keyword!r} holds a control character or line break"
+        if not _words(normal(keyword)) and not _UNSPACED_CHAR.search(keyword):
+            return f"the keyword {keyword!r} has no letter or digit to match"
+    return None
 
 
 def _split(text: str) -> list[str]:

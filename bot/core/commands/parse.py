@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.core.blocks import PRIORITY_MAX, PRIORITY_MIN, priority_problem
+from bot.core.blocks.ends import Ends, parse_for, parse_until
+from bot.core.blocks.triggers import parse_keywords
 from storage.models import Level
 
 
@@ -64,6 +66,10 @@ class PinCommand:
     # ADD: add it sensitive; EDIT: make it sensitive too; SENSITIVE: what the block becomes
     sensitive: bool = False
     preview: bool = False  # STATUS: each block with its first characters (`/sticky`)
+    # ADD, EDIT: the keywords the block waits for (None: not given; empty: `--when -`, sent
+    # always) and its end (None: not given; Ends() for `--until -`, it no longer ends)
+    when: tuple[str, ...] | None = None
+    ends: Ends | None = None
 
 
 @dataclass(frozen=True)
@@ -73,15 +79,18 @@ class ParseError:
     message: str
 
 
+_ENDS = "[--until <date> | --for <duration>]"
+_ADD_OPTIONS = f"[--pinned] [--priority <n>] [--sensitive] [--when <keywords>] {_ENDS}"
+_EDIT_OPTIONS = "[--sensitive] [--when <keywords>|-] [--until <date>|- | --for <duration>]"
 USAGE: dict[str, str] = {
-    "add": "/pin add <label> <content> [--pinned] [--priority <n>] [--sensitive]",
-    "add-strong": "/pin add-strong <label> <content> [--pinned] [--priority <n>] [--sensitive]",
-    "add-context": "/pin add-context <label> <content> [--pinned] [--priority <n>] [--sensitive]",
+    "add": f"/pin add <label> <content> {_ADD_OPTIONS}",
+    "add-strong": f"/pin add-strong <label> <content> {_ADD_OPTIONS}",
+    "add-context": f"/pin add-context <label> <content> {_ADD_OPTIONS}",
     "level": "/pin level <label> strong|context",
     "priority": f"/pin priority <label> <n>  (n from {PRIORITY_MIN} to {PRIORITY_MAX})",
     "list": "/pin list",
     "status": "/pin status",
-    "edit": "/pin edit <label> <new content> [--sensitive]",
+    "edit": f"/pin edit <label> [<new content>] {_EDIT_OPTIONS}",
     "remove": "/pin remove <label>",
     "idle": "/pin idle <label>",
     "activate": "/pin activate <label>",
@@ -124,7 +133,24 @@ _LAST_WORD = re.compile(r"\S+$")
 PINNED_FLAG = "--pinned"
 PRIORITY_FLAG = "--priority"
 SENSITIVE_FLAG = "--sensitive"
-FLAGS = (PINNED_FLAG, PRIORITY_FLAG, SENSITIVE_FLAG)
+WHEN_FLAG = "--when"
+UNTIL_FLAG = "--until"
+FOR_FLAG = "--for"
+FLAGS = (PINNED_FLAG, PRIORITY_FLAG, SENSITIVE_FLAG, WHEN_FLAG, UNTIL_FLAG, FOR_FLAG)
+EDIT_FLAGS = (SENSITIVE_FLAG, WHEN_FLAG, UNTIL_FLAG, FOR_FLAG)
+# Flags that take a value, with what the value looks like in an example.
+_VALUED = {
+    PRIORITY_FLAG: "--priority 5",
+    WHEN_FLAG: '--when deploy,"release notes"',
+    UNTIL_FLAG: "--until 2026-12-24",
+    FOR_FLAG: "--for 3d",
+}
+# Flags that may not be left inside the content: it would be saved with them, as words.
+_NOT_IN_CONTENT = (SENSITIVE_FLAG, WHEN_FLAG, UNTIL_FLAG, FOR_FLAG)
+# A flag's value: one word, where double quotes keep spaces inside it (`"release notes",x`).
+_VALUE = r'(?:"[^"]*"|[^\s"])+'
+_LEADING_VALUE = re.compile(_VALUE)
+_TRAILING_VALUE = re.compile(rf"(?:^|\s)(\S+)\s+({_VALUE})$")
 LITERAL_MARK = "--"
 # A word that reads as a flag: two dashes, then a letter.
 _FLAG_LIKE = re.compile(r"--[^\W\d_][\w-]*")
@@ -194,7 +220,14 @@ def meant_flags(word: str, allowed: tuple[str, ...] = FLAGS) -> tuple[str, ...]:
         return ()
     folded = word.casefold()
     begun = tuple(flag for flag in allowed if flag.startswith(folded))
-    return begun or tuple(flag for flag in allowed if _edits(folded, flag) <= _MAX_EDITS)
+    return begun or tuple(flag for flag in allowed if _edits(folded, flag) <= _edits_allowed(flag))
+
+
+def _edits_allowed(flag: str) -> int:
+    """How far a word may be from flag to be taken for its misspelling: short flags are close
+    to ordinary words (`--for` to `--fork`), so fewer edits for them."""
+    letters = len(flag) - 2
+    return _MAX_EDITS if letters >= 6 else 1 if letters >= 4 else 0
 
 
 @dataclass(frozen=True)
@@ -205,6 +238,7 @@ class _Content:
     pinned: bool = False
     priority: str | None = None  # as written; checked by the caller
     sensitive: bool = False
+    values: dict[str, str] | None = None  # --when, --until, --for as written
 
 
 @dataclass(frozen=True)
@@ -229,7 +263,7 @@ class _Flags:
         self.allowed = allowed
         self.pinned = False
         self.sensitive = False
-        self.priority: str | None = None
+        self.values: dict[str, str] = {}
 
     def flag(self, word: str) -> str | None:
         """The allowed flag this word is, or None."""
@@ -237,7 +271,7 @@ class _Flags:
         return flag if flag in self.allowed else None
 
     def take(self, flag: str, value: str | None = None) -> _FlagProblem | None:
-        """Record flag (--priority with its value), or the problem of giving it twice."""
+        """Record flag (a valued one with its value), or the problem of giving it twice."""
         if flag == PINNED_FLAG:
             if self.pinned:
                 return _twice(flag)
@@ -247,10 +281,15 @@ class _Flags:
                 return _twice(flag)
             self.sensitive = True
         else:
-            if self.priority is not None:
+            if flag in self.values:
                 return _twice(flag)
-            self.priority = value
+            self.values[flag] = value or ""
         return None
+
+
+def _needs_value(flag: str) -> _FlagProblem:
+    what = "a number" if flag == PRIORITY_FLAG else "a value"
+    return _FlagProblem(f"{flag} needs {what} after it, e.g. {_VALUED[flag]}.")
 
 
 def _leading_flags(content: str, flags: _Flags) -> str | _FlagProblem:
@@ -259,10 +298,12 @@ def _leading_flags(content: str, flags: _Flags) -> str | _FlagProblem:
     while content:
         first, after = _split_first(content)
         flag, value = flags.flag(first), None
-        if flag == PRIORITY_FLAG:
-            value, after = _split_first(after)
-            if not _NUMBER_LIKE.fullmatch(value):
-                return _FlagProblem(f"{PRIORITY_FLAG} needs a number after it, e.g. --priority 5.")
+        if flag in _VALUED:
+            found = _LEADING_VALUE.match(after)
+            value = found.group() if found else ""
+            after = after[len(value) :].lstrip()
+            if not value or (flag == PRIORITY_FLAG and not _NUMBER_LIKE.fullmatch(value)):
+                return _needs_value(flag)
         elif flag is None:
             if meant := meant_flags(first, flags.allowed):
                 return _misspelled(first, meant)
@@ -274,11 +315,20 @@ def _leading_flags(content: str, flags: _Flags) -> str | _FlagProblem:
 
 
 def _trailing_flags(content: str, flags: _Flags) -> str | _FlagProblem:
-    """Take the flags off the end of content, last first: `--pinned`, `--sensitive` and
-    `--priority <n>` (those allowed) in any order, each at most once. A `--priority` without
-    its value, a repeated flag and a misspelled one (see meant_flags) are problems; anything
-    else ends the flags and is content."""
+    """Take the flags off the end of content, last first: `--pinned`, `--sensitive` and the
+    valued ones with their value (those allowed) in any order, each at most once. A valued
+    flag without its value, a repeated flag and a misspelled one (see meant_flags) are
+    problems; anything else ends the flags and is content."""
     while content:
+        valued = _TRAILING_VALUE.search(content)
+        if valued and (flag := flags.flag(valued.group(1))) in _VALUED:
+            value = valued.group(2)
+            if flag == PRIORITY_FLAG and not _NUMBER_LIKE.fullmatch(value):
+                return _needs_value(flag)
+            if problem := flags.take(flag, value):
+                return problem
+            content = content[: valued.start()].rstrip()
+            continue
         head, last = _split_last(content)
         flag = flags.flag(last)
         if flag in (PINNED_FLAG, SENSITIVE_FLAG):
@@ -286,20 +336,16 @@ def _trailing_flags(content: str, flags: _Flags) -> str | _FlagProblem:
                 return problem
             content = head
             continue
-        if flag == PRIORITY_FLAG:
-            return _FlagProblem(f"{PRIORITY_FLAG} needs a number after it, e.g. --priority 5.")
+        if flag in _VALUED:
+            return _needs_value(flag)
         if meant := meant_flags(last, flags.allowed):
             return _misspelled(last, meant)
         if not head:
             break
-        rest, before = _split_last(head)
-        if flags.flag(before) == PRIORITY_FLAG:
-            if problem := flags.take(PRIORITY_FLAG, last):
-                return problem
-            content = rest
-            continue
-        if PRIORITY_FLAG in meant_flags(before, flags.allowed) and _NUMBER_LIKE.fullmatch(last):
-            return _misspelled(before, (PRIORITY_FLAG,))
+        _rest, before = _split_last(head)
+        meant = tuple(flag for flag in meant_flags(before, flags.allowed) if flag in _VALUED)
+        if meant and (meant != (PRIORITY_FLAG,) or _NUMBER_LIKE.fullmatch(last)):
+            return _misspelled(before, meant)
         break
     return content
 
@@ -318,12 +364,16 @@ def _parse_content(rest: str, allowed: tuple[str, ...] = FLAGS) -> _Content | _F
         content = _trailing_flags(content.strip(), flags)
     if isinstance(content, _FlagProblem):
         return content
-    if any(word.casefold() == SENSITIVE_FLAG for word in content.split()):
+    inside = [w for w in content.split() if w.casefold() in _NOT_IN_CONTENT and flags.flag(w)]
+    if inside:
         return _FlagProblem(
-            f"{SENSITIVE_FLAG} is inside the content, where it is not read as a flag; put it "
-            "right after the label or at the end."
+            f"{inside[0]} is inside the content, where it is not read as a flag; put it "
+            "right after the label or at the end (keywords with spaces in double quotes)."
         )
-    return _Content(content.strip(), flags.pinned, flags.priority, flags.sensitive)
+    values = flags.values
+    return _Content(
+        content.strip(), flags.pinned, values.get(PRIORITY_FLAG), flags.sensitive, values
+    )
 
 
 def _priority(text: str) -> int | ParseError:
@@ -344,6 +394,35 @@ def _flag_error(name: str, shared: bool, flags: _FlagProblem) -> ParseError:
     )
 
 
+def _when_and_ends(
+    values: dict[str, str], *, clearing: bool
+) -> tuple[tuple[str, ...] | None, Ends | None] | str:
+    """The keywords and the end the flags ask for (None: not given), or what is wrong with
+    them; clearing: `-` may take either back (an edit)."""
+    when: tuple[str, ...] | None = None
+    if (keywords := values.get(WHEN_FLAG)) is not None:
+        if keywords == "-" and clearing:
+            when = ()
+        else:
+            parsed = parse_keywords(keywords)
+            if isinstance(parsed, str):
+                return f"{WHEN_FLAG}: {parsed}."
+            when = tuple(parsed)
+    until, for_ = values.get(UNTIL_FLAG), values.get(FOR_FLAG)
+    if until is not None and for_ is not None:
+        return f"Give {UNTIL_FLAG} or {FOR_FLAG}, not both."
+    ends: Ends | str | None = None
+    if until is not None:
+        if until == "-" and not clearing:
+            return f"{UNTIL_FLAG} - takes an end back: it is for /pin edit."
+        ends = parse_until(until.strip('"'))
+    elif for_ is not None:
+        ends = parse_for(for_.strip('"'))
+    if isinstance(ends, str):
+        return f"{UNTIL_FLAG if until is not None else FOR_FLAG}: {ends}."
+    return when, ends
+
+
 def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
     if not label:
@@ -354,6 +433,9 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     priority = _priority(content.priority) if content.priority is not None else None
     if isinstance(priority, ParseError):
         return _usage_error(name, shared, priority.message)
+    timing = _when_and_ends(content.values or {}, clearing=False)
+    if isinstance(timing, str):
+        return _usage_error(name, shared, timing)
     return PinCommand(
         Verb.ADD,
         shared=shared,
@@ -363,6 +445,8 @@ def _parse_add(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
         pinned=content.pinned,
         priority=priority,
         sensitive=content.sensitive,
+        when=timing[0],
+        ends=timing[1],
     )
 
 
@@ -413,14 +497,28 @@ def _parse_label_only(name: str, rest: str, shared: bool) -> PinCommand | ParseE
 
 def _parse_edit(name: str, rest: str, shared: bool) -> PinCommand | ParseError:
     label, after = _split_first(rest)
-    parsed = _parse_content(after, (SENSITIVE_FLAG,))
+    parsed = _parse_content(after, EDIT_FLAGS)
     if label and isinstance(parsed, _FlagProblem):
         return _flag_error(name, shared, parsed)
     content = parsed.text if isinstance(parsed, _Content) else ""
-    if not label or not content:
-        return _usage_error(name, shared, "edit needs a label and the new content.")
+    values = (parsed.values if isinstance(parsed, _Content) else None) or {}
+    if not label or not (content or values):
+        return _usage_error(
+            name, shared, "edit needs a label and the new content, or --when, --until or --for."
+        )
+    timing = _when_and_ends(values, clearing=True)
+    if isinstance(timing, str):
+        return _usage_error(name, shared, timing)
     sensitive = isinstance(parsed, _Content) and parsed.sensitive
-    return PinCommand(Verb.EDIT, shared=shared, label=label, content=content, sensitive=sensitive)
+    return PinCommand(
+        Verb.EDIT,
+        shared=shared,
+        label=label,
+        content=content or None,  # none: the content stays as it is
+        sensitive=sensitive,
+        when=timing[0],
+        ends=timing[1],
+    )
 
 
 def _parse_level(name: str, rest: str, shared: bool) -> PinCommand | ParseError:

@@ -132,6 +132,8 @@ class PinService:
                 priority=command.priority or 0,
                 origin=origin,
                 sensitive=command.sensitive,
+                triggers=command.when or (),
+                ends=command.ends,
             )
         if command.verb is Verb.SENSITIVE:
             return await ops.change(target, label, sensitive=command.sensitive)
@@ -144,7 +146,12 @@ class PinService:
         if command.verb is Verb.EDIT:
             sensitive = True if command.sensitive else None  # without the flag: as it is
             return await ops.change(
-                target, label, content=command.content or "", sensitive=sensitive
+                target,
+                label,
+                content=command.content,  # None: only its keywords or end change
+                sensitive=sensitive,
+                triggers=command.when,
+                ends=command.ends,
             )
         if command.verb is Verb.LEVEL:
             return await ops.change(target, label, level=command.level)
