@@ -47,17 +47,30 @@ class HistoryStore(Protocol):
         now: datetime,
         sender: str | None = None,
         drop_ids: Sequence[int] = (),
+        sent: str | None = None,
     ) -> None:
         """Record one completed turn (both messages or neither) as sender's, with the model
-        calls counted so far, and forget drop_ids; all in one transaction."""
+        calls counted so far, and forget drop_ids; all in one transaction. sent records which
+        blocks went with the turn's request, and why (for /pin why)."""
         turn = Step(
-            "INSERT INTO history (session, role, content, created_at, sender) VALUES "
-            "(?, 'user', ?, ?, ?), (?, 'assistant', ?, ?, ?)",
-            (session, user_text, ts(now), sender, session, reply, ts(now), sender),
+            "INSERT INTO history (session, role, content, created_at, sender, sent) VALUES "
+            "(?, 'user', ?, ?, ?, ?), (?, 'assistant', ?, ?, ?, NULL)",
+            (session, user_text, ts(now), sender, sent, session, reply, ts(now), sender),
         )
         drop = (Step(_DROP, (session, list(drop_ids))),) if drop_ids else ()
         async with self._pending_calls.writing() as calls:
             await self._db.write(turn, *calls, *drop)
+
+    async def last_sent(self, session: str, sender: str | None) -> str | None:
+        """What sender's last kept turn of session recorded of the blocks that went with its
+        request (None: no turn of theirs is kept, or it recorded nothing)."""
+        who = "sender = ?" if sender is not None else "sender IS NULL"
+        sent: str | None = await self._db.fetchval(
+            f"SELECT sent FROM history WHERE session = ? AND role = 'user' AND {who} "
+            "ORDER BY id DESC LIMIT 1",
+            *((session, sender) if sender is not None else (session,)),
+        )
+        return sent
 
     async def compact_history(
         self, session: str, drop_ids: Sequence[int], summary: str | None, *, now: datetime

@@ -2,8 +2,18 @@
 versions, the lifecycle, the chat's pinned message, sensitive content, and imports."""
 
 from bot.core.blocks.chatpin import ChatPin
+from bot.core.blocks.ends import Ends, parse_for, parse_until, shown_end
 from bot.core.blocks.lifecycle import Lifecycle, remove_blocks
-from bot.core.blocks.ops import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
+from bot.core.blocks.ops import (
+    BlockOps,
+    Done,
+    Outcome,
+    Refused,
+    Target,
+    find_block,
+    seen_of,
+    timing_details,
+)
 from bot.core.blocks.review import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -32,9 +42,12 @@ from bot.core.blocks.transfer import (
     plan_import,
     read_document,
 )
+from bot.core.blocks.triggers import MAX_KEYWORD_CHARS, MAX_KEYWORDS, matcher, parse_keywords
 from bot.core.blocks.versions import BlockVersions
 
 __all__ = [
+    "MAX_KEYWORDS",
+    "MAX_KEYWORD_CHARS",
     "PREVIEW_CHARS",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -44,6 +57,7 @@ __all__ = [
     "BlockVersions",
     "ChatPin",
     "Done",
+    "Ends",
     "Lifecycle",
     "Outcome",
     "Refused",
@@ -58,6 +72,10 @@ __all__ = [
     "find_block",
     "is_sticky_file",
     "listing_note",
+    "matcher",
+    "parse_for",
+    "parse_keywords",
+    "parse_until",
     "plan_import",
     "plan_sticky",
     "preview",
@@ -68,6 +86,8 @@ __all__ = [
     "seen_of",
     "shown",
     "shown_content",
+    "shown_end",
     "shown_states",
     "text_problem",
+    "timing_details",
 ]

@@ -1,10 +1,13 @@
-"""The pin lifecycle at each model request: count the call for each scope, and delete the idle
-blocks whose retention has passed (a change of the clean-up's, reviewed like any other); and
-the removal of blocks the system decides on, for the clean-up and retention alike."""
+"""The pin lifecycle at each model request: count the call for each scope, turn the blocks
+whose end has passed idle, and delete the idle blocks whose retention has passed (changes of
+the clean-up's, reviewed like any other); and the removal of blocks the system decides on, for
+the clean-up and retention alike."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from bot.clock import Clock, utc_now
 from bot.core.blocks.ops import BlockOps
@@ -13,9 +16,28 @@ from bot.core.people import is_shared_scope
 from bot.secrets import redact
 from storage import Store
 from storage.errors import Conflict
-from storage.models import Author, Block, BlockChange, Channel, Seen, State, Wanted, label_key
+from storage.models import (
+    Author,
+    Block,
+    BlockChange,
+    BlockState,
+    Channel,
+    Seen,
+    State,
+    Wanted,
+    label_key,
+)
 
 CLEANUP = Author("cleanup", Channel.CLEANUP)
+
+
+@dataclass(frozen=True)
+class ForRequest:
+    """The blocks of a request's scopes (idle ones included: rendering leaves those out), and
+    those that ended with this request (now idle): their owners are told once, now."""
+
+    blocks: list[Block]
+    ended: list[Block]
 
 
 class Lifecycle:
@@ -25,11 +47,21 @@ class Lifecycle:
         self._store, self._clock = store, clock
         self._ops = BlockOps(store, policy, clock)
 
-    async def blocks_for_request(self, scopes: Sequence[str]) -> list[Block]:
-        """Count one model call for each scope, delete its expired idle blocks, and return the
-        blocks left (idle ones included; rendering leaves those out)."""
+    async def blocks_for_request(self, scopes: Sequence[str]) -> ForRequest:
+        """Count one model call for each scope, turn its ended blocks idle, delete its expired
+        idle blocks, and return the blocks left, with those that ended now."""
         blocks, before = await self._store.start_model_call(scopes)
         now = self._clock()
+        ended = [
+            b
+            for b in blocks
+            if b.ends_at is not None and b.ends_at <= now and b.state is not State.IDLE
+        ]
+        if ended and await _end(self._ops, ended):
+            now_idle = {b.id for b in ended}
+            blocks = [_idled(b) if b.id in now_idle else b for b in blocks]
+        else:
+            ended = []
         idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
         gone = [
             b
@@ -39,13 +71,50 @@ class Lifecycle:
         if gone and await self._remove(gone):
             ids = {b.id for b in gone}
             blocks = [b for b in blocks if b.id not in ids]
-        return blocks
+        return ForRequest(blocks, ended)
 
     async def _remove(self, gone: Sequence[Block]) -> bool:
         """Remove expired blocks (kept as versions: the user can bring them back); False when
         one changed meanwhile (it is looked at again at the next request) or the review
         refused."""
         return await remove_blocks(self._ops, gone)
+
+
+def _idled(block: Block) -> Block:
+    """An ended block as its end left it: idle since it ended."""
+    return dataclasses.replace(block, state=State.IDLE, idle_since=block.ends_at)
+
+
+async def _end(ops: BlockOps, ended: Sequence[Block]) -> bool:
+    """Turn blocks whose end passed idle (idle from their end, so they age from then) as one
+    change per scope, the clean-up's; False when one changed meanwhile or the review refused
+    (nothing changes then; they are looked at again at the next request)."""
+    by_scope: dict[str, list[Block]] = {}
+    for block in ended:
+        by_scope.setdefault(block.scope, []).append(block)
+    changes = [
+        BlockChange(
+            scope,
+            tuple(
+                Wanted(
+                    b.label,
+                    dataclasses.replace(BlockState.of(b), state=State.IDLE),
+                    idle_since=b.ends_at,
+                )
+                for b in blocks
+            ),
+            CLEANUP,
+            {label_key(b.label): Seen(b, None) for b in blocks},
+            is_shared_scope(scope),
+            mask=redact,
+        )
+        for scope, blocks in by_scope.items()
+    ]
+    try:
+        done = await ops.commit_all(changes)
+    except Conflict:
+        return False
+    return isinstance(done, list) and bool(done)
 
 
 async def remove_blocks(ops: BlockOps, gone: Sequence[Block]) -> bool:

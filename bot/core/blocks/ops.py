@@ -52,7 +52,16 @@ from storage.models import (
     label_key,
 )
 
-__all__ = ["BlockOps", "Done", "Outcome", "Refused", "Target", "find_block", "kept_note"]
+__all__ = [
+    "BlockOps",
+    "Done",
+    "Outcome",
+    "Refused",
+    "Target",
+    "find_block",
+    "kept_note",
+    "timing_details",
+]
 # A command's change is decided again on the blocks as they are when another writer changed
 # them in between; a decision taken once (a proposal's approval) is not.
 _ATTEMPTS = 5
@@ -499,6 +508,15 @@ class BlockOps:
     def _undo_note(self, target: Target) -> str:
         days = self.policy.pins.history_days
         return f"{target.command('undo')} brings them back, for {days} days."
+
+
+def timing_details(block: Block, now: datetime | None = None) -> list[str]:
+    """A block's keywords and end, as listings show them beside its level and state."""
+    details = [f"when: {', '.join(block.triggers)}"] if block.triggers else []
+    if block.ends_at is not None:
+        ended = now is not None and block.ends_at <= now
+        details.append(f"{'ended' if ended else 'until'} {shown_end(block.ends_at)}")
+    return details
 
 
 def timing_note(state: BlockState) -> str:

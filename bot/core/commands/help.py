@@ -14,6 +14,8 @@ message, in this chat only.
 /pin add <label> <content> --pinned  Add a block kept until you remove it
 /pin add <label> <content> --priority <n>  Add a block with a priority ({low} to {high})
 /pin add <label> <content> --sensitive  Add a block the model and listings see redacted
+/pin add <label> <content> --when deploy,"release notes"  Sent only when a message mentions one
+/pin add <label> <content> --until 2026-12-24  (or --for 3d)  Not sent after then (UTC)
 /pin add <label> -- <content>        Everything after -- is content, even a final --pinned
 /pin add <label>  (as a reply)       Pin the message you reply to, or the part you quote
 /pin level <label> strong|context    Change a block's level
@@ -22,6 +24,8 @@ message, in this chat only.
 /pin list                            Show your blocks
 /pin status                          Each block sent, its characters and tokens; idle clean-up
 /pin edit <label> <new content> [--sensitive]  Replace a block's content
+/pin edit <label> --when <keywords>|-  --until <date>|-  --for <duration>  Change when it goes
+/pin why                             Which blocks went with your last message, and why
 /pin remove <label>                  Delete a block
 /pin idle|activate|pin|unpin <label> Pause, resume, keep or release a block
 /pin clear                           Count the blocks a clear would delete
@@ -36,7 +40,9 @@ and are deleted after a while; pinned blocks stay until you remove them. Every c
 a while: undo and restore bring blocks back, removed ones too. A sensitive block is kept whole, \
 but the model, /pin list and /sticky see its addresses and secrets masked; /sticky raw <label> \
 shows it as stored, in a private chat. /sticky lists your blocks with their first characters; \
-/sticky delete <label> is /pin remove."""
+/sticky delete <label> is /pin remove. A block with keywords (--when) goes only when your \
+message, or one of your last few, mentions one (whole words; inside words in Chinese and \
+Japanese); a block with an end stops then, you are told once, and it goes idle."""
 
 _SUGGESTION_LINES = """\
 /pin suggestions                     What the model suggests pinning (at compaction)
@@ -57,6 +63,7 @@ admins may change them.
 /pin shared priority <label> <n>            Change a shared block's priority
 /pin shared sensitive <label> [on|off]      Mask (or stop masking) a shared block's secrets
 /pin shared edit <label> <new content>      Replace a shared block's content
+/pin shared add|edit <label> ... --when <keywords>  --until <date>  --for <duration>
 /pin shared remove <label>                  Delete a shared block
 /pin shared idle|activate|pin|unpin <label> Change a shared block's state
 /pin shared clear  /  /pin shared clear confirm

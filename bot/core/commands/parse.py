@@ -8,9 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bot.core.blocks import PRIORITY_MAX, PRIORITY_MIN, priority_problem
-from bot.core.blocks.ends import Ends, parse_for, parse_until
-from bot.core.blocks.triggers import parse_keywords
+from bot.core.blocks import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    Ends,
+    parse_for,
+    parse_keywords,
+    parse_until,
+    priority_problem,
+)
 from storage.models import Level
 
 
@@ -42,6 +48,7 @@ class Verb(StrEnum):
     SUGGESTIONS = "suggestions"
     ACCEPT = "accept"
     DISMISS = "dismiss"
+    WHY = "why"
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ USAGE: dict[str, str] = {
     "priority": f"/pin priority <label> <n>  (n from {PRIORITY_MIN} to {PRIORITY_MAX})",
     "list": "/pin list",
     "status": "/pin status",
+    "why": "/pin why",
     "edit": f"/pin edit <label> [<new content>] {_EDIT_OPTIONS}",
     "remove": "/pin remove <label>",
     "idle": "/pin idle <label>",
@@ -366,9 +374,11 @@ def _parse_content(rest: str, allowed: tuple[str, ...] = FLAGS) -> _Content | _F
         return content
     inside = [w for w in content.split() if w.casefold() in _NOT_IN_CONTENT and flags.flag(w)]
     if inside:
+        quotes = ' Keywords with spaces go in double quotes: --when "release notes",deploy.'
         return _FlagProblem(
             f"{inside[0]} is inside the content, where it is not read as a flag; put it "
-            "right after the label or at the end (keywords with spaces in double quotes)."
+            "right after the label or at the end."
+            + (quotes if inside[0].casefold() == WHEN_FLAG else "")
         )
     values = flags.values
     return _Content(
@@ -600,6 +610,7 @@ _PARSERS: dict[str, _Parser] = {
     "log": _parse_log_command,
     "list": _parse_list,
     "status": _parse_list,
+    "why": _parse_list,
     "undo": _parse_list,
     "history": _parse_history,
     "restore": _parse_restore,

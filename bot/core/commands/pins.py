@@ -17,11 +17,12 @@ from bot.core.blocks import (
     listing_note,
     refusal,
     shown_content,
+    timing_details,
 )
 from bot.core.commands.help import pin_help
 from bot.core.commands.parse import LOG_DEFAULT, USAGE, PinCommand, Verb, split_command
 from bot.core.commands.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
-from bot.core.conversation import Estimate, estimate, injected
+from bot.core.conversation import Estimate, estimate, history_key, injected, why_text
 from bot.core.decisions import Proposals, Suggestions
 from bot.core.people import Action, ChatKind, MessageContext, Role, refusal_for
 from bot.core.replies import Reply
@@ -44,8 +45,16 @@ _STATE_VERBS = {
 class PinService:
     """The `/pin` commands over one store."""
 
-    def __init__(self, store: Store, policy: BlockPolicy, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        store: Store,
+        policy: BlockPolicy,
+        clock: Clock = utc_now,
+        *,
+        history_per_sender: bool = False,
+    ) -> None:
         self._store = store
+        self._history_per_sender = history_per_sender
         self._policy = policy
         self._pins = policy.pins
         self._clock = clock
@@ -72,6 +81,8 @@ class PinService:
                     label_limit=self._pins.max_label_length,
                 )
             )
+        if command.verb is Verb.WHY:
+            return Reply(await self._why(context))
         target = Target.of(context, shared=command.shared)
         if isinstance(target, Refused):
             return Reply.refused(target.reason)
@@ -220,6 +231,7 @@ class PinService:
                 details.append(f"priority {block.priority}")
             if note := listing_note(block):
                 details.append(note)
+            details += timing_details(block, self._clock())
             lines.append(f"{number}. {block.label} ({', '.join(details)})")
             lines.append(shown_content(block))
         if not self._pins.allow_prompt_injection:
@@ -266,6 +278,14 @@ class PinService:
         if warning := self._policy.token_warning(tokens.total):
             lines.append(warning)
         return lines
+
+    async def _why(self, context: MessageContext) -> str:
+        """Which blocks went with the speaker's last request here, and why."""
+        conversation = context.conversation
+        session = history_key(conversation, per_sender=self._history_per_sender)
+        stored = await self._store.last_sent(session, conversation.sender_id)
+        group = conversation.shared_scope is not None
+        return why_text(stored, group=group, budget=self._pins.triggered_budget_tokens)
 
     async def _raw(self, context: MessageContext, target: Target, label: str) -> Reply:
         """A block of the speaker's as it is stored, sensitive or not: only in a DM, where

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.core.blocks import PREVIEW_CHARS, BlockPolicy, listing_note, preview
-from bot.core.conversation import BlockCost, Estimate, ScopedBlock, injected
+from bot.core.blocks import PREVIEW_CHARS, BlockPolicy, listing_note, preview, timing_details
+from bot.core.conversation import BlockCost, Estimate, ScopedBlock, block_tokens, injected
 from storage.models import Block, Level, State
 
 INJECTION_OFF = (
@@ -54,6 +54,7 @@ def _describe(item: ScopedBlock, group: bool) -> str:
     details = [item.scope_name] if group else []
     details += [block.level.value, block.state.value, f"priority {block.priority}"]
     details += [note] if (note := listing_note(block)) else []
+    details += timing_details(block)
     return f"{block.label} ({', '.join(details)})"
 
 
@@ -83,6 +84,31 @@ def _cost_line(number: int, cost: BlockCost, group: bool) -> str:
         f"{number}. {_describe(cost.item, group)}: {chars:,} characters, "
         f"about {cost.tokens:,} tokens"
     )
+
+
+def _triggered_lines(view: StatusView, policy: BlockPolicy) -> list[str]:
+    """The blocks that wait for keywords: each with its estimated tokens when it goes, and
+    the budget they share in one request."""
+    waiting = [
+        ScopedBlock(block, scope.name)
+        for scope in view.scopes
+        if scope.listed
+        for block in injected(scope.blocks)
+        if block.triggers
+    ]
+    if not waiting:
+        return []
+    budget = policy.pins.triggered_budget_tokens
+    noun = "block waits" if len(waiting) == 1 else "blocks wait"
+    lines = [
+        f"{len(waiting)} {noun} for keywords: each goes only with a request that mentions one, "
+        f"together at most {budget:,} tokens a request (pins.triggered_budget_tokens; the "
+        "lowest priority stays out first). /pin why shows what went with your last request."
+    ]
+    for number, item in enumerate(waiting, start=1):
+        line = f"{number}. {_describe(item, view.group)}: about {block_tokens(item):,} tokens"
+        lines += _previewed(view, line, item.block)
+    return lines
 
 
 def _kept_lines(view: StatusView) -> list[str]:
@@ -159,6 +185,7 @@ def status_text(view: StatusView, policy: BlockPolicy, now: datetime) -> str:
     """The whole status view for the scopes that apply to the speaker here."""
     estimate = view.estimate
     lines = [INJECTION_OFF, *_kept_lines(view)] if estimate is None else _sent_lines(view, estimate)
+    lines += _triggered_lines(view, policy) if estimate is not None else []
     lines += _idle_lines(view, policy, now)
     lines += [_limit_line(scope, policy) for scope in view.scopes if scope.listed]
     if estimate is not None:

@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bot.core.people import ChatKind, Conversation, sender_session
 from bot.llm.base import Message
 from storage.models import HistoryEntry
 
 SUMMARY_ROLE = "summary"
 SUMMARY_PREFIX = "Summary of our earlier conversation (older messages were compacted):\n"
+
+
+def history_key(conversation: Conversation, *, per_sender: bool) -> str:
+    """Where a conversation's history is kept: per chat (and topic), or per sender in groups
+    when per_sender (`chat.history_per_sender`) is on."""
+    key = conversation.session_key
+    if per_sender and conversation.kind is ChatKind.GROUP and conversation.sender_id:
+        key = sender_session(key, conversation.sender_id)
+    return key
 
 
 @dataclass(frozen=True)

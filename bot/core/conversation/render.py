@@ -1,5 +1,9 @@
-"""Blocks to text for the model: a strong section for the system prompt, a context section for the
-current user message, each in a fixed English wrapper that content cannot forge.
+"""Blocks to text for the model: which blocks go with a request (those sent always; those
+whose keyword the message, or one of the user's messages of the last `pins.trigger_turns`
+turns, mentions, within `pins.triggered_budget_tokens`, the lowest priority left out first;
+never an ended or idle one), then a strong section for the system prompt and a context section
+for the current user message, each in a fixed English wrapper that content cannot forge. The
+record of the choice (`Why`) is what `/pin why` shows of the speaker's last request.
 
 Each section has its own marker, a hash of everything users wrote into that section: the strong
 section's of its blocks (scope, label, content), the context section's of its blocks and the
@@ -12,13 +16,17 @@ every request's prefix.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import math
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
 
-from bot.core.blocks import shown
+from bot.core.blocks import matcher, shown
 from storage.models import Block, Level, State
 
 STRONG_RULES = """\
@@ -57,27 +65,38 @@ class ScopedBlock:
 
 @dataclass(frozen=True)
 class Rendered:
-    """The two sections to inject; an empty string means nothing of that level."""
+    """The sections to inject; an empty string means nothing of that level. strong goes in
+    the system prompt; the strong blocks a keyword brought (triggered) and the context
+    section go with the user's message, so that the system prompt stays byte-identical
+    whether a keyword fires or not."""
 
     strong: str
     context: str
     strong_marker: str
     context_marker: str
     blocks: tuple[ScopedBlock, ...] = ()  # what was rendered, in order
+    triggered: str = ""  # the strong section of the blocks a keyword brought
 
 
 def injected(blocks: Sequence[Block]) -> list[Block]:
-    """The blocks that go to the model, in order: higher priority first, then newest first."""
+    """The blocks that may go to the model, in order: higher priority first, then newest
+    first (idle ones left out; those with keywords go only when one is mentioned)."""
     live = [block for block in blocks if block.state is not State.IDLE]
     return sorted(live, key=lambda b: (-b.priority, -b.created_at.timestamp(), -b.id))
 
 
-def ordered(shared: Sequence[Block], personal: Sequence[Block]) -> list[ScopedBlock]:
-    """Shared blocks before personal ones, each scope in injection order, idle ones left out;
-    each as the model reads it (a sensitive block redacted), so that what is rendered, and
-    every figure estimated from it, is what is sent."""
-    return [ScopedBlock(shown(b), "shared") for b in injected(shared)] + [
-        ScopedBlock(shown(b), "personal") for b in injected(personal)
+def ordered(
+    shared: Sequence[Block], personal: Sequence[Block], *, triggered: bool = False
+) -> list[ScopedBlock]:
+    """Shared blocks before personal ones, each scope in injection order, idle ones left out:
+    those sent always, or (triggered) those that wait for keywords; each as the model reads
+    it (a sensitive block redacted), so that what is rendered, and every figure estimated
+    from it, is what is sent."""
+    return [
+        ScopedBlock(shown(b), name)
+        for blocks, name in ((shared, "shared"), (personal, "personal"))
+        for b in injected(blocks)
+        if bool(b.triggers) is triggered
     ]
 
 
@@ -122,19 +141,31 @@ def _levels(blocks: Sequence[ScopedBlock]) -> tuple[list[ScopedBlock], list[Scop
 
 
 def render(
-    blocks: Sequence[ScopedBlock], user_text: str, strong_title: str = STRONG_TITLE
+    blocks: Sequence[ScopedBlock],
+    user_text: str,
+    strong_title: str = STRONG_TITLE,
+    fired: Sequence[ScopedBlock] = (),
 ) -> Rendered:
-    """Render the ordered blocks into the strong and context sections for one request;
-    strong_title names the strong section (pins.header_label)."""
+    """Render the ordered blocks into the strong and context sections for one request, and
+    the blocks a keyword brought (fired, in order) beside the user's message: its strong ones
+    in a strong section of their own there, its context ones in the context section after
+    those sent always. strong_title names the strong sections (pins.header_label)."""
     strong, context = _levels(blocks)
+    fired_strong, fired_context = _levels(fired)
+    context = [*context, *fired_context]
     strong_marker = section_marker(strong)
     context_marker = section_marker(context, user_text)
+    triggered = ""
+    if fired_strong:
+        marker = section_marker(fired_strong, user_text)
+        triggered = _section(Level.STRONG, fired_strong, marker, strong_title)
     return Rendered(
         strong=_section(Level.STRONG, strong, strong_marker, strong_title),
         context=_section(Level.CONTEXT, context, context_marker, CONTEXT_TITLE),
         strong_marker=strong_marker,
         context_marker=context_marker,
-        blocks=tuple(blocks),
+        blocks=(*blocks, *fired),
+        triggered=triggered,
     )
 
 
@@ -152,6 +183,20 @@ def weighted_chars(text: str) -> int:
     about four other characters (measured on a real model: docs/performance.md)."""
     wide = sum(1 for char in text if unicodedata.east_asian_width(char) in ("W", "F"))
     return len(text) + (CHARS_PER_TOKEN - 1) * wide
+
+
+def block_chars(item: ScopedBlock) -> int:
+    """The characters (weighted_chars) one block adds to a request on its own: its boundary
+    lines, content and separator, with a marker of the length every marker has."""
+    return weighted_chars(_block_text(item, _ANY_MARKER)) + len(_BLOCK_SEPARATOR)
+
+
+_ANY_MARKER = section_marker([])  # every marker is as long as this one
+
+
+def block_tokens(item: ScopedBlock) -> int:
+    """The estimated tokens one block adds to a request that carries it."""
+    return tokens_of(block_chars(item))
 
 
 @dataclass(frozen=True)
@@ -225,3 +270,148 @@ def estimate(
         if section
     )
     return Estimate(tuple(costs), total - sum(c.chars for c in costs), total)
+
+
+# --- which blocks go with one request -------------------------------------------------------
+
+
+class Reason(StrEnum):
+    """Why a block went with a request, or stayed out of it."""
+
+    ALWAYS = "always"  # it has no keywords: it goes with every request
+    KEYWORD = "keyword"  # a keyword of it was mentioned
+    OVER_BUDGET = "over-budget"  # mentioned, but past pins.triggered_budget_tokens
+    ENDED = "ended"  # its end (--until, --for) has passed
+    IDLE = "idle"  # idle blocks are not sent
+
+
+SENT = (Reason.ALWAYS, Reason.KEYWORD)
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """One block's part in a request: its label and scope ("shared" or "personal"), its
+    level, why it went or stayed out, the keyword that brought it, and its estimated tokens."""
+
+    label: str
+    scope_name: str
+    level: Level
+    reason: Reason
+    keyword: str = ""
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The blocks of one request: those sent always (in order), those a keyword brought
+    (fired, in order), and why each block here went or stayed out; waiting counts the
+    blocks whose keywords were not mentioned."""
+
+    always: list[ScopedBlock]
+    fired: list[ScopedBlock]
+    why: list[Why]
+    waiting: int = 0
+
+    def record(self) -> str:
+        """The selection as a turn keeps it, for `/pin why`."""
+        return json.dumps(
+            {
+                "waiting": self.waiting,
+                "blocks": [
+                    [w.label, w.scope_name, w.level.value, w.reason.value, w.keyword, w.tokens]
+                    for w in self.why
+                ],
+            },
+            ensure_ascii=False,
+        )
+
+
+@dataclass(frozen=True)
+class Record:
+    """A kept selection, as `/pin why` reads it back."""
+
+    why: list[Why]
+    waiting: int
+
+
+def read_record(text: str) -> Record | None:
+    """A selection kept with a turn (Selection.record), or None when it cannot be read."""
+    try:
+        found = json.loads(text)
+        why = [
+            Why(str(label), str(scope), Level(level), Reason(reason), str(keyword), int(tokens))
+            for label, scope, level, reason, keyword, tokens in found["blocks"]
+        ]
+        return Record(why, int(found.get("waiting", 0)))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _tokens(item: ScopedBlock) -> int:
+    """The estimated tokens of one block in a request."""
+    block = item.block
+    return _tokens_of(block.label, block.content, block.level, item.scope_name)
+
+
+@functools.lru_cache(maxsize=16_384)  # every turn asks again for the same blocks
+def _tokens_of(label: str, content: str, level: Level, scope_name: str) -> int:
+    block = Block(0, "", label, content, level, State.ACTIVE, 0, _EPOCH, _EPOCH)
+    return tokens_of(block_chars(ScopedBlock(block, scope_name)))
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _left_out(blocks: Sequence[Block], name: str, now: datetime) -> list[Why]:
+    found = []
+    for block in blocks:
+        if block.ends_at is not None and block.ends_at <= now:
+            found.append(Why(block.label, name, block.level, Reason.ENDED))
+        elif block.state is State.IDLE:
+            found.append(Why(block.label, name, block.level, Reason.IDLE))
+    return found
+
+
+def _running(blocks: Sequence[Block], now: datetime) -> list[Block]:
+    """blocks without those whose end has passed."""
+    return [b for b in blocks if b.ends_at is None or b.ends_at > now]
+
+
+def select(
+    shared: Sequence[Block],
+    personal: Sequence[Block],
+    texts: Sequence[str],
+    now: datetime,
+    budget_tokens: int,
+) -> Selection:
+    """The blocks of these scopes that go with a request whose user messages (the current
+    one first) are texts, at now."""
+    shared_now, personal_now = _running(shared, now), _running(personal, now)
+    always = ordered(shared_now, personal_now)
+    why = [
+        Why(item.block.label, item.scope_name, item.block.level, Reason.ALWAYS, "", _tokens(item))
+        for item in always
+    ]
+    waiting_blocks = ordered(shared_now, personal_now, triggered=True)
+    fired: list[ScopedBlock] = []
+    if waiting_blocks:
+        keywords = matcher(tuple((item.block.id, item.block.triggers) for item in waiting_blocks))
+        found = keywords.fired(texts)
+        mentioned = [item for item in waiting_blocks if item.block.id in found]
+        # The budget goes to the highest priority first: past it, every lower one stays out.
+        mentioned.sort(key=lambda item: -item.block.priority)
+        spent, full, taken = 0, False, set()
+        for item in mentioned:
+            tokens = _tokens(item)
+            full = full or spent + tokens > budget_tokens
+            if not full:
+                spent += tokens
+                taken.add(item.block.id)
+            reason = Reason.OVER_BUDGET if full else Reason.KEYWORD
+            block = item.block
+            keyword = found[block.id]
+            why.append(Why(block.label, item.scope_name, block.level, reason, keyword, tokens))
+        fired = [item for item in waiting_blocks if item.block.id in taken]
+    told = sum(1 for w in why if w.keyword)
+    why += _left_out(shared, "shared", now) + _left_out(personal, "personal", now)
+    return Selection(always, fired, why, len(waiting_blocks) - told)

@@ -13,14 +13,19 @@ from typing import NamedTuple
 from bot import metrics
 from bot.clock import Clock, utc_now
 from bot.config import Config
-from bot.core.blocks import BlockOps, Done, Lifecycle, count_refusal
+from bot.core.blocks import BlockOps, BlockPolicy, Done, Lifecycle, count_refusal, shown_end
 from bot.core.conversation.compaction import Compaction
-from bot.core.conversation.history import SUMMARY_ROLE, history_messages, plan_history
-from bot.core.conversation.render import SECTION_SEPARATOR, Rendered, ordered, render
+from bot.core.conversation.history import (
+    SUMMARY_ROLE,
+    history_key,
+    history_messages,
+    plan_history,
+)
+from bot.core.conversation.render import SECTION_SEPARATOR, Rendered, Selection, render, select
 from bot.core.conversation.tools import TOOL_SETS, PinTools, tool_message
 from bot.core.conversation.usage import BudgetUsedUp, UsageLedger
 from bot.core.decisions import Proposals, Suggestions
-from bot.core.people import ChatKind, Conversation, MessageContext, sender_session
+from bot.core.people import Conversation, MessageContext, is_shared_scope
 from bot.core.replies import Reply
 from bot.llm.base import (
     ChatModel,
@@ -33,7 +38,7 @@ from bot.llm.base import (
     TextSink,
 )
 from storage import Store
-from storage.models import HistoryEntry
+from storage.models import Block, HistoryEntry
 
 log = logging.getLogger(__name__)
 # Every tool name pinbot offers (of every tool set).
@@ -85,6 +90,27 @@ class _Answer(NamedTuple):
     cut_off: bool = False
 
 
+class TurnBlocks(NamedTuple):
+    """The blocks of one turn: rendered, which went and why (None: pins or injection are off
+    here), and those that ended with it (their owners are told in its reply)."""
+
+    rendered: Rendered
+    selection: Selection | None = None
+    ended: Sequence[Block] = ()
+
+
+def ended_notice(block: Block, policy: BlockPolicy) -> str:
+    """What a block's owner is told, once, in the turn it ended with."""
+    command = "/pin shared" if is_shared_scope(block.scope) else "/pin"
+    whose = "The shared block" if is_shared_scope(block.scope) else "Your block"
+    end = shown_end(block.ends_at) if block.ends_at else "its end"
+    return (
+        f"({whose} '{block.label}' ended at {end}: it is no longer sent and is idle now, "
+        f"removed after {policy.idle_notice()}. {command} edit {block.label} --until <date> "
+        "or --for <duration> brings it back.)"
+    )
+
+
 class ChatService:
     """Runs chat turns; turns of one conversation run in order, other conversations concurrently."""
 
@@ -102,6 +128,7 @@ class ChatService:
         self._store = store
         self._usage = usage
         self._lifecycle = Lifecycle(store, ops.policy, clock)
+        self._policy = ops.policy
         self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names], proposals)
         self._config = config
         self._model = model
@@ -122,14 +149,7 @@ class ChatService:
     def history_key(self, conversation: Conversation) -> str:
         """Where this conversation's history is kept: per chat (and topic), or per sender in
         groups when `chat.history_per_sender` is on."""
-        key = conversation.session_key
-        if (
-            self._config.chat.history_per_sender
-            and conversation.kind is ChatKind.GROUP
-            and conversation.sender_id
-        ):
-            key = sender_session(key, conversation.sender_id)
-        return key
+        return history_key(conversation, per_sender=self._config.chat.history_per_sender)
 
     async def reset(self, conversation: Conversation) -> int:
         """Forget this conversation's history (never its blocks); returns entries deleted."""
@@ -147,8 +167,12 @@ class ChatService:
         """
         session = self.history_key(context.conversation)
         async with self._lock(session):
-            rendered = await self.rendered_blocks(context, text)
-            history = await self._compacted(context, session, await self._store.history(session))
+            stored = await self._store.history(session)
+            turns = self._config.pins.trigger_turns
+            recent = [e.content for e in stored if e.role == "user"][::-1][:turns]
+            blocks = await self.blocks_for_turn(context, text, recent)
+            rendered = blocks.rendered
+            history = await self._compacted(context, session, stored)
             try:
                 (answer, stopped, cut_off), pending = await self._ask(
                     context, session, rendered, history, text, on_text
@@ -172,10 +196,13 @@ class ChatService:
             if pending is not None:  # the compaction the answer was asked with stands now
                 await pending()
             sender = context.conversation.sender_id
-            await self._store.append_turn(session, text, answer, now=self._clock(), sender=sender)
-            if stopped and not cut_off:  # what the model answered stands; the budget stopped it
-                return Reply(f"{answer}\n\n{stopped}", formatted=True)
-            return Reply(answer, formatted=True)
+            sent = blocks.selection.record() if blocks.selection else None
+            await self._store.append_turn(
+                session, text, answer, now=self._clock(), sender=sender, sent=sent
+            )
+            notes = [f"{stopped}"] if stopped and not cut_off else []  # the budget stopped it
+            notes += [ended_notice(block, self._policy) for block in blocks.ended]
+            return Reply("\n\n".join([answer, *notes]), formatted=True)
 
     async def _ask(
         self,
@@ -221,21 +248,35 @@ class ChatService:
             user_text=text,
         )
 
-    async def rendered_blocks(self, context: MessageContext, text: str) -> Rendered:
-        """The blocks part of a turn: the speaker's scopes, their call counting and idle cleanup,
-        and the rendered sections (empty when injection is off or pins do not apply here)."""
+    async def rendered_blocks(
+        self, context: MessageContext, text: str, recent: Sequence[str] = ()
+    ) -> Rendered:
+        """The rendered sections of a turn's blocks (see blocks_for_turn)."""
+        return (await self.blocks_for_turn(context, text, recent)).rendered
+
+    async def blocks_for_turn(
+        self, context: MessageContext, text: str, recent: Sequence[str] = ()
+    ) -> TurnBlocks:
+        """The blocks part of a turn: the speaker's scopes, their call counting, ends and idle
+        cleanup, which blocks go (those sent always, and those whose keyword text or the user's
+        recent messages, newest first, mention) and the rendered sections (empty when injection
+        is off or pins do not apply here)."""
         pins = self._config.pins
         if not context.speaker.pins_on:
-            return render([], text)
+            return TurnBlocks(render([], text))
         conversation = context.conversation
         shared_scope, personal_scope = conversation.shared_scope, conversation.personal_scope
         scopes = [scope for scope in (shared_scope, personal_scope) if scope]
-        blocks = await self._lifecycle.blocks_for_request(scopes)
+        found = await self._lifecycle.blocks_for_request(scopes)
         if not pins.allow_prompt_injection:
-            return render([], text)
-        shared = [b for b in blocks if b.scope == shared_scope]
-        personal = [b for b in blocks if b.scope == personal_scope]
-        return render(ordered(shared, personal), text, pins.header_label)
+            return TurnBlocks(render([], text), ended=found.ended)
+        shared = [b for b in found.blocks if b.scope == shared_scope]
+        personal = [b for b in found.blocks if b.scope == personal_scope]
+        chosen = select(
+            shared, personal, [text, *recent], self._clock(), pins.triggered_budget_tokens
+        )
+        rendered = render(chosen.always, text, pins.header_label, chosen.fired)
+        return TurnBlocks(rendered, chosen, found.ended)
 
     async def _compacted(
         self, context: MessageContext, session: str, entries: list[HistoryEntry]
@@ -372,11 +413,10 @@ class ChatService:
         """The exact messages array for the model: system prompt with the strong section, history,
         then the user's message with the context section before it."""
         system = self._config.llm.system_prompt
-        user = text
         if rendered.strong:
             system = f"{system}{SECTION_SEPARATOR}{rendered.strong}" if system else rendered.strong
-        if rendered.context:
-            user = f"{rendered.context}{SECTION_SEPARATOR}{text}"
+        beside = [section for section in (rendered.triggered, rendered.context) if section]
+        user = SECTION_SEPARATOR.join([*beside, text])
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
         messages.extend(history_messages(history))
         messages.append({"role": "user", "content": user})

@@ -97,7 +97,12 @@ class Pinbot:
         self.config = config
         self.store = store
         self.clock = clock
-        self.pins = PinService(store, BlockPolicy(config.pins), clock)
+        self.pins = PinService(
+            store,
+            BlockPolicy(config.pins),
+            clock,
+            history_per_sender=config.chat.history_per_sender,
+        )
         self.usage = UsageLedger(
             store, config.budgets, clock, llm=config.llm, pricing=config.pricing
         )
