@@ -128,7 +128,10 @@ async def test_a_block_with_an_end_stops_and_its_owner_is_told_once(
     assert "- trip (strong): ended" in why
     listing = text_of(await ask(bot, dm(), "/pin list"))
     assert "trip (strong, idle, ended 2026-01-03 00:00 UTC)" in listing
-    # A new end brings it back.
+    # Activating it would end it again at once: a new end (or none) brings it back.
+    refused = text_of(await ask(bot, dm(), "/pin activate trip"))
+    assert "The end cannot be used: block 'trip' ended at 2026-01-03 00:00 UTC" in refused
+    assert "/pin edit trip --until -" in refused
     back = text_of(await ask(bot, dm(), "/pin edit trip --for 1d"))
     assert back.startswith("Updated block 'trip'")
     await ask(bot, dm(), "packing list?")

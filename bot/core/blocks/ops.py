@@ -373,6 +373,17 @@ class BlockOps:
             ended = block.ends_at is not None and block.ends_at <= now
             if ends is not None and ended and state is None and block.state is State.IDLE:
                 state = State.ACTIVE
+            elif ended and ends is None and state in (State.ACTIVE, State.PINNED):
+                again = f"{target.command('edit')} {block.label}"
+                return refusal(
+                    Rule.ENDS,
+                    target.where,
+                    problem=(
+                        f"block '{block.label}' ended at {shown_end(block.ends_at or now)}; "
+                        f"give it a new end with {again} --until <date> (or --for <duration>), "
+                        f"or take its end away with {again} --until -"
+                    ),
+                )
             wanted = BlockState(
                 block.content if content is None else content,
                 level or block.level,
