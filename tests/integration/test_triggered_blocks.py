@@ -181,3 +181,19 @@ async def test_group_triggered_blocks_keep_their_permissions_and_their_owner(
     assert "Dragons" not in carried(fake_openai.requests[-1])
     status = text_of(await ask(bot, member, "/pin status"))
     assert "wait for keywords" in status
+
+
+async def test_a_keyword_that_looks_like_a_credential_is_refused_in_a_group(
+    openai_bots: OpenAIBots,
+) -> None:
+    bot = await openai_bots(pins=GROUPS)
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    for asked in (
+        f"/pin shared add lore --when {token} Dragons sleep.",
+        "/pin shared add lore Dragons sleep.",
+    ):
+        await ask(bot, group("7"), asked)
+    refused = text_of(await ask(bot, group("7"), f"/pin shared edit lore --when {token}"))
+    assert refused.startswith("Not saved: this looks like")
+    (lore,) = await bot.store.blocks(["console:group:-100123"])
+    assert lore.triggers == ()

@@ -388,6 +388,11 @@ def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
+def _secret_text(label: str, state: BlockState) -> str:
+    """What of a block a group can read, for the credential check: label, content, keywords."""
+    return " ".join([label, state.content, *state.triggers])
+
+
 class BlockPolicy:
     """The rules of pins.* for blocks, in one place."""
 
@@ -458,7 +463,7 @@ class BlockPolicy:
             or self.content_problem(state.content)
             or priority_problem(state.priority)
             or self.triggers_problem(state.triggers)
-            or (self.secret_problem(f"{label} {state.content}", group=True) if group else None)
+            or (self.secret_problem(_secret_text(label, state), group=True) if group else None)
         )
 
     def limits_problem(
@@ -656,6 +661,11 @@ class BlockPolicy:
         if state.content != before.content and (
             problem := self.content_problem(state.content)
             or self.secret_problem(f"{label} {state.content}", group=where.group)
+        ):
+            return problem
+        if state.triggers != before.triggers and (
+            problem := self.triggers_problem(state.triggers)
+            or self.secret_problem(_secret_text(label, state), group=where.group)
         ):
             return problem
         return priority_problem(state.priority) if state.priority != before.priority else None
