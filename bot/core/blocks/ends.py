@@ -35,15 +35,21 @@ def parse_until(text: str) -> Ends | str:
     """`--until`'s value (a date, a date-time, or `-`), or what is wrong with it."""
     if text == CLEAR:
         return Ends()
+    unreadable = f"{text!r} is not a date or a date-time; write e.g. {UNTIL_EXAMPLE}"
     try:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            return Ends(at=_day_end(date.fromisoformat(text)))
-        moment = datetime.fromisoformat(text.replace("z", "Z"))
+            at = _day_end(date.fromisoformat(text))
+        elif "T" not in text.upper() and " " not in text:
+            return unreadable
+        else:
+            moment = datetime.fromisoformat(text.replace("z", "Z"))
+            at = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+            at.astimezone(UTC)  # a time that has no UTC form (year 1 or 9999 with an offset)
     except ValueError:
-        return f"{text!r} is not a date or a date-time; write e.g. {UNTIL_EXAMPLE}"
-    if "T" not in text.upper() and " " not in text:
-        return f"{text!r} is not a date or a date-time; write e.g. {UNTIL_EXAMPLE}"
-    return Ends(at=moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+        return unreadable
+    except OverflowError:
+        return f"{text!r} is outside the dates a block may end at (from now to {MAX_DAYS} days on)"
+    return Ends(at=at)
 
 
 def parse_for(text: str) -> Ends | str:
@@ -72,7 +78,8 @@ def end_problem(ends_at: datetime, now: datetime) -> str | None:
 
 def shown_end(ends_at: datetime) -> str:
     """An end as replies show it, in UTC."""
-    return f"{ends_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    at = ends_at.astimezone(UTC)
+    return f"{at.year:04d}-{at.month:02d}-{at.day:02d} {at.hour:02d}:{at.minute:02d} UTC"
 
 
 def _day_end(day: date) -> datetime:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from bot.clock import Clock, utc_now
 from bot.core.blocks.ops import BlockOps
@@ -59,7 +60,7 @@ class Lifecycle:
         ]
         if ended and await _end(self._ops, ended):
             now_idle = {b.id for b in ended}
-            blocks = [_idled(b) if b.id in now_idle else b for b in blocks]
+            blocks = [_idled(b, now) if b.id in now_idle else b for b in blocks]
         else:
             ended = []
         idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
@@ -80,15 +81,17 @@ class Lifecycle:
         return await remove_blocks(self._ops, gone)
 
 
-def _idled(block: Block) -> Block:
-    """An ended block as its end left it: idle since it ended."""
-    return dataclasses.replace(block, state=State.IDLE, idle_since=block.ends_at)
+def _idled(block: Block, now: datetime) -> Block:
+    """An ended block as the clean-up left it: idle from now."""
+    return dataclasses.replace(block, state=State.IDLE, idle_since=now)
 
 
 async def _end(ops: BlockOps, ended: Sequence[Block]) -> bool:
-    """Turn blocks whose end passed idle (idle from their end, so they age from then) as one
-    change per scope, the clean-up's; False when one changed meanwhile or the review refused
-    (nothing changes then; they are looked at again at the next request)."""
+    """Turn blocks whose end passed idle as one change per scope, the clean-up's: idle from
+    now, when their owner is told, so that they age from then as idle blocks do (one that
+    ended long ago is not deleted the turn after the notice); False when one changed meanwhile
+    or the review refused (nothing changes then; they are looked at again at the next
+    request)."""
     by_scope: dict[str, list[Block]] = {}
     for block in ended:
         by_scope.setdefault(block.scope, []).append(block)
@@ -96,11 +99,7 @@ async def _end(ops: BlockOps, ended: Sequence[Block]) -> bool:
         BlockChange(
             scope,
             tuple(
-                Wanted(
-                    b.label,
-                    dataclasses.replace(BlockState.of(b), state=State.IDLE),
-                    idle_since=b.ends_at,
-                )
+                Wanted(b.label, dataclasses.replace(BlockState.of(b), state=State.IDLE))
                 for b in blocks
             ),
             CLEANUP,

@@ -332,7 +332,8 @@ class BlockOps:
                 continue
             if isinstance(outcome, Refused):
                 return outcome
-            kept = ", pinned (kept until you remove it)" if pinned else ""
+            kept = ", pinned (kept until you remove it)" if pinned and not ends_at else ""
+            kept += ", pinned until its end (then it goes idle)" if pinned and ends_at else ""
             stored = outcome[0].after if outcome else None
             if sensitive or (stored is not None and stored.sensitive):
                 kept += (

@@ -2,9 +2,10 @@
 ignoring case after NFKC, as whole words in scripts written with spaces, and as a substring in
 Chinese and Japanese (written without them); plain keywords only, never patterns.
 
-A scope's keywords are compiled once into one matcher (a table of word sequences, and the
-Chinese and Japanese ones by their first character), kept while the scope's triggered blocks
-stay as they are: a message is then read once, however many blocks wait for a keyword."""
+A scope's keywords are compiled once into one matcher (two Aho-Corasick automatons: one over the
+message's words, one over its Chinese and Japanese text), kept while the scope's triggered blocks
+stay as they are: a message is then read once, in time linear in its length, however many blocks
+wait for a keyword."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import ahocorasick
 
 MAX_KEYWORDS = 20
 MAX_KEYWORD_CHARS = 40
@@ -23,14 +26,22 @@ _UNSPACED = (
     "\U00020000-\U0002fa1f"
 )
 _UNSPACED_CHAR = re.compile(f"[{_UNSPACED}]")
-# A word: letters, digits and marks of a spaced script; a change to or from an unspaced script
-# ends it (`使用deploy脚本` holds the word "deploy").
-_WORD = re.compile(rf"[^\W_{_UNSPACED}]+")
+
+
+@functools.cache
+def _word() -> re.Pattern[str]:
+    """A word: letters, digits and the marks that belong to them (the vowel signs of Indic
+    scripts, accents left combining) of a script with spaces; a change to or from an unspaced
+    script ends it (`使用deploy脚本` holds the word "deploy"). Built at first use: the marks are
+    read off the Unicode database."""
+    marks = [chr(cp) for cp in range(0x30000) if unicodedata.category(chr(cp)).startswith("M")]
+    return re.compile(rf"(?:[^\W_{_UNSPACED}]|[{re.escape(''.join(marks))}])+")
 
 
 def normal(text: str) -> str:
     """text as keywords and messages are compared: NFKC, then case folded."""
-    return unicodedata.normalize("NFKC", text).casefold()
+    # The dotted capital I folds to i and a combining dot: "İstanbul" is "istanbul" too.
+    return unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
 
 
 def parse_keywords(text: str) -> list[str] | str:
@@ -81,7 +92,7 @@ def _split(text: str) -> list[str]:
 
 
 def _words(text: str) -> tuple[str, ...]:
-    return tuple(_WORD.findall(text))
+    return tuple(_word().findall(text))
 
 
 @dataclass(frozen=True)
@@ -96,38 +107,50 @@ class Matcher:
     """The keywords of some blocks, compiled once; which blocks a text fires."""
 
     def __init__(self, triggers: Iterable[tuple[int, Sequence[str]]]) -> None:
-        self._words: dict[tuple[str, ...], list[tuple[int, str]]] = {}
-        unspaced: dict[str, list[tuple[int, str]]] = {}
+        self._blocks: list[list[tuple[int, str]]] = []  # by key: the blocks and keywords
+        self._words = ahocorasick.Automaton()  # " w1 w2 " of each spaced keyword
+        self._unspaced = ahocorasick.Automaton()  # each Chinese or Japanese keyword
+        keys: dict[tuple[bool, str], int] = {}
         for block_id, keywords in triggers:
             for keyword in keywords:
                 key = normal(keyword)
-                if _UNSPACED_CHAR.search(key):
-                    unspaced.setdefault(key, []).append((block_id, keyword))
-                elif words := _words(key):
-                    self._words.setdefault(words, []).append((block_id, keyword))
-        self._longest = max((len(words) for words in self._words), default=0)
-        self._by_first: dict[str, list[tuple[str, list[tuple[int, str]]]]] = {}
-        for key, blocks in unspaced.items():
-            self._by_first.setdefault(key[0], []).append((key, blocks))
+                unspaced = bool(_UNSPACED_CHAR.search(key))
+                if not unspaced:
+                    words = _words(key)
+                    if not words:
+                        continue
+                    key = f" {' '.join(words)} "
+                index = keys.get((unspaced, key))
+                if index is None:
+                    index = keys[(unspaced, key)] = len(self._blocks)
+                    self._blocks.append([])
+                    (self._unspaced if unspaced else self._words).add_word(key, index)
+                self._blocks[index].append((block_id, keyword))
+        for automaton in (self._words, self._unspaced):
+            if len(automaton):
+                automaton.make_automaton()
 
     def fired(self, texts: Sequence[str]) -> dict[int, str]:
         """Each block a keyword of which one of texts holds, with that keyword (the first
         found, the newest text first)."""
         found: dict[int, str] = {}
+        seen: set[int] = set()
         for text in texts:
             folded = normal(text)
-            words = _words(folded)
-            for size in range(1, self._longest + 1):
-                for start in range(len(words) - size + 1):
-                    for block_id, keyword in self._words.get(words[start : start + size], ()):
-                        found.setdefault(block_id, keyword)
-            if self._by_first:
-                for at, char in enumerate(folded):
-                    for key, blocks in self._by_first.get(char, ()):
-                        if folded.startswith(key, at):
-                            for block_id, keyword in blocks:
-                                found.setdefault(block_id, keyword)
+            if len(self._words):
+                self._collect(self._words.iter(f" {' '.join(_words(folded))} "), seen, found)
+            if len(self._unspaced):
+                self._collect(self._unspaced.iter(folded), seen, found)
         return found
+
+    def _collect(
+        self, matches: Iterable[tuple[int, int]], seen: set[int], found: dict[int, str]
+    ) -> None:
+        for _end, index in matches:
+            if index not in seen:
+                seen.add(index)
+                for block_id, keyword in self._blocks[index]:
+                    found.setdefault(block_id, keyword)
 
 
 @functools.lru_cache(maxsize=256)

@@ -137,7 +137,6 @@ _LABEL_ONLY = {
 }
 _WHITESPACE = re.compile(r"\s+")
 _COMMAND = re.compile(r"/(\S*)\s*(.*)", re.DOTALL)
-_LAST_WORD = re.compile(r"\S+$")
 PINNED_FLAG = "--pinned"
 PRIORITY_FLAG = "--priority"
 SENSITIVE_FLAG = "--sensitive"
@@ -146,6 +145,14 @@ UNTIL_FLAG = "--until"
 FOR_FLAG = "--for"
 FLAGS = (PINNED_FLAG, PRIORITY_FLAG, SENSITIVE_FLAG, WHEN_FLAG, UNTIL_FLAG, FOR_FLAG)
 EDIT_FLAGS = (SENSITIVE_FLAG, WHEN_FLAG, UNTIL_FLAG, FOR_FLAG)
+_LONGEST_FLAG = max(len(flag) for flag in FLAGS)
+# `--when=deploy` and a dash a phone made of `--` (`—when`): the flag as pinbot reads it.
+_FLAG_FORMS = re.compile(
+    r"(?<!\S)(?:--|[\u2012-\u2015\u2212])(pinned|priority|sensitive|when|until|for)\b(=?)",
+    re.IGNORECASE,
+)
+# A date and a time given as two words to --until: read as a date, the time would be content.
+_SPLIT_MOMENT = re.compile(r"(?<!\S)--until\s+(\d{4}-\d{2}-\d{2})\s+(\d{1,2}:\d{2})", re.I)
 # Flags that take a value, with what the value looks like in an example.
 _VALUED = {
     PRIORITY_FLAG: "--priority 5",
@@ -196,8 +203,8 @@ def _split_last(text: str) -> tuple[str, str]:
     """Everything before the last whitespace-separated word (without the whitespace), and that
     word; text must hold a word."""
     text = text.rstrip()
-    match = _LAST_WORD.search(text)
-    start = match.start() if match else len(text)
+    words = text.rsplit(maxsplit=1)  # not a search for `\S+$`: quadratic in a long word
+    start = len(text) - len(words[-1]) if words else len(text)
     return text[:start].rstrip(), text[start:]
 
 
@@ -224,7 +231,7 @@ def meant_flags(word: str, allowed: tuple[str, ...] = FLAGS) -> tuple[str, ...]:
     """The flags (of allowed) a `--word` that is none was probably meant to be: those it begins
     (`--prio`) or is within two edits of (`--pined`); empty for any other word (`--verbose` is
     content)."""
-    if not _FLAG_LIKE.fullmatch(word) or _flag(word):
+    if len(word) > _LONGEST_FLAG + _MAX_EDITS or not _FLAG_LIKE.fullmatch(word) or _flag(word):
         return ()
     folded = word.casefold()
     begun = tuple(flag for flag in allowed if flag.startswith(folded))
@@ -366,6 +373,13 @@ def _parse_content(rest: str, allowed: tuple[str, ...] = FLAGS) -> _Content | _F
     first, after = _split_first(rest)
     if first == LITERAL_MARK:
         return _Content(after.strip())
+    rest = _FLAG_FORMS.sub(lambda m: f"--{m.group(1)}{' ' if m.group(2) else ''}", rest)
+    if split := _SPLIT_MOMENT.search(rest):
+        day, time = split.groups()
+        return _FlagProblem(
+            f"--until {day} {time}: write the date and the time as one word, "
+            f"--until {day}T{time} (UTC; add an offset such as +08:00 for another zone)."
+        )
     flags = _Flags(allowed)
     content = _leading_flags(rest.strip(), flags)
     if isinstance(content, str):

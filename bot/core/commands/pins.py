@@ -237,7 +237,7 @@ class PinService:
         if not self._pins.allow_prompt_injection:
             lines.append(INJECTION_OFF)
         elif self._pins.token_warning_threshold:
-            tokens = estimate(shared, personal, self._pins.header_label)
+            tokens = estimate(shared, personal, self._pins.header_label, self._clock())
             lines.extend(self._estimate_lines(target, tokens))
         return "\n".join(lines)
 
@@ -319,7 +319,7 @@ class PinService:
             calls = 0 if shared_only else await self._store.model_calls(conversation.personal_scope)
             scopes.append(ScopeStatus("personal", title, personal, calls, listed=not shared_only))
         tokens = (
-            estimate(shared, personal, self._pins.header_label)
+            estimate(shared, personal, self._pins.header_label, self._clock())
             if self._pins.allow_prompt_injection
             else None
         )

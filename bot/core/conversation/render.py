@@ -86,17 +86,21 @@ def injected(blocks: Sequence[Block]) -> list[Block]:
 
 
 def ordered(
-    shared: Sequence[Block], personal: Sequence[Block], *, triggered: bool = False
+    shared: Sequence[Block],
+    personal: Sequence[Block],
+    *,
+    triggered: bool = False,
+    now: datetime | None = None,
 ) -> list[ScopedBlock]:
-    """Shared blocks before personal ones, each scope in injection order, idle ones left out:
-    those sent always, or (triggered) those that wait for keywords; each as the model reads
-    it (a sensitive block redacted), so that what is rendered, and every figure estimated
-    from it, is what is sent."""
+    """Shared blocks before personal ones, each scope in injection order, idle ones (and, given
+    now, ended ones) left out: those sent always, or (triggered) those that wait for keywords;
+    each as the model reads it (a sensitive block redacted), so that what is rendered, and
+    every figure estimated from it, is what is sent."""
     return [
         ScopedBlock(shown(b), name)
         for blocks, name in ((shared, "shared"), (personal, "personal"))
         for b in injected(blocks)
-        if bool(b.triggers) is triggered
+        if bool(b.triggers) is triggered and not (now and b.ends_at and b.ends_at <= now)
     ]
 
 
@@ -154,10 +158,12 @@ def render(
     fired_strong, fired_context = _levels(fired)
     context = [*context, *fired_context]
     strong_marker = section_marker(strong)
-    context_marker = section_marker(context, user_text)
+    # Both sections beside the user's message hash everything user-written in that message,
+    # so that no block of one can forge the other's boundaries either.
+    context_marker = section_marker([*fired_strong, *context], user_text)
     triggered = ""
     if fired_strong:
-        marker = section_marker(fired_strong, user_text)
+        marker = section_marker([*context, *fired_strong], user_text)
         triggered = _section(Level.STRONG, fired_strong, marker, strong_title)
     return Rendered(
         strong=_section(Level.STRONG, strong, strong_marker, strong_title),
@@ -250,10 +256,14 @@ class Estimate:
 
 
 def estimate(
-    shared: Sequence[Block], personal: Sequence[Block], strong_title: str = STRONG_TITLE
+    shared: Sequence[Block],
+    personal: Sequence[Block],
+    strong_title: str = STRONG_TITLE,
+    now: datetime | None = None,
 ) -> Estimate:
-    """What the renderer adds to each request for these scopes' blocks (idle ones left out)."""
-    items = ordered(shared, personal)
+    """What the renderer adds to each request for these scopes' blocks sent always (idle ones,
+    those waiting for keywords and, given now, ended ones left out)."""
+    items = ordered(shared, personal, now=now)
     rendered = render(items, "", strong_title)
     strong, context = _levels(items)
     costs = [
@@ -395,19 +405,24 @@ def select(
     waiting_blocks = ordered(shared_now, personal_now, triggered=True)
     fired: list[ScopedBlock] = []
     if waiting_blocks:
-        keywords = matcher(tuple((item.block.id, item.block.triggers) for item in waiting_blocks))
-        found = keywords.fired(texts)
+        found: dict[int, str] = {}
+        for name in ("shared", "personal"):  # one matcher per scope, shared by its members
+            keys = tuple(
+                (i.block.id, i.block.triggers) for i in waiting_blocks if i.scope_name == name
+            )
+            found.update(matcher(keys).fired(texts) if keys else {})
         mentioned = [item for item in waiting_blocks if item.block.id in found]
-        # The budget goes to the highest priority first: past it, every lower one stays out.
+        # The budget goes to the highest priority first; a block past what is left stays out,
+        # and a lower one that still fits goes.
         mentioned.sort(key=lambda item: -item.block.priority)
-        spent, full, taken = 0, False, set()
+        spent, taken = 0, set()
         for item in mentioned:
             tokens = _tokens(item)
-            full = full or spent + tokens > budget_tokens
-            if not full:
+            fits = spent + tokens <= budget_tokens
+            if fits:
                 spent += tokens
                 taken.add(item.block.id)
-            reason = Reason.OVER_BUDGET if full else Reason.KEYWORD
+            reason = Reason.KEYWORD if fits else Reason.OVER_BUDGET
             block = item.block
             keyword = found[block.id]
             why.append(Why(block.label, item.scope_name, block.level, reason, keyword, tokens))

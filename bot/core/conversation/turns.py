@@ -101,13 +101,16 @@ class TurnBlocks(NamedTuple):
 
 def ended_notice(block: Block, policy: BlockPolicy) -> str:
     """What a block's owner is told, once, in the turn it ended with."""
-    command = "/pin shared" if is_shared_scope(block.scope) else "/pin"
-    whose = "The shared block" if is_shared_scope(block.scope) else "Your block"
+    shared = is_shared_scope(block.scope)
     end = shown_end(block.ends_at) if block.ends_at else "its end"
+    whose = "This group's shared block" if shared else "Your block"
+    back = (
+        f"A shared admin can bring it back with /pin shared edit {block.label} --for <duration>"
+        if shared
+        else f"/pin edit {block.label} --for <duration> (or --until <date>) brings it back"
+    )
     return (
-        f"({whose} '{block.label}' ended at {end}: it is no longer sent and is idle now, "
-        f"removed after {policy.idle_notice()}. {command} edit {block.label} --until <date> "
-        "or --for <duration> brings it back.)"
+        f"({whose} '{block.label}' ended at {end} and is idle now: {policy.idle_notice()}. {back}.)"
     )
 
 
