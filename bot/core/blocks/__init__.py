@@ -2,6 +2,7 @@
 versions, the lifecycle, the chat's pinned message, sensitive content, and imports."""
 
 from bot.core.blocks.chatpin import ChatPin
+from bot.core.blocks.ends import Ends, parse_for, parse_until
 from bot.core.blocks.lifecycle import Lifecycle, remove_blocks
 from bot.core.blocks.ops import BlockOps, Done, Outcome, Refused, Target, find_block, seen_of
 from bot.core.blocks.review import (
@@ -32,6 +33,7 @@ from bot.core.blocks.transfer import (
     plan_import,
     read_document,
 )
+from bot.core.blocks.triggers import keywords_problem, normal, parse_keywords
 from bot.core.blocks.versions import BlockVersions
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "BlockVersions",
     "ChatPin",
     "Done",
+    "Ends",
     "Lifecycle",
     "Outcome",
     "Refused",
@@ -57,7 +60,12 @@ __all__ = [
     "export_document",
     "find_block",
     "is_sticky_file",
+    "keywords_problem",
     "listing_note",
+    "normal",
+    "parse_for",
+    "parse_keywords",
+    "parse_until",
     "plan_import",
     "plan_sticky",
     "preview",

@@ -23,16 +23,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.core.blocks import (
     BlockOps,
     Done,
+    Ends,
     Outcome,
     Refused,
     Rule,
     Target,
     find_block,
+    keywords_problem,
+    normal,
+    parse_for,
+    parse_until,
     refusal,
     shown_content,
 )
-from bot.core.blocks.ends import CLEAR, Ends, parse_for, parse_until
-from bot.core.blocks.triggers import keywords_problem, normal
 from bot.core.decisions import Proposals
 from bot.core.people import ChatKind, MessageContext
 from bot.llm.base import Tool
@@ -195,7 +198,7 @@ def _keywords(items: Sequence[str]) -> tuple[str, ...]:
 def _ends(text: str) -> Ends:
     """`until`'s end: a date or date-time (`/pin`'s --until), a duration (its --for), or
     nothing (empty or '-': the block never ends)."""
-    if text in ("", CLEAR):
+    if text in ("", "-"):
         return Ends()
     read = parse_for(text) if _DURATION_LIKE.fullmatch(text) else parse_until(text)
     if isinstance(read, str):  # what is wrong, with an example in the tool's own words
