@@ -299,8 +299,8 @@ _WHEN = Param(
     {
         "type": "array",
         "items": {"type": "string"},
-        "description": "keywords, one per item: the block is sent only when the user's message "
-        "mentions one (any case, whole words); [] sends it with every request; left out, as it is",
+        "description": "keywords, one per item: the block is sent only when the latest messages "
+        "mention one (any case, whole words); [] sends it with every request; left out, as it is",
     },
 )
 _UNTIL = Param(
