@@ -28,11 +28,15 @@ from bot.core.blocks import (
     BlockPolicy,
     BlockVersions,
     Done,
+    Ends,
     Outcome,
+    Refused,
     Rule,
     Target,
     count_refusal,
     default_level,
+    parse_keywords,
+    parse_until,
     refusal,
 )
 from bot.core.commands import PersonCommands, PersonData
@@ -65,6 +69,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # chose to show direct chats (web.show_direct), as no other page shows one otherwise.
 EXPORT_HIDDEN = "This page gives no export while it keeps direct chats private: see Export below."
 NOT_CONFIRMED = "Nothing was removed: tick the box to confirm that it cannot be undone."
+END_HINT = "give a date and time in UTC (2026-12-24T18:00), or nothing for no end"
 # A form's priority that is no whole number: the priority rule's refusal.
 NOT_A_PRIORITY = refusal(Rule.PRIORITY, low=PRIORITY_MIN, high=PRIORITY_MAX)
 
@@ -113,6 +118,8 @@ class WebPage:
             shared_default_level=default_level(group=True).value,
         )
         self.templates.filters["segment"] = views.segment
+        self.templates.filters["keywords"] = views.keywords_text
+        self.templates.filters["end"] = views.end_text
         # Where a page names a person, it links to everything held about them.
         self.templates.globals.update(
             person_page=person_page, scope_person_page=scope_person_page, platform_of=platform_of
@@ -271,7 +278,9 @@ class WebPage:
         )
         if view is None:
             return self.render(request, "not_found.html", status=404)
-        return self.render(request, "scope.html", section="overview", view=view, raw=raw)
+        return self.render(
+            request, "scope.html", section="overview", view=view, raw=raw, now=self.clock()
+        )
 
     # --- changing shared blocks ---------------------------------------------------------------
 
@@ -306,6 +315,9 @@ class WebPage:
         priority = _whole_number(_text(form, "priority") or "0")
         if priority is None:
             return await self._after(request, target, NOT_A_PRIORITY)
+        timing = _timing(form)
+        if isinstance(timing, Refused):
+            return await self._after(request, target, timing)
         outcome = await self.ops.add(
             target,
             _text(form, "label").strip(),
@@ -314,20 +326,26 @@ class WebPage:
             pinned=_text(form, "pinned") == "on",
             priority=priority,
             sensitive=_text(form, "sensitive") == "on",
+            triggers=timing[0] or (),
+            ends=timing[1],
         )
         return await self._after(request, target, outcome)
 
     async def change_block(self, request: web.Request) -> web.Response:
-        """Change a shared block's content, level, state, priority or sensitivity, as `/pin
-        shared edit`, `level`, `idle`/`activate`, `pin`/`unpin`, `priority` and `sensitive`
-        would. A form without content (a sensitive block's, outside the raw view, whose
-        content the page does not show) keeps the content."""
+        """Change a shared block's content, level, state, priority, sensitivity, keywords or end,
+        as `/pin shared edit` (with --when and --until), `level`, `idle`/`activate`,
+        `pin`/`unpin`, `priority` and `sensitive` would. A form without content (a sensitive
+        block's, outside the raw view, whose content the page does not show) keeps the
+        content; keywords and an end as the form showed them stay as they are."""
         target = self._shared_target(request)
         form = await request.post()
         priority = _whole_number(_text(form, "priority"))
         if priority is None:
             return await self._after(request, target, NOT_A_PRIORITY)
         level, state = _text(form, "level"), _text(form, "state")
+        timing = _timing(form)
+        if isinstance(timing, Refused):
+            return await self._after(request, target, timing)
         outcome = await self.ops.change(
             target,
             _text(form, "label"),
@@ -337,6 +355,8 @@ class WebPage:
             priority=priority,
             # The box is in every change form; a form without it leaves the flag as it is.
             sensitive=_text(form, "sensitive") == "on" if "sensitive_box" in form else None,
+            triggers=timing[0],
+            ends=timing[1],
         )
         return await self._after(request, target, outcome)
 
@@ -568,6 +588,27 @@ def _text(form: Any, name: str) -> str:
     """A form field as text ('' when missing or not text)."""
     value = form.get(name)
     return value if isinstance(value, str) else ""
+
+
+def _timing(form: Any) -> tuple[tuple[str, ...] | None, Ends | None] | Refused:
+    """A form's keywords (`when`, as `--when` takes them) and end (`until`, a date-time in UTC
+    as `--until` takes it), each None where the form has none or holds it as it showed it
+    (`when_shown`, `until_shown`: what the block had); empty (or '-') takes them away. What
+    cannot be read is refused by the keyword or the end rule."""
+    triggers: tuple[str, ...] | None = None
+    ends: Ends | None = None
+    when, until = _text(form, "when").strip(), _text(form, "until").strip()
+    if "when" in form and when != _text(form, "when_shown").strip():
+        keywords = parse_keywords(when) if when not in ("", "-") else []
+        if isinstance(keywords, str):
+            return refusal(Rule.TRIGGERS, problem=keywords)
+        triggers = tuple(keywords)
+    if "until" in form and until != _text(form, "until_shown").strip():
+        read = parse_until(until) if until else Ends()
+        if isinstance(read, str):
+            return refusal(Rule.ENDS, problem=f"{read.split('; write')[0]}; {END_HINT}")
+        ends = read
+    return triggers, ends
 
 
 def _whole_number(text: str) -> int | None:

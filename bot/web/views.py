@@ -53,6 +53,18 @@ DIFF_SECONDS = 0.5
 DIFF_PAIRS = 40_000  # lines of one version × of the other matched at most (about 200 × 200)
 
 
+def keywords_text(triggers: Sequence[str]) -> str:
+    """A block's keywords as the page shows them and its keywords field holds them: separated
+    by commas as `--when` takes them, one with a comma in double quotes ('' for none)."""
+    return ", ".join(f'"{keyword}"' if "," in keyword else keyword for keyword in triggers)
+
+
+def end_text(ends_at: datetime | None) -> str:
+    """A block's end as the page's date-time field holds it: UTC, to the minute ('' for
+    none)."""
+    return "" if ends_at is None else f"{ends_at.astimezone(UTC):%Y-%m-%dT%H:%M}"
+
+
 def segment(text: str) -> str:
     """text as one URL path segment or query value: every reserved character encoded ('/',
     '?', '#', '%', '&', spaces too), other letters as UTF-8."""
@@ -255,8 +267,9 @@ def _lines(state: BlockState | None) -> list[str]:
 
 def diff(numbered: Numbered, number: int) -> list[tuple[str, str]]:
     """What version number changed from the one before it (the next older), line by line, with
-    a level, state or priority change as a line of its own. Lines are matched whole (no
-    character-level comparison within changed lines, which is what made ndiff slow)."""
+    a level, state, priority, sensitivity, keywords or end change as a line of its own. Lines
+    are matched whole (no character-level comparison within changed lines, which is what made
+    ndiff slow)."""
     after = numbered[number - 1][0]
     before = numbered[number][0] if number < len(numbered) else None
     old, new = _lines(before), _lines(after)
@@ -288,7 +301,17 @@ def diff(numbered: Numbered, number: int) -> list[tuple[str, str]]:
             if was != now:
                 shown = [getattr(value, "value", value) for value in (was, now)]
                 changes.append(("~", f"{name}: {shown[0]} → {shown[1]}"))
+        if before.triggers != after.triggers:
+            was_sent, now_sent = (keywords_text(s.triggers) or "always" for s in (before, after))
+            changes.append(("~", f"keywords: {was_sent} → {now_sent}"))
+        if before.ends_at != after.ends_at:
+            was_end, now_end = (_end_words(s.ends_at) for s in (before, after))
+            changes.append(("~", f"ends: {was_end} → {now_end}"))
     return changes
+
+
+def _end_words(ends_at: datetime | None) -> str:
+    return "never" if ends_at is None else f"{ends_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
 
 
 def diffs(

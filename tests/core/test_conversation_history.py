@@ -200,6 +200,8 @@ async def test_agent_tools_set_get_delete(openai_bots: OpenAIBots, fake_openai: 
             "state": "active",
             "priority": 50,
             "sensitive": False,
+            "when": [],
+            "until": None,
         }
     ]
     assert second["messages"][-3]["tool_calls"][0]["function"]["name"] == "pin_set"
@@ -218,6 +220,28 @@ async def test_agent_tools_set_get_delete(openai_bots: OpenAIBots, fake_openai: 
         "forget it",
         "Done.",
     ]
+
+
+async def test_the_model_sets_keywords_and_an_end_with_the_same_definitions_every_turn(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI
+) -> None:
+    bot = await openai_bots(llm={"agent_tools": True})
+    fake_openai.script = [
+        tool_calls(
+            ("pin_set", {"label": "trip", "content": "Flight LH123", "when": ["flight"]}),
+            ("pin_set", {"label": "bad", "content": "x", "until": "next week"}),
+        ),
+        completion("Noted."),
+    ]
+    await ask(bot, dm(), "remember my flight")
+    first, second = fake_openai.requests[-2:]
+    saved, refused = tool_results(second).values()
+    assert saved.startswith("Saved strong block 'trip', sent when a message mentions flight.")
+    assert refused.startswith("Refused: invalid arguments for pin_set: until: 'next week' is not")
+    (block,) = await bot.store.blocks(["console:direct:42"])
+    assert block.triggers == ("flight",)
+    await ask(bot, dm(), "anything else?")
+    assert fake_openai.requests[-1]["tools"] == first["tools"] == second["tools"]
 
 
 async def test_agent_tools_refusals(openai_bots: OpenAIBots, fake_openai: FakeOpenAI) -> None:

@@ -212,3 +212,42 @@ async def test_undo_after_an_import_of_many_scopes_reverts_only_the_senders_scop
     assert await contents(store, "console:direct:43") == {"style": "Imported B."}
     assert "of 'style', 'tone' by import" in await say(bot, "/pin undo", dm("43"))
     assert await contents(store, "console:direct:43") == {"tone": "Be kind."}
+
+
+async def test_history_shows_keyword_and_end_changes_and_undo_and_restore_bring_them_back(
+    make_bot: BotFactory, store: Store, clock: FakeClock
+) -> None:
+    bot = make_bot()
+    await say(bot, '/pin add runbook --when deploy,"release notes" Run the checks first.')
+    clock.advance(minutes=1)
+    assert "Updated block 'runbook'" in await say(bot, "/pin edit runbook --when -")
+    (block,) = await store.blocks(["console:direct:42"])
+    assert block.triggers == ()
+    history = (await say(bot, "/pin history runbook")).splitlines()
+    assert history[1] == (
+        "1. (now) 2026-01-01 00:01 UTC · 42 · keywords none (sent always) · [strong, active] "
+        "Run the checks first."
+    )
+    assert history[2].endswith(
+        "· [strong, active, when deploy, release notes] Run the checks first."
+    )
+    undone = await say(bot, "/pin undo")
+    assert "Undid keywords none (sent always) of 'runbook'" in undone, undone
+    (block,) = await store.blocks(["console:direct:42"])
+    assert block.triggers == ("deploy", "release notes")
+
+    clock.advance(minutes=1)
+    await say(bot, "/pin edit runbook --until 2026-12-24")
+    clock.advance(minutes=1)
+    await say(bot, "/pin edit runbook --until -")
+    history = (await say(bot, "/pin history runbook")).splitlines()
+    assert " · 42 · end none (never ends) · " in history[1]
+    assert " · 42 · end 2026-12-25 00:00 UTC · " in history[2]
+    assert history[2].endswith(
+        "[strong, active, when deploy, release notes, until 2026-12-25 00:00 UTC] "
+        "Run the checks first."
+    )
+    assert "Restored 'runbook' to version 2" in await say(bot, "/pin restore runbook 2")
+    (block,) = await store.blocks(["console:direct:42"])
+    assert block.ends_at is not None and block.ends_at.isoformat() == "2026-12-25T00:00:00+00:00"
+    assert block.triggers == ("deploy", "release notes")

@@ -638,6 +638,8 @@ async def test_the_sticky_context_tools_by_their_documented_names(
             "sensitive": False,
             "level": "strong",
             "state": "pinned",
+            "when": [],
+            "until": None,
         },
         {
             "key": "active-task",
@@ -647,6 +649,8 @@ async def test_the_sticky_context_tools_by_their_documented_names(
             "sensitive": False,
             "level": "strong",
             "state": "active",
+            "when": [],
+            "until": None,
         },
     ]
     second_turn = fake_openai.requests[2]

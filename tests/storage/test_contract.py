@@ -26,6 +26,7 @@ from storage.errors import (
 )
 from storage.models import (
     Author,
+    BlockChange,
     BlockState,
     ChangeKind,
     Channel,
@@ -36,6 +37,7 @@ from storage.models import (
     NewSuggestion,
     Origin,
     ProposalStatus,
+    Seen,
     State,
     UsageTotals,
     Wanted,
@@ -576,3 +578,48 @@ async def test_retention_keeps_the_newest_version_of_a_removed_sensitive_label_w
     assert await store.versions("s", "kept") == []
     await store.forget_versions_before(NOW + timedelta(days=2))  # again: nothing more changes
     assert [v.before for v in await store.versions("s", "srv")] == [srv.before]
+
+
+async def test_a_blocks_keywords_and_end_are_written_read_and_kept_in_its_versions(
+    open_store: Opener,
+) -> None:
+    """Keywords (any script, a comma inside one) and an end go in through the one write, come
+    back from every read (another process's too: the cached decoding is no shared state), and
+    a change keeps the state before it, keywords and end included."""
+    writer, reader = await open_store(), await open_store()
+    end = datetime(2026, 12, 24, 18, tzinfo=UTC)
+    keywords = ("deploy", "发布", "release notes, v2")
+    await writes.insert(
+        writer,
+        NewBlock("s", "runbook", "Run the checks.", Level.CONTEXT, triggers=keywords, ends_at=end),
+        now=NOW,
+        limits=TWENTY,
+        by=BY_7,
+    )
+    await add(writer, "plain")
+    for store in (writer, reader):
+        blocks = {b.label: b for b in await store.blocks(["s"])}
+        assert (blocks["runbook"].triggers, blocks["runbook"].ends_at) == (keywords, end)
+        assert (blocks["plain"].triggers, blocks["plain"].ends_at) == ((), None)
+        now_blocks, _ = await store.scope_now("s")
+        assert {b.label: b.triggers for b in now_blocks}["runbook"] == keywords
+        (_, exported) = (await store.export_scopes())["s"]
+        assert {b.label: b.ends_at for b in exported}["runbook"] == end
+
+    (runbook,) = [b for b in await writer.blocks(["s"]) if b.label == "runbook"]
+    _, marks = await writer.scope_now("s")
+    later = BlockState(
+        runbook.content, runbook.level, runbook.state, triggers=(), ends_at=end + timedelta(days=1)
+    )
+    change = BlockChange(
+        "s", (Wanted("runbook", later),), BY_7, {"runbook": Seen(runbook, marks["runbook"])}
+    )
+    (applied,) = await writer.apply_change(change, now=NOW, limits=TWENTY)
+    assert applied.after == later
+    (changed,) = [b for b in await reader.blocks(["s"]) if b.label == "runbook"]
+    assert (changed.triggers, changed.ends_at) == ((), end + timedelta(days=1))
+    newest, added = await reader.versions("s", "runbook")
+    assert newest.before is not None
+    assert (newest.before.triggers, newest.before.ends_at) == (keywords, end)
+    assert (newest.kind, newest.detail) == (ChangeKind.TRIGGERS, "always")
+    assert added.kind is ChangeKind.ADD and added.before is None

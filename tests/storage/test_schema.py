@@ -652,3 +652,58 @@ async def test_a_group_of_36c7ab2_the_bot_leaves_goes_after_its_grace_keeping_th
             (day, 1100),
         ]
         assert await store.integrity_ok()
+
+
+async def test_a_database_at_step_21_opens_at_22_its_blocks_sent_always_and_never_ending(
+    target: dict[str, str],
+) -> None:
+    """The last release's schema (step 21) gains keywords and ends: every block and kept
+    version it holds is sent always and never ends, and the blocks take both from then on."""
+    db = await _database(target)
+    try:
+        assert await migrate(db, target=21) == 21
+        await db.execute(
+            "INSERT INTO blocks (scope, label, label_key, content, level, state, priority, "
+            "created_at, updated_at, idle_since, idle_calls, sensitive) "
+            "VALUES ('t:direct:1', 'Trip', 'trip', 'Flight LH123.', 'context', 'idle', 3, "
+            "1, 2, 2, 5, 1)"
+        )
+        await db.execute(
+            "INSERT INTO block_versions (op, scope, label_key, label, kind, detail, actor, "
+            "channel, origin, at, existed, content, level, state, priority, created_at, "
+            "undone_by, sensitive) VALUES ('op1', 't:direct:1', 'trip', 'Trip', 'state', "
+            "'idle', '1', 'command', NULL, 2, 1, 'Flight LH123.', 'context', 'active', 3, 1, "
+            "NULL, 1)"
+        )
+        await db.execute(
+            "INSERT INTO history (session, role, content, created_at, sender) "
+            "VALUES ('t:direct:1', 'user', 'hi', 1, '1')"
+        )
+    finally:
+        await db.close()
+    async with await Store.open(target["path"], url=target.get("url")) as store:
+        assert await store.schema_version() == LATEST >= 22
+        (block,) = await store.blocks(["t:direct:1"])
+        assert (block.label, block.state, block.priority, block.sensitive) == (
+            "Trip",
+            State.IDLE,
+            3,
+            True,
+        )
+        assert (block.triggers, block.ends_at) == ((), None)
+        (version,) = await store.versions("t:direct:1", "trip")
+        assert version.before == BlockState(
+            "Flight LH123.", Level.CONTEXT, State.ACTIVE, 3, True, (), None
+        )
+        assert [e.content for e in await store.history("t:direct:1")] == ["hi"]
+        _, marks = await store.scope_now("t:direct:1")
+        later = replace(BlockState.of(block), triggers=("flight",), ends_at=NOW)
+        change = BlockChange(
+            "t:direct:1",
+            (Wanted("Trip", later),),
+            Author("1", Channel.COMMAND),
+            {label_key("Trip"): Seen(block, marks["trip"])},
+        )
+        await store.apply_change(change, now=NOW, limits=Limits(20))
+        (block,) = await store.blocks(["t:direct:1"])
+        assert (block.triggers, block.ends_at) == (("flight",), NOW)

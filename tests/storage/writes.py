@@ -45,7 +45,10 @@ async def insert(
     audited: bool = False,
 ) -> None:
     """Add a block, as `/pin add` does."""
-    state = BlockState(new.content, new.level, new.state, new.priority)
+    state = BlockState(
+        *(new.content, new.level, new.state, new.priority, new.sensitive),
+        *(new.triggers, new.ends_at),
+    )
     wanted = (Wanted(new.label, state),)
     added = BlockChange(new.scope, wanted, by, {label_key(new.label): ABSENT}, audited)
     await store.apply_change(added, now=now, limits=limits)
@@ -70,6 +73,9 @@ async def update(
         level or block.level,
         state or block.state,
         block.priority if priority is None else priority,
+        block.sensitive,
+        block.triggers,
+        block.ends_at,
     )
     seen = await _seen(store, block)
     changed = BlockChange(block.scope, (Wanted(block.label, after),), by, seen, audited)

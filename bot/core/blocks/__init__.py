@@ -42,7 +42,14 @@ from bot.core.blocks.transfer import (
     plan_import,
     read_document,
 )
-from bot.core.blocks.triggers import MAX_KEYWORD_CHARS, MAX_KEYWORDS, matcher, parse_keywords
+from bot.core.blocks.triggers import (
+    MAX_KEYWORD_CHARS,
+    MAX_KEYWORDS,
+    keywords_problem,
+    matcher,
+    normal,
+    parse_keywords,
+)
 from bot.core.blocks.versions import BlockVersions
 
 __all__ = [
@@ -71,8 +78,10 @@ __all__ = [
     "export_document",
     "find_block",
     "is_sticky_file",
+    "keywords_problem",
     "listing_note",
     "matcher",
+    "normal",
     "parse_for",
     "parse_keywords",
     "parse_until",

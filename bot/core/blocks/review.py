@@ -568,8 +568,9 @@ class BlockPolicy:
         blocks then, and the store holds the limits): the first refusal, or None.
 
         Every label the change brings into being meets the label rules; every new content the
-        content and credential rules; every new priority the priority rule; shared blocks need
-        a shared admin, and making or changing a strong personal block strong rights; the
+        content and credential rules; every new priority the priority rule and new keywords the
+        keyword rules; shared blocks need a shared admin, and making or changing a strong
+        personal block strong rights; the
         model may not change or remove a pinned block; the scope may not grow past its block
         limit or budget. Versions an import brings meet the same label, content and credential
         rules, and their free text the text rule."""

@@ -60,6 +60,8 @@ _FIELDS = {
     "idle_since",
     "idle_calls",
     "sensitive",
+    "triggers",
+    "ends_at",
 }
 
 
@@ -129,6 +131,8 @@ def block_json(block: Block, *, raw: bool = True) -> dict[str, Any]:
         "idle_since": _time(block.idle_since),
         "idle_calls": block.idle_calls,
         "sensitive": block.sensitive,
+        "triggers": list(block.triggers),
+        "ends_at": _time(block.ends_at),
     }
 
 
@@ -153,6 +157,8 @@ def version_json(version: Version) -> dict[str, Any]:
             "state": before.state.value,
             "priority": before.priority,
             "sensitive": before.sensitive,
+            "triggers": list(before.triggers),
+            "ends_at": _time(before.ends_at),
         },
         "created_at": _time(version.created_at),
         "undone_by": version.undone_by,
@@ -350,6 +356,10 @@ def _parse_block(
     sensitive = item.get("sensitive", False)
     if not isinstance(sensitive, bool):
         problems.append(f"{where}: sensitive must be true or false")
+    triggers = _triggers(item.get("triggers"), where, "triggers", policy, problems)
+    # An end that has passed is kept: the block has ended (a person cannot give one, but a
+    # file carries what was).
+    ends_at = parse_time(item.get("ends_at"), where, "ends_at", problems, True)
     if len(problems) > before or created is None or updated is None:
         return None
     return Block(
@@ -365,7 +375,26 @@ def _parse_block(
         idle_since=idle_since if state == State.IDLE else None,
         idle_calls=(idle_calls or 0) if state == State.IDLE else None,
         sensitive=sensitive is True,
+        triggers=triggers or (),
+        ends_at=ends_at,
     )
+
+
+def _triggers(
+    value: Any, where: str, name: str, policy: BlockPolicy, problems: list[str]
+) -> tuple[str, ...] | None:
+    """A block's keywords as a file gives them: a list of strings (absent or null: none, as in
+    the files of releases before keywords), by the keyword rules of the review; None when they
+    cannot be read (the problem is listed)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        problems.append(f"{where}: {name} must be a list of keywords (strings), or []")
+        return None
+    if problem := policy.triggers_problem(value):
+        problems.append(f"{where}: {problem.reason}")
+        return None
+    return tuple(value)
 
 
 def _check_scope(scope: str, blocks: list[Block], policy: BlockPolicy, problems: list[str]) -> None:
@@ -462,7 +491,7 @@ def _parse_history(
         _check_recorded(item, where, problems)
         at = parse_time(item.get("at"), where, "at", problems)
         created = parse_time(item.get("created_at"), where, "created_at", problems, True)
-        state = _parse_state(item.get("before"), where, problems)
+        state = _parse_state(item.get("before"), where, policy, problems)
         if len(problems) > before or at is None:
             continue
         if found := _version_problem(text, state, scope, policy):
@@ -532,8 +561,11 @@ def _origin(text: str) -> Origin | None:
         return None
 
 
-def _parse_state(item: Any, where: str, problems: list[str]) -> BlockState | None:
-    """A version's state before its change (None: the block did not exist)."""
+def _parse_state(
+    item: Any, where: str, policy: BlockPolicy, problems: list[str]
+) -> BlockState | None:
+    """A version's state before its change (None: the block did not exist); keywords and an
+    end absent, as in the files of releases before them, are none."""
     if item is None:
         return None
     if not isinstance(item, dict) or not isinstance(item.get("content"), str):
@@ -545,9 +577,16 @@ def _parse_state(item: Any, where: str, problems: list[str]) -> BlockState | Non
     if not isinstance(sensitive, bool):
         problems.append(f"{where}: before.sensitive must be true or false")
         return None
+    triggers = _triggers(item.get("triggers"), where, "before.triggers", policy, problems)
+    ends_at = parse_time(item.get("ends_at"), where, "before.ends_at", problems, True)
     if not isinstance(level, str) or level not in set(Level) or state not in set(State):
         return None
-    return BlockState(item["content"], Level(level), State(str(state)), int(priority), sensitive)
+    if triggers is None or (item.get("ends_at") is not None and ends_at is None):
+        return None
+    return BlockState(
+        *(item["content"], Level(level), State(str(state)), int(priority), sensitive),
+        *(triggers, ends_at),
+    )
 
 
 def bad_text(text: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from bot.core.blocks.ends import shown_end
 from bot.core.blocks.ops import (
     BlockOps,
     Done,
@@ -21,7 +22,7 @@ from bot.core.blocks.review import BlockPolicy, Rule, refusal
 from bot.core.blocks.sensitive import shown_states
 from storage.changes import Applied
 from storage.errors import Stale
-from storage.models import Block, BlockState, Channel, Version, Wanted, label_key
+from storage.models import Block, BlockState, ChangeKind, Channel, Version, Wanted, label_key
 from storage.versions import VersionStore
 
 SHOWN_CHARS = 60  # of each version's content in /pin history
@@ -38,15 +39,32 @@ def _shown(state: BlockState | None) -> str:
     text = " ".join(state.content.split())  # as shown_states gives it
     short = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
     sensitive = ", sensitive" if state.sensitive else ""
-    return f"[{state.level.value}, {state.state.value}{sensitive}] {short}"
+    when = f", when {', '.join(state.triggers)}" if state.triggers else ""
+    until = f", until {shown_end(state.ends_at)}" if state.ends_at else ""
+    return f"[{state.level.value}, {state.state.value}{sensitive}{when}{until}] {short}"
 
 
 def _what(version: Version) -> str:
-    """A change in words: "edit", "level strong", "remove (undo)"."""
+    """A change in words: "edit", "level strong", "keywords deploy", "end none (never ends)",
+    "remove (undo)"."""
     words = f"{version.kind.value} {version.detail}".strip()
+    if version.kind is ChangeKind.TRIGGERS:
+        keywords = version.detail
+        words = "keywords none (sent always)" if keywords == "always" else f"keywords {keywords}"
+    elif version.kind is ChangeKind.ENDS:
+        words = "end none (never ends)" if version.detail == "never" else f"end {_end(version)}"
     if version.channel is not Channel.COMMAND:
         words += f" ({version.channel.value})"
     return words
+
+
+def _end(version: Version) -> str:
+    """The end an ends version recorded (its detail: an ISO time), as replies show ends; a
+    detail that is not one (an import's, by hand) as it is."""
+    try:
+        return shown_end(datetime.fromisoformat(version.detail))
+    except ValueError:
+        return version.detail
 
 
 def _who(version: Version) -> str:
@@ -203,6 +221,7 @@ _AS_IT_WAS = {
     Rule.CONTENT_CHARACTER,
     Rule.CREDENTIAL,
     Rule.PRIORITY,
+    Rule.TRIGGERS,
 }
 
 

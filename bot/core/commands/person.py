@@ -201,6 +201,8 @@ def _block(block: Block) -> dict[str, Any]:
         "state": block.state.value,
         "priority": block.priority,
         "sensitive": block.sensitive,
+        "triggers": list(block.triggers),
+        "ends_at": _time(block.ends_at),
         "created_at": _time(block.created_at),
         "updated_at": _time(block.updated_at),
     }

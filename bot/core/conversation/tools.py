@@ -11,8 +11,10 @@ operation added later (such as a proposal) is one more entry in each set and one
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -21,11 +23,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.core.blocks import (
     BlockOps,
     Done,
+    Ends,
     Outcome,
     Refused,
     Rule,
     Target,
     find_block,
+    keywords_problem,
+    normal,
+    parse_for,
+    parse_until,
     refusal,
     shown_content,
 )
@@ -57,6 +64,8 @@ class SetArgs(_Args):
     pinned: bool | None = None
     priority: int | None = None
     sensitive: bool | None = None
+    when: list[str] | None = None
+    until: str | None = None
 
 
 class GetArgs(_Args):
@@ -154,7 +163,57 @@ class _Invalid(Exception):
     """Arguments that do not fit a tool; the message says which and why."""
 
 
+@dataclass(frozen=True)
+class Timed:
+    """A set's arguments with its keywords and end read (None: as the block is; for a new
+    block, sent always and never ending)."""
+
+    args: SetArgs
+    triggers: tuple[str, ...] | None = None
+    ends: Ends | None = None
+
+
+def _timed(args: SetArgs) -> Timed:
+    """args with `when` and `until` read by the rules of `/pin`'s --when, --until and --for;
+    _Invalid says what is wrong with them."""
+    triggers = None if args.when is None else _keywords(args.when)
+    return Timed(args, triggers, None if args.until is None else _ends(args.until.strip()))
+
+
+def _keywords(items: Sequence[str]) -> tuple[str, ...]:
+    """`when`'s keywords, each as written (without spaces around it, the same keyword in
+    another case once), by the rules of `/pin`'s --when."""
+    keywords: list[str] = []
+    for item in items:
+        keyword = item.strip()
+        if not keyword:
+            raise _Invalid("when: a keyword is empty; give each keyword as one item")
+        if normal(keyword) not in (normal(k) for k in keywords):
+            keywords.append(keyword)
+    if problem := keywords_problem(keywords):
+        raise _Invalid(f"when: {problem}")
+    return tuple(keywords)
+
+
+def _ends(text: str) -> Ends:
+    """`until`'s end: a date or date-time (`/pin`'s --until), a duration (its --for), or
+    nothing (empty or '-': the block never ends)."""
+    if text in ("", "-"):
+        return Ends()
+    read = parse_for(text) if _DURATION_LIKE.fullmatch(text) else parse_until(text)
+    if isinstance(read, str):  # what is wrong, with an example in the tool's own words
+        raise _Invalid(f"until: {read.split('; write')[0]}; write e.g. {UNTIL_EXAMPLE}")
+    return read
+
+
 Record = Callable[[Block, str], dict[str, Any]]
+
+
+def _timing(block: Block) -> dict[str, Any]:
+    """When a block goes with requests, as the tools read it: the keywords it waits for ([]:
+    every request) and its end (ISO 8601 in UTC, or null: never)."""
+    until = None if block.ends_at is None else block.ends_at.astimezone(UTC).isoformat()
+    return {"when": list(block.triggers), "until": until}
 
 
 def _pin_record(block: Block, label: str) -> dict[str, Any]:
@@ -166,12 +225,14 @@ def _pin_record(block: Block, label: str) -> dict[str, Any]:
         "state": block.state.value,
         "priority": block.priority,
         "sensitive": block.sensitive,
+        **_timing(block),
     }
 
 
 def _sticky_record(block: Block, label: str) -> dict[str, Any]:
     """A slot as the Sticky Context design reads it (key, content, priority, pinned, sensitive;
-    a sensitive slot's content redacted), with the level and state pinbot adds."""
+    a sensitive slot's content redacted), with the level, state, keywords and end pinbot
+    adds."""
     return {
         label: block.label,
         "content": shown_content(block),
@@ -180,6 +241,7 @@ def _sticky_record(block: Block, label: str) -> dict[str, Any]:
         "sensitive": block.sensitive,
         "level": block.level.value,
         "state": block.state.value,
+        **_timing(block),
     }
 
 
@@ -231,6 +293,29 @@ _SENSITIVE = Param(
     },
 )
 
+_WHEN = Param(
+    "when",
+    "when",
+    {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "keywords, one per item: the block is sent only when the latest messages "
+        "mention one (any case, whole words); [] sends it with every request; left out, as it is",
+    },
+)
+_UNTIL = Param(
+    "until",
+    "until",
+    {
+        "type": "string",
+        "description": "when the block stops being sent: a date or date-time in UTC (2026-12-24, "
+        '2026-12-24T18:00) or a duration from now (3d, 12h, 1w2d); "-" never ends; left out, '
+        "as it is",
+    },
+)
+UNTIL_EXAMPLE = "2026-12-24, 2026-12-24T18:00 (UTC, or with +08:00), or 3d, 12h, 1w2d"
+_DURATION_LIKE = re.compile(r"[0-9]+[wdhm][0-9wdhm]*", re.IGNORECASE)
+
 
 _REASON = Param(
     "reason",
@@ -258,12 +343,13 @@ PIN_TOOLS = ToolSet(
         ToolDef(
             Op.SET,
             "pin_set",
-            "Create or update a pinned block that is sent with every later request. "
+            "Create or update a pinned block that is sent with every later request (with "
+            "`when`, only with those that mention a keyword; with `until`, until then). "
             + _SCOPE_NOTE
             + " Pinned blocks cannot be changed; pinned and sensitive cannot be taken back.",
             (
                 *(_label("label", required=True, describe=True), _CONTENT, _LEVEL, _PINNED),
-                *(_PRIORITY, _SENSITIVE),
+                *(_PRIORITY, _SENSITIVE, _WHEN, _UNTIL),
             ),
         ),
         ToolDef(
@@ -376,11 +462,12 @@ class PinTools:
             return refusal(Rule.TOOL_UNKNOWN, name=name)
         try:
             args = tool.arguments(raw)
+            read: _Args | Timed = _timed(args) if isinstance(args, SetArgs) else args
         except _Invalid as invalid:
             return refusal(Rule.TOOL_ARGUMENTS, name=name, problem=invalid)
         if isinstance(args, ProposeArgs):
             return await self._propose(context, args)
-        return await self._handlers[tool.op](target, args)
+        return await self._handlers[tool.op](target, read)
 
     async def _propose(self, context: MessageContext, args: ProposeArgs) -> Outcome:
         if self._proposals is None or context.conversation.kind is not ChatKind.GROUP:
@@ -394,10 +481,11 @@ class PinTools:
             reason=args.reason,
         )
 
-    async def _set(self, target: Target, args: SetArgs) -> Outcome:
-        """Create the block, or update it if it exists (never a pinned one). pinned and
-        sensitive left out keep what the block is; false on a block that is pinned or sensitive
-        asks to take it back, which the block policy refuses the model."""
+    async def _set(self, target: Target, timed: Timed) -> Outcome:
+        """Create the block, or update it if it exists (never a pinned one). pinned, sensitive,
+        when and until left out keep what the block is; false on a block that is pinned or
+        sensitive asks to take it back, which the block policy refuses the model."""
+        args = timed.args
         level = Level(args.level) if args.level else None
         content = args.content.strip()
         existing = find_block(await self._ops.blocks(target), args.label)
@@ -410,6 +498,8 @@ class PinTools:
                 pinned=bool(args.pinned),
                 priority=args.priority or 0,
                 sensitive=bool(args.sensitive),
+                triggers=timed.triggers or (),
+                ends=timed.ends,
             )
         else:
             state = State.PINNED if args.pinned else None
@@ -423,15 +513,23 @@ class PinTools:
                 state=state,
                 priority=args.priority,
                 sensitive=args.sensitive,
+                triggers=timed.triggers,
+                ends=timed.ends,
             )
         if not isinstance(outcome, Done):
             return outcome
-        if existing is not None and existing.state is State.IDLE and not args.pinned:
+        if existing is not None and existing.state is State.IDLE and await self._idle(target, args):
             return Done(
                 f"{outcome.message} It stays idle (not sent to the model) until the user sends "
                 f"/pin activate {existing.label}."
             )
         return Done(outcome.message + NEXT_TURN)
+
+    async def _idle(self, target: Target, args: SetArgs) -> bool:
+        """Whether the block a set changed is idle still (a new end can bring back one that had
+        ended)."""
+        block = find_block(await self._ops.blocks(target), args.label)
+        return block is not None and block.state is State.IDLE
 
     async def _get(self, target: Target, args: GetArgs) -> Outcome:
         blocks = await self._ops.blocks(target)
