@@ -374,7 +374,12 @@ class BlockOps:
             ended = block.ends_at is not None and block.ends_at <= now
             if ends is not None and ended and state is None and block.state is State.IDLE:
                 state = State.ACTIVE
-            elif ended and ends is None and state in (State.ACTIVE, State.PINNED):
+            elif (
+                ended
+                and ends is None
+                and state in (State.ACTIVE, State.PINNED)
+                and state is not block.state
+            ):
                 again = f"{target.command('edit')} {block.label}"
                 return refusal(
                     Rule.ENDS,
