@@ -29,6 +29,7 @@ from bench import (
     prefix,
     road,
     streaming,
+    triggered,
     turn,
     web,
     workers,
@@ -425,6 +426,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, bool, str]]:
         ),
         *_streaming_targets(report),
         *secret_recognisers.targets(report["secrets"]),
+        *triggered.targets(report["triggered"]),
     ]
 
 
@@ -612,6 +614,7 @@ def print_table(report: dict[str, Any]) -> None:
         )
     )
     secret_recognisers.print_section(report["secrets"])
+    print(triggered.describe(report["triggered"]))
     print("\nTargets")
     for name, met, figure in targets(report):
         print(f"  [{'met' if met else 'MISSED'}] {name}: {figure}")
@@ -660,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder, settings["pages"], lambda name: _database(cluster, name), cluster.data
             )
             report["history"] = measure_history(folder, settings, cluster)
+            report["triggered"] = triggered.run(folder, args.quick)
         finally:
             cluster.stop()
         slow, lists, delay = settings["hol"]

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from bot.core.blocks import matcher, shown
 from storage.models import Block, Level, State
@@ -187,6 +188,8 @@ def weighted_chars(text: str) -> int:
     """The characters of text as the estimate counts them: a wide (CJK) character as
     CHARS_PER_TOKEN of them, since tokenizers make about a token of each where they make one of
     about four other characters (measured on a real model: docs/performance.md)."""
+    if text.isascii():  # no wide character; and a check far cheaper than the count below
+        return len(text)
     wide = sum(1 for char in text if unicodedata.east_asian_width(char) in ("W", "F"))
     return len(text) + (CHARS_PER_TOKEN - 1) * wide
 
@@ -298,10 +301,11 @@ class Reason(StrEnum):
 SENT = (Reason.ALWAYS, Reason.KEYWORD)
 
 
-@dataclass(frozen=True, slots=True)
-class Why:
+class Why(NamedTuple):
     """One block's part in a request: its label and scope ("shared" or "personal"), its
-    level, why it went or stayed out, the keyword that brought it, and its estimated tokens."""
+    level, why it went or stayed out, the keyword that brought it, and its estimated tokens.
+    A named tuple: every request makes one of each of its blocks, at half a frozen
+    dataclass's cost."""
 
     label: str
     scope_name: str
@@ -372,19 +376,32 @@ def _tokens_of(label: str, content: str, level: Level, scope_name: str) -> int:
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
-def _left_out(blocks: Sequence[Block], name: str, now: datetime) -> list[Why]:
-    found = []
-    for block in blocks:
-        if block.ends_at is not None and block.ends_at <= now:
-            found.append(Why(block.label, name, block.level, Reason.ENDED))
-        elif block.state is State.IDLE:
-            found.append(Why(block.label, name, block.level, Reason.IDLE))
-    return found
+def _injection_key(block: Block) -> tuple[int, float, int]:
+    """injected()'s order: higher priority first, then newest first."""
+    return (-block.priority, -block.created_at.timestamp(), -block.id)
 
 
-def _running(blocks: Sequence[Block], now: datetime) -> list[Block]:
-    """blocks without those whose end has passed."""
-    return [b for b in blocks if b.ends_at is None or b.ends_at > now]
+class _Parts:
+    """One scope's blocks for a request, read once: those sent always and those that wait for
+    a keyword (each in block order, neither ended nor idle), and why the others stay out."""
+
+    __slots__ = ("always", "left_out", "name", "waiting")
+
+    def __init__(self, blocks: Sequence[Block], name: str, now: datetime) -> None:
+        self.name = name
+        self.always: list[Block] = []
+        self.waiting: list[Block] = []
+        self.left_out: list[Why] = []
+        idle = State.IDLE
+        for block in blocks:
+            if block.ends_at is not None and block.ends_at <= now:
+                self.left_out.append(Why(block.label, name, block.level, Reason.ENDED))
+            elif block.state is idle:
+                self.left_out.append(Why(block.label, name, block.level, Reason.IDLE))
+            elif block.triggers:
+                self.waiting.append(block)
+            else:
+                self.always.append(block)
 
 
 def select(
@@ -395,23 +412,36 @@ def select(
     budget_tokens: int,
 ) -> Selection:
     """The blocks of these scopes that go with a request whose user messages (the current
-    one first) are texts, at now."""
-    shared_now, personal_now = _running(shared, now), _running(personal, now)
-    always = ordered(shared_now, personal_now)
+    one first) are texts, at now.
+
+    Each block is looked at once; the blocks that wait for a keyword are put in order, and
+    shown as the model reads them, only when one of them is mentioned (a scope may hold a
+    thousand of them, and most requests mention none)."""
+    scopes = (_Parts(shared, "shared", now), _Parts(personal, "personal", now))
+    always = [
+        ScopedBlock(shown(b), parts.name)
+        for parts in scopes
+        for b in sorted(parts.always, key=_injection_key)
+    ]
     why = [
         Why(item.block.label, item.scope_name, item.block.level, Reason.ALWAYS, "", _tokens(item))
         for item in always
     ]
-    waiting_blocks = ordered(shared_now, personal_now, triggered=True)
+    waiting = [b for parts in scopes for b in parts.waiting]
     fired: list[ScopedBlock] = []
-    if waiting_blocks:
+    if waiting:
         found: dict[int, str] = {}
-        for name in ("shared", "personal"):  # one matcher per scope, shared by its members
-            keys = tuple(
-                (i.block.id, i.block.triggers) for i in waiting_blocks if i.scope_name == name
-            )
+        for parts in scopes:  # one matcher per scope, shared by its members; by id: stable
+            keys = tuple(sorted((b.id, b.triggers) for b in parts.waiting))
             found.update(matcher(keys).fired(texts) if keys else {})
-        mentioned = [item for item in waiting_blocks if item.block.id in found]
+        # Injection order (shared before personal, each by injected()'s key) of the mentioned
+        # blocks alone: the order the whole of them, sorted, would give these.
+        mentioned = [
+            ScopedBlock(shown(b), parts.name)
+            for parts in scopes
+            for b in sorted((b for b in parts.waiting if b.id in found), key=_injection_key)
+        ]
+        in_order = list(mentioned)
         # The budget goes to the highest priority first; a block past what is left stays out,
         # and a lower one that still fits goes.
         mentioned.sort(key=lambda item: -item.block.priority)
@@ -426,7 +456,7 @@ def select(
             block = item.block
             keyword = found[block.id]
             why.append(Why(block.label, item.scope_name, block.level, reason, keyword, tokens))
-        fired = [item for item in waiting_blocks if item.block.id in taken]
+        fired = [item for item in in_order if item.block.id in taken]
     told = sum(1 for w in why if w.keyword)
-    why += _left_out(shared, "shared", now) + _left_out(personal, "personal", now)
-    return Selection(always, fired, why, len(waiting_blocks) - told)
+    why += [w for parts in scopes for w in parts.left_out]
+    return Selection(always, fired, why, len(waiting) - told)
