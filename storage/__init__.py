@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Self
 
 from storage import usage_sums
-from storage.blocks import BlockStore, BrowseStore
+from storage.blocks import BlockStore, BrowseStore, TriggeredBlocks
 from storage.buckets import TokenBuckets
 from storage.changes import ChangeStore
 from storage.decisions import DecisionStore
@@ -46,6 +46,7 @@ class Store(
     def __init__(self, db: Database) -> None:
         self._db = db
         self._pending_calls = PendingCalls()
+        self._triggered = TriggeredBlocks()
         self._buckets = TokenBuckets()
         self._search = SearchIndex(db)
         self._worker = 0

@@ -4,6 +4,7 @@ through storage.changes only (and idle ones are cleaned up here)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -25,6 +26,49 @@ Scopes = dict[str, tuple[int, list[Block]]]  # scope → (model-call count, bloc
 KEEP = Limits(0)  # for writes that only remove: the default number of versions kept
 CLEANUP = Author("cleanup", Channel.CLEANUP)
 _IN_ORDER = "ORDER BY scope, created_at, id"
+# A model call's read: the scopes' blocks sent always (or idle), then a row per scope with its
+# version and call count (the first column NULL), in one round trip.
+_NO_BLOCK = ", ".join(["NULL", "v.scope", *["NULL"] * (BLOCK_WIDTH - 2)])
+_FOR_A_CALL = (
+    f"SELECT {BLOCK_COLUMNS}, NULL, NULL FROM blocks WHERE scope IN (?*) AND triggers IS NULL "
+    f"UNION ALL SELECT {_NO_BLOCK}, v.version, "
+    "(SELECT calls FROM scope_calls c WHERE c.scope = v.scope) "
+    "FROM scope_versions v WHERE v.scope IN (?*)"
+)
+
+
+class TriggeredBlocks:
+    """The blocks that wait for keywords of the scopes most recently asked for, each with the
+    version of its scope they were read at; a bounded number of scopes."""
+
+    def __init__(self, scopes: int = 4096) -> None:
+        self._kept: OrderedDict[str, tuple[int, list[Block]]] = OrderedDict()
+        self._most = scopes
+
+    def version(self, scope: str) -> int | None:
+        """The version of scope its kept blocks were read at (None: none kept)."""
+        kept = self._kept.get(scope)
+        if kept is None:
+            return None
+        self._kept.move_to_end(scope)
+        return kept[0]
+
+    def blocks(self, scope: str) -> list[Block]:
+        """The kept blocks of scope that wait for keywords."""
+        kept = self._kept.get(scope)
+        return kept[1] if kept else []
+
+    def forget(self, scope: str) -> None:
+        """Keep nothing of scope."""
+        self._kept.pop(scope, None)
+
+    def keep(self, scope: str, version: int, blocks: list[Block]) -> None:
+        """Keep scope's blocks as read at version, dropping the longest unasked scope past
+        the bound."""
+        self._kept[scope] = (version, blocks)
+        self._kept.move_to_end(scope)
+        while len(self._kept) > self._most:
+            self._kept.popitem(last=False)
 
 
 async def _audit_entries(
@@ -41,14 +85,15 @@ async def _audit_entries(
 
 def group_records_forgotten(group: str, members_prefix: str) -> list[tuple[str | None, Step]]:
     """The statements forgetting what is kept beside a group's blocks (gone before, as block
-    changes): its audit trail (counted as "audit"), and the model-call counts and notes of its
-    shared scope and its members' scopes (whose keys start with members_prefix)."""
+    changes): its audit trail (counted as "audit"), and the model-call counts, notes and
+    versions of its shared scope and its members' scopes (whose keys start with members_prefix)."""
     mine = "scope = ? OR substr(scope, 1, length(?)) = ?"
     scopes = (group, members_prefix, members_prefix)
     return [
         ("audit", Step("DELETE FROM shared_audit WHERE group_scope = ?", (group,))),
         (None, Step(f"DELETE FROM scope_calls WHERE {mine}", scopes)),
         (None, Step(f"DELETE FROM scope_notes WHERE {mine}", scopes)),
+        (None, Step(f"DELETE FROM scope_versions WHERE {mine}", scopes)),
     ]
 
 
@@ -57,6 +102,7 @@ class BlockStore(Protocol):
 
     _db: Database
     _pending_calls: rows.PendingCalls
+    _triggered: TriggeredBlocks
 
     async def blocks(self, scopes: Sequence[str]) -> list[Block]:
         """Every block of the given scopes, in any state, oldest creation first."""
@@ -72,17 +118,40 @@ class BlockStore(Protocol):
 
     async def start_model_call(self, scopes: Sequence[str]) -> tuple[list[Block], dict[str, int]]:
         """Count one model call for each scope and return, in one query, the scopes' blocks (in
-        any state, in no particular order) and, for each scope that has blocks, its call count
-        before this call."""
+        any state, in no particular order) and, for each scope that has had blocks, its call
+        count before this call. A scope's blocks that wait for keywords are read again only
+        when its version says they changed (a scope may hold a thousand of them)."""
         if not scopes:
             return [], {}
+        found = await self._db.fetch(_FOR_A_CALL, list(scopes), list(scopes))
+        plain, stored, stale = [], {}, []
+        for row in found:
+            if row[0] is not None:
+                plain.append(block_from_row(row))
+                continue
+            scope, version = row[1], row[BLOCK_WIDTH]
+            stored[scope] = row[BLOCK_WIDTH + 1] or 0
+            if self._triggered.version(scope) != version:
+                stale.append((scope, version))
+        for scope in scopes:
+            if scope not in stored:  # no version: none of its blocks is left
+                self._triggered.forget(scope)
+        if stale:
+            await self._read_triggered(stale)
+        waiting = [b for scope in scopes for b in self._triggered.blocks(scope)]
+        return plain + waiting, self._pending_calls.count(scopes, stored)
+
+    async def _read_triggered(self, stale: Sequence[tuple[str, int]]) -> None:
+        """Read again the blocks that wait for keywords of scopes whose version changed."""
         found = await self._db.fetch(
-            f"SELECT {BLOCK_COLUMNS}, (SELECT calls FROM scope_calls c WHERE c.scope = "
-            "blocks.scope) FROM blocks WHERE scope IN (?*)",
-            list(scopes),
+            f"SELECT {BLOCK_COLUMNS} FROM blocks WHERE scope IN (?*) AND triggers IS NOT NULL",
+            [scope for scope, _ in stale],
         )
-        stored = {row[1]: row[BLOCK_WIDTH] or 0 for row in found}
-        return [block_from_row(row) for row in found], self._pending_calls.count(scopes, stored)
+        by_scope: dict[str, list[Block]] = {scope: [] for scope, _ in stale}
+        for row in found:
+            by_scope[row[1]].append(block_from_row(row))
+        for scope, version in stale:
+            self._triggered.keep(scope, version, by_scope[scope])
 
     async def flush_calls(self) -> None:
         """Write the counted model calls that are not yet in the database."""

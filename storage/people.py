@@ -42,6 +42,7 @@ class PeopleStore(Protocol):
             ("block_versions", "scope"),
             ("scope_calls", "scope"),
             ("scope_notes", "scope"),
+            ("scope_versions", "scope"),
             ("suggestions", "scope"),
             ("history", "session"),
         ):
@@ -181,7 +182,7 @@ class PeopleStore(Protocol):
             )
             await _delete(tx, "DELETE FROM rate_buckets WHERE key IN (?*)", person.buckets)
             await _delete(tx, "DELETE FROM chat_leases WHERE chat IN (?*)", person.chats)
-            for table in ("scope_calls", "scope_notes"):
+            for table in ("scope_calls", "scope_notes", "scope_versions"):
                 await tx.execute(f"DELETE FROM {table} WHERE scope IN (?*)", scopes)
         return counts
 

@@ -280,6 +280,52 @@ async def _pages_that_stay_fast(tx: Executor, db: Database) -> None:
         await tx.execute(statement)
 
 
+# Every change to a scope's blocks (by any statement: a change, a move, retention, a forgotten
+# person, a copy) gives its scope a new version, so a reader may keep what it read of a scope
+# while the version stays (storage.blocks keeps the blocks that wait for keywords). Versions
+# come from one counter, never reused: a scope forgotten and made again starts at a new one.
+_BUMP = (
+    "INSERT INTO scope_versions (scope, version) VALUES ({scope}, {next}) "
+    "ON CONFLICT (scope) DO UPDATE SET version = excluded.version"
+)
+_SQLITE_NEXT = "UPDATE scope_version_counter SET n = n + 1"
+_SQLITE_BUMP = _BUMP.format(scope="{scope}", next="(SELECT n FROM scope_version_counter)")
+SQLITE_SCOPE_VERSIONS = [
+    "CREATE TABLE scope_version_counter (n INTEGER NOT NULL)",
+    "INSERT INTO scope_version_counter (n) VALUES (1)",
+    "CREATE TRIGGER blocks_version_added AFTER INSERT ON blocks BEGIN "
+    f"{_SQLITE_NEXT}; {_SQLITE_BUMP.format(scope='new.scope')}; END",
+    "CREATE TRIGGER blocks_version_changed AFTER UPDATE ON blocks BEGIN "
+    f"{_SQLITE_NEXT}; {_SQLITE_BUMP.format(scope='old.scope')}; "
+    f"{_SQLITE_BUMP.format(scope='new.scope')}; END",
+    "CREATE TRIGGER blocks_version_removed AFTER DELETE ON blocks BEGIN "
+    f"{_SQLITE_NEXT}; {_SQLITE_BUMP.format(scope='old.scope')}; END",
+]
+_PG_BUMP = _BUMP.format(scope="{scope}", next="nextval('pinbot_scope_version')")
+POSTGRES_SCOPE_VERSIONS = [
+    "CREATE SEQUENCE pinbot_scope_version START 2",
+    "CREATE FUNCTION pinbot_scope_version() RETURNS trigger LANGUAGE plpgsql AS $body$ BEGIN "
+    f"IF TG_OP <> 'INSERT' THEN {_PG_BUMP.format(scope='OLD.scope')}; END IF; "
+    f"IF TG_OP <> 'DELETE' THEN {_PG_BUMP.format(scope='NEW.scope')}; END IF; "
+    "RETURN NULL; END $body$",
+    "CREATE TRIGGER blocks_scope_version AFTER INSERT OR UPDATE OR DELETE ON blocks "
+    "FOR EACH ROW EXECUTE FUNCTION pinbot_scope_version()",
+]
+
+
+async def _scope_versions(tx: Executor, db: Database) -> None:
+    """The version of each scope's blocks, given anew by the database itself on every change."""
+    await tx.execute(
+        "CREATE TABLE scope_versions (scope TEXT PRIMARY KEY, version {count} NOT NULL)"
+        "{without_rowid}".format(**db.types)
+    )
+    await tx.execute(
+        "INSERT INTO scope_versions (scope, version) SELECT DISTINCT scope, 1 FROM blocks"
+    )
+    for statement in db.pick(sqlite=SQLITE_SCOPE_VERSIONS, postgres=POSTGRES_SCOPE_VERSIONS):
+        await tx.execute(statement)
+
+
 STEPS: dict[int, Step] = {
     1: [
         """CREATE TABLE blocks (
@@ -524,6 +570,9 @@ STEPS: dict[int, Step] = {
         "ALTER TABLE block_versions ADD COLUMN ends_at {time}",
         "ALTER TABLE history ADD COLUMN sent TEXT",
     ],
+    # Each scope's version, counted up by triggers on every change to its blocks: a turn reads
+    # a scope's blocks that wait for keywords again only when it changed.
+    23: _scope_versions,
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

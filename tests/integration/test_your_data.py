@@ -151,7 +151,15 @@ def mentions_me(row: tuple[Any, ...]) -> bool:
 # Rows that change for everyone when one person goes: sums made again from the usage rows (the
 # same totals), and the summaries of the conversations in their groups (they may hold what they
 # said); the search index's own bookkeeping, and SQLite's counters of rows added.
-CHANGED_FOR_ALL = {"usage_day_sums", "usage_window_sums", "usage_windows", "sqlite_sequence"}
+# The counts and versions that change for everyone when any row of theirs does.
+CHANGED_FOR_ALL = {
+    "usage_day_sums",
+    "usage_window_sums",
+    "usage_windows",
+    "sqlite_sequence",
+    "scope_version_counter",
+    "scope_versions",
+}
 
 
 async def test_forget_me_leaves_nothing_of_them_and_everyone_else_as_they_were(

@@ -623,3 +623,43 @@ async def test_a_blocks_keywords_and_end_are_written_read_and_kept_in_its_versio
     assert (newest.before.triggers, newest.before.ends_at) == (keywords, end)
     assert (newest.kind, newest.detail) == (ChangeKind.TRIGGERS, "always")
     assert added.kind is ChangeKind.ADD and added.before is None
+
+
+async def test_a_model_call_sees_every_change_to_blocks_that_wait_for_keywords(
+    open_store: Opener,
+) -> None:
+    """One store keeps a scope's triggered blocks while the scope's version stays; a change by
+    another store (another process), a move and a removal of every block each give it a new
+    version, so the next call reads them again."""
+    reader, writer = await open_store(), await open_store()
+    scope, moved = "telegram:group:-1", "telegram:group:-2"
+
+    async def waiting(at: str) -> list[tuple[str, tuple[str, ...]]]:
+        blocks, _ = await reader.start_model_call([at])
+        return sorted((b.content, b.triggers) for b in blocks if b.triggers)
+
+    for n in range(3):
+        new = NewBlock(scope, f"k{n}", f"text {n}", Level.CONTEXT, triggers=(f"word{n}",))
+        await writes.insert(writer, new, now=NOW, limits=TWENTY, by=BY_7)
+    await writes.insert(
+        writer, NewBlock(scope, "plain", "always", Level.CONTEXT), now=NOW, limits=TWENTY, by=BY_7
+    )
+    assert len(await waiting(scope)) == 3
+    (k0,) = [b for b in await writer.blocks([scope]) if b.label == "k0"]
+    await writes.update(writer, k0, now=NOW, limits=TWENTY, by=BY_7, content="changed")
+    assert ("changed", ("word0",)) in await waiting(scope)
+    await writer.move_group(
+        scope, moved, members_prefix=f"{scope}::u:", sessions_prefix=f"{scope}:"
+    )
+    assert await waiting(scope) == []
+    assert len(await waiting(moved)) == 3
+    assert await writes.clear(writer, moved, now=NOW, by=BY_7) == 4
+    assert await waiting(moved) == []
+    await writes.insert(
+        writer,
+        NewBlock(moved, "again", "new", Level.CONTEXT, triggers=("fresh",)),
+        now=NOW,
+        limits=TWENTY,
+        by=BY_7,
+    )
+    assert await waiting(moved) == [("new", ("fresh",))]

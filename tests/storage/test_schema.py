@@ -382,6 +382,15 @@ async def _row_counts(where: dict[str, str]) -> dict[str, int]:
         await db.close()
 
 
+async def _distinct_scopes(where: dict[str, str]) -> int:
+    """How many scopes have blocks, read on a connection of its own."""
+    db = await _database(where)
+    try:
+        return int(await db.fetchval("SELECT COUNT(DISTINCT scope) FROM blocks"))
+    finally:
+        await db.close()
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_a_database_of_36c7ab2_opens_keeping_every_row_as_it_was(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -396,6 +405,10 @@ async def test_a_database_of_36c7ab2_opens_keeping_every_row_as_it_was(
         if backend == "postgres":  # one bookkeeping row per step applied
             held["pinbot_migrations"] = LATEST
         held["removed_groups"] = 0  # the table step 21 adds: no group was removed yet
+        # step 23: each scope that has blocks starts at version 1 (SQLite's counter: one row)
+        held["scope_versions"] = await _distinct_scopes(where)
+        if backend == "sqlite":
+            held["scope_version_counter"] = 1
         assert await _row_counts(where) == held
         # blocks of every level and state, two of them sensitive: kept whole, flag and all
         found = [

@@ -53,22 +53,18 @@ class Lifecycle:
         idle blocks, and return the blocks left, with those that ended now."""
         blocks, before = await self._store.start_model_call(scopes)
         now = self._clock()
-        ended = [
-            b
-            for b in blocks
-            if b.ends_at is not None and b.ends_at <= now and b.state is not State.IDLE
-        ]
+        ended, gone = [], []
+        idle, expired = State.IDLE, self._ops.policy.expired
+        for b in blocks:  # one pass: most blocks neither end nor are idle (hot path)
+            if b.ends_at is not None and b.ends_at <= now and b.state is not idle:
+                ended.append(b)
+            elif b.state is idle and expired(b, now, before.get(b.scope, 0)):
+                gone.append(b)
         if ended and await _end(self._ops, ended):
             now_idle = {b.id for b in ended}
             blocks = [_idled(b, now) if b.id in now_idle else b for b in blocks]
         else:
             ended = []
-        idle = State.IDLE  # most blocks are not idle: skip the call for them (hot path)
-        gone = [
-            b
-            for b in blocks
-            if b.state is idle and self._ops.policy.expired(b, now, before.get(b.scope, 0))
-        ]
         if gone and await self._remove(gone):
             ids = {b.id for b in gone}
             blocks = [b for b in blocks if b.id not in ids]

@@ -16,13 +16,22 @@ from bot.core.blocks import (
     find_block,
     listing_note,
     refusal,
+    shown,
     shown_content,
     timing_details,
 )
 from bot.core.commands.help import pin_help
 from bot.core.commands.parse import LOG_DEFAULT, USAGE, PinCommand, Verb, split_command
 from bot.core.commands.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
-from bot.core.conversation import Estimate, estimate, history_key, injected, why_text
+from bot.core.conversation import (
+    Estimate,
+    ScopedBlock,
+    block_tokens,
+    estimate,
+    history_key,
+    injected,
+    why_text,
+)
 from bot.core.decisions import Proposals, Suggestions
 from bot.core.people import Action, ChatKind, MessageContext, Role, refusal_for
 from bot.core.replies import Reply
@@ -285,7 +294,14 @@ class PinService:
         session = history_key(conversation, per_sender=self._history_per_sender)
         stored = await self._store.last_sent(session, conversation.sender_id)
         group = conversation.shared_scope is not None
-        return why_text(stored, group=group, budget=self._pins.triggered_budget_tokens)
+        shared, personal = await self._blocks_here(context)
+        figures = {
+            (name, block.label): block_tokens(ScopedBlock(shown(block), name))
+            for blocks, name in ((shared, "shared"), (personal, "personal"))
+            for block in blocks
+        }
+        budget = self._pins.triggered_budget_tokens
+        return why_text(stored, group=group, budget=budget, figures=figures)
 
     async def _raw(self, context: MessageContext, target: Target, label: str) -> Reply:
         """A block of the speaker's as it is stored, sensitive or not: only in a DM, where

@@ -318,8 +318,9 @@ class Why(NamedTuple):
 @dataclass(frozen=True)
 class Selection:
     """The blocks of one request: those sent always (in order), those a keyword brought
-    (fired, in order), and why each block here went or stayed out; waiting counts the
-    blocks whose keywords were not mentioned."""
+    (fired, in order), and why each other block here went or stayed out (mentioned, within
+    the budget or over it; ended; idle); waiting counts the blocks whose keywords were not
+    mentioned."""
 
     always: list[ScopedBlock]
     fired: list[ScopedBlock]
@@ -327,17 +328,18 @@ class Selection:
     waiting: int = 0
 
     def record(self) -> str:
-        """The selection as a turn keeps it, for `/pin why`."""
-        return json.dumps(
-            {
-                "waiting": self.waiting,
-                "blocks": [
-                    [w.label, w.scope_name, w.level.value, w.reason.value, w.keyword, w.tokens]
-                    for w in self.why
-                ],
-            },
-            ensure_ascii=False,
-        )
+        """The selection as a turn keeps it, for `/pin why`: a block sent always by its label,
+        scope and level (its tokens are figured when asked: most turns are never asked
+        about), the others with why and their tokens."""
+        always = [
+            [i.block.label, i.scope_name, i.block.level.value, Reason.ALWAYS.value, "", 0]
+            for i in self.always
+        ]
+        others = [
+            [w.label, w.scope_name, w.level.value, w.reason.value, w.keyword, w.tokens]
+            for w in self.why
+        ]
+        return json.dumps({"waiting": self.waiting, "blocks": always + others}, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -423,10 +425,7 @@ def select(
         for parts in scopes
         for b in sorted(parts.always, key=_injection_key)
     ]
-    why = [
-        Why(item.block.label, item.scope_name, item.block.level, Reason.ALWAYS, "", _tokens(item))
-        for item in always
-    ]
+    why: list[Why] = []
     waiting = [b for parts in scopes for b in parts.waiting]
     fired: list[ScopedBlock] = []
     if waiting:

@@ -4,6 +4,8 @@ idle), with token figures, as the turn recorded them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from bot.core.conversation.render import SENT, Reason, Record, Why, read_record
 
 NO_REQUEST = (
@@ -19,32 +21,44 @@ _WORDS = {
 }
 
 
-def _line(why: Why, group: bool) -> str:
+Figures = Mapping[tuple[str, str], int]  # (scope name, label) → the block's tokens now
+
+
+def _tokens(why: Why, figures: Figures) -> int:
+    """A block's tokens as its turn recorded them, or (sent always: not recorded) as it is now."""
+    if why.reason is not Reason.ALWAYS:
+        return why.tokens
+    return figures.get((why.scope_name, why.label), 0)
+
+
+def _line(why: Why, group: bool, figures: Figures) -> str:
     where = f"{why.scope_name}, " if group else ""
     if why.reason is Reason.KEYWORD:
         reason = f"its keyword {why.keyword!r} was mentioned"
     else:
         reason = _WORDS[why.reason].format(keyword=why.keyword)
-    tokens = f", about {why.tokens:,} tokens" if why.tokens else ""
+    count = _tokens(why, figures)
+    tokens = f", about {count:,} tokens" if count else ""
     return f"- {why.label} ({where}{why.level.value}{tokens}): {reason}"
 
 
-def why_text(stored: str | None, *, group: bool, budget: int) -> str:
-    """The reply to `/pin why` for the record the speaker's last turn here kept (None: none)."""
+def why_text(stored: str | None, *, group: bool, budget: int, figures: Figures) -> str:
+    """The reply to `/pin why` for the record the speaker's last turn here kept (None: none);
+    figures gives the tokens of the blocks here now, for those the turn sent always."""
     record = read_record(stored) if stored else None
     if record is None:
         return NO_REQUEST
-    return "\n".join(_lines(record, group=group, budget=budget))
+    return "\n".join(_lines(record, group=group, budget=budget, figures=figures))
 
 
-def _lines(record: Record, *, group: bool, budget: int) -> list[str]:
+def _lines(record: Record, *, group: bool, budget: int, figures: Figures) -> list[str]:
     sent = [w for w in record.why if w.reason in SENT]
     out = [w for w in record.why if w.reason not in SENT]
     lines = []
     if sent:
-        total = sum(w.tokens for w in sent)
+        total = sum(_tokens(w, figures) for w in sent)
         lines.append(f"Sent with your last request here (about {total:,} tokens):")
-        lines += [_line(w, group) for w in sent]
+        lines += [_line(w, group, figures) for w in sent]
     else:
         lines.append(NO_BLOCKS)
     fired = sum(w.tokens for w in sent if w.reason is Reason.KEYWORD)
@@ -55,7 +69,7 @@ def _lines(record: Record, *, group: bool, budget: int) -> list[str]:
         )
     if out:
         lines.append("Left out:")
-        lines += [_line(w, group) for w in out]
+        lines += [_line(w, group, figures) for w in out]
     if record.waiting:
         noun = "block waits" if record.waiting == 1 else "blocks wait"
         lines.append(
