@@ -130,6 +130,18 @@ class StorageConfig(_Section):
     takeover_check_s: Annotated[float, Field(ge=0.05, le=3600)] = 2.0
 
 
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")]
+
+
+class ModelEntry(_Section):
+    """One model a group or topic may pick with `/group model <name>`: its server, its model
+    and where its key is (prices stay in pricing.models, by model)."""
+
+    base_url: HttpUrl = "https://api.openai.com/v1"
+    model: str = Field(min_length=1, max_length=200)
+    api_key_env: EnvName = "OPENAI_API_KEY"
+
+
 class LlmConfig(_Section):
     """The downstream model: the offline default or an OpenAI-compatible server."""
 
@@ -151,6 +163,8 @@ class LlmConfig(_Section):
     # it rejects or ignores it, then max_tokens (bot/llm/server.py).
     completion_limit_param: Literal["auto", "max_completion_tokens", "max_tokens"] = "auto"
     probe_server: bool = False
+    # The models a group or topic may pick (`/group model <name>`): name → server, model, key.
+    models: dict[ModelName, ModelEntry] = {}
 
 
 class PinsConfig(_Section):
@@ -422,6 +436,14 @@ class MetricsConfig(_Section):
         return host.removeprefix("[").removesuffix("]"), int(port)
 
 
+class GroupsConfig(_Section):
+    """What groups may set for themselves from the chat (`/group`), and the operator's caps."""
+
+    self_service: bool = True  # false: only pins.group_shared_admin_ids may change settings
+    max_daily_tokens: Tokens = 0  # the most a group's daily budget may be set to; 0: no cap
+    max_monthly_tokens: Tokens = 0  # likewise for the monthly budget
+
+
 class Config(_Section):
     """The whole configuration; every key has a default, so an empty file is valid."""
 
@@ -439,6 +461,7 @@ class Config(_Section):
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
     retention: RetentionConfig = RetentionConfig()
+    groups: GroupsConfig = GroupsConfig()
     # pins' keys that retention's replaced, with the values they were given (check-config warns)
     _replaced: dict[str, int] = PrivateAttr(default_factory=dict)
 

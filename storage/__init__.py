@@ -21,6 +21,7 @@ from storage.retention import RetentionStore
 from storage.rows import TABLES, Dump, PendingCalls
 from storage.schema import migrate
 from storage.search import SearchIndex
+from storage.settings import SettingsStore
 from storage.usage import UsageStore
 from storage.versions import VersionStore
 
@@ -38,6 +39,7 @@ class Store(
     DecisionStore,
     PeopleStore,
     RetentionStore,
+    SettingsStore,
 ):
     """pinbot's data in SQLite (one process) or PostgreSQL (several): blocks per scope,
     model-call counts, history, the audit trail, usage, delivered updates and workers, and the

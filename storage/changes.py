@@ -317,6 +317,22 @@ class ChangeStore(Protocol):
                 "WHERE session = ? OR substr(session, 1, length(?)) = ?",
                 *(new, old, old, sessions_prefix, sessions_prefix),
             )
+            # The group's own settings and its topics' go with it (not where the new chat
+            # already has its own).
+            for table in ("group_settings", "group_setting_versions"):
+                unset = (
+                    " AND NOT EXISTS (SELECT 1 FROM group_settings d WHERE d.place = "
+                    "CAST(? AS TEXT) || substr(group_settings.place, length(?) + 1) "
+                    "AND d.name = group_settings.name)"
+                    if table == "group_settings"
+                    else ""
+                )
+                await tx.execute(
+                    f"UPDATE {table} SET place = CAST(? AS TEXT) || substr(place, length(?) + 1) "
+                    f"WHERE (place = ? OR substr(place, 1, length(?)) = ?){unset}",
+                    *(new, old, old, sessions_prefix, sessions_prefix),
+                    *((new, old) if unset else ()),
+                )
         return moved
 
     async def forget_versions_before(self, moment: datetime) -> int:

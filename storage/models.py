@@ -277,6 +277,7 @@ class ChangeKind(StrEnum):
     SENSITIVE = "sensitive"
     TRIGGERS = "triggers"  # the keywords a block waits for (detail: them, or "always")
     ENDS = "ends"  # when a block ends (detail: the time, or "never")
+    SETTING = "setting"  # a group's (or topic's) own setting: the label names it
 
 
 class Channel(StrEnum):

@@ -21,6 +21,7 @@ from storage.delivery import chat_updates_forgotten
 from storage.dialect import Database, Step
 from storage.history import group_history_forgotten
 from storage.rows import dt, ts
+from storage.settings import group_settings_forgotten
 from storage.usage import group_usage_folded
 
 # Whether the bot is back in a removed group: an update of its chat recorded after the removal.
@@ -75,8 +76,9 @@ class RetentionStore(Protocol):
         not back in, its blocks having gone as block changes: every version of its scopes (the
         shared one, and its members' whose keys start with members_prefix), their counts and
         notes, its audit trail, its proposals, its conversations (sessions_prefix: of its
-        topics and per-sender histories), its updates in the inbox (chat), and its usage folded
-        into no group's (storage.usage); the removal's note too. One transaction; how many
+        topics and per-sender histories), its updates in the inbox (chat), its own settings and
+        its topics' (storage.settings), and its usage folded into no group's (storage.usage);
+        the removal's note too. One transaction; how many
         rows of each kind went, or None (nothing changed) when the bot is back, or was removed
         again since."""
         steps: list[tuple[str | None, Step]] = [
@@ -86,6 +88,7 @@ class RetentionStore(Protocol):
             ("turns", group_history_forgotten(group, sessions_prefix)),
             *chat_updates_forgotten(chat),
             *group_usage_folded(group),
+            *group_settings_forgotten(group, sessions_prefix),
         ]
         async with self._db.transaction(group) as tx:
             noted = await tx.execute(

@@ -59,6 +59,11 @@ TABLES = {
         "platform, sender, day, group_key",
     ),
     "removed_groups": ("group_key, chat, removed_at", "group_key"),
+    "group_settings": ("place, name, value", "place, name"),
+    "group_setting_versions": (
+        "op, place, name, before, after, actor, channel, at, undone_by",
+        "id",
+    ),
 }
 Dump = dict[str, list[tuple[Any, ...]]]
 BLOCK_COLUMNS = (

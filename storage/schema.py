@@ -573,6 +573,30 @@ STEPS: dict[int, Step] = {
     # Each scope's version, counted up by triggers on every change to its blocks: a turn reads
     # a scope's blocks that wait for keywords again only when it changed.
     23: _scope_versions,
+    # The settings a group (place: its key) or a forum topic (its key) gives itself from the
+    # chat, a JSON value per name, and every change to them (before and after; undone_by
+    # names the undo that reverted it). Groups of earlier releases have none: the config's.
+    24: [
+        """CREATE TABLE group_settings (
+            place TEXT NOT NULL,
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (place, name)
+        ){without_rowid}""",
+        """CREATE TABLE group_setting_versions (
+            id {serial},
+            op TEXT NOT NULL,
+            place TEXT NOT NULL,
+            name TEXT NOT NULL,
+            before TEXT,
+            after TEXT,
+            actor TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            at {time} NOT NULL,
+            undone_by TEXT
+        )""",
+        "CREATE INDEX group_setting_versions_by_place ON group_setting_versions (place, id)",
+    ],
 }
 LATEST = max(STEPS)
 # Where PostgreSQL records the steps applied, made before the version is read (SQLite keeps the

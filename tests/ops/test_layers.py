@@ -263,10 +263,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("bot.core.decisions",),
     ("bot.core.conversation",),
     ("bot.core.commands",),
+    ("bot.core.groups",),
     ("bot.core.entry",),
     ("bot.adapters", "bot.web", "bot.cli"),
 ]
-CORE_PACKAGES = ("people", "blocks", "decisions", "conversation", "commands", "entry")
+CORE_PACKAGES = ("people", "blocks", "decisions", "conversation", "commands", "groups", "entry")
 
 
 def module_name(path: Path) -> str:

@@ -224,6 +224,8 @@ async def test_a_database_of_the_last_release_upgrades_in_place_keeping_everythi
             "suggestions": 0,
             "usage_compaction": 0,
             "removed_groups": 0,
+            "group_settings": 0,  # step 24's: no group set anything yet
+            "group_setting_versions": 0,
         }
         (rules,) = [b for b in await store.blocks(["telegram:direct:42"]) if b.label == "Rules"]
         assert (rules.content, rules.level, rules.state, rules.priority) == (
@@ -405,6 +407,7 @@ async def test_a_database_of_36c7ab2_opens_keeping_every_row_as_it_was(
         if backend == "postgres":  # one bookkeeping row per step applied
             held["pinbot_migrations"] = LATEST
         held["removed_groups"] = 0  # the table step 21 adds: no group was removed yet
+        held["group_settings"] = held["group_setting_versions"] = 0  # step 24's
         # step 23: each scope that has blocks starts at version 1 (SQLite's counter: one row)
         held["scope_versions"] = await _distinct_scopes(where)
         if backend == "sqlite":

@@ -121,9 +121,9 @@ class UsageLedger:
     def _budgets_of(self, context: MessageContext, now: datetime) -> list[Budget]:
         """The budgets a call of this message counts against: the sender's (when there is
         one) and the group's (in a group)."""
-        if not self._budgets.any:
+        b, conversation = context.budgets or self._budgets, context.conversation
+        if not b.any:
             return []
-        b, conversation = self._budgets, context.conversation
         sender, group = conversation.sender_id, conversation.group_session_key
         found = []
         for period, user, group_limits in zip(

@@ -49,6 +49,7 @@ from bot.core.entry.inbox import Handler, Inbox, Sender
 from bot.core.entry.incoming import Incoming, Surface
 from bot.core.entry.jobs import Jobs
 from bot.core.entry.retention import RETENTION_INTERVAL, Retention
+from bot.core.groups import GroupCommands, GroupSettings
 from bot.core.people import (
     AdminLookup,
     ChatKind,
@@ -131,6 +132,7 @@ class Pinbot:
         self.jobs.add("retention", RETENTION_INTERVAL, self._enforce_retention)
         self.jobs.add("search index", SEARCH_INDEX_INTERVAL, self._catch_up_search)
         # The console user always addresses the bot; platforms follow their group_trigger.
+        self.groups = GroupCommands(store, config, clock)
         self._triggers: dict[str, GroupTrigger] = {
             "telegram": config.telegram.group_trigger,
             "feishu": config.feishu.group_trigger,
@@ -353,11 +355,16 @@ class Pinbot:
 
     async def _reply_to(self, incoming: Incoming, surface: Surface) -> Reply | None:
         conversation = incoming.conversation
+        # What the group (and its topic) set for itself, read for each of its messages: a
+        # change through one worker applies at another's next update.
+        in_group = conversation.kind is ChatKind.GROUP
+        settings = await self.groups.settings_of(conversation) if in_group else None
+        trigger = settings.trigger if settings else None
         addressed = is_addressed(
             conversation,
             mentioned=incoming.mentioned,
             replied_to_bot=incoming.replied_to_bot,
-            trigger=self._triggers.get(conversation.platform, "all"),
+            trigger=trigger or self._triggers.get(conversation.platform, "all"),
         )
         if incoming.text is None:
             return await self._answer_unreadable(conversation) if addressed else None
@@ -376,7 +383,7 @@ class Pinbot:
             return None
         started = time.perf_counter()
         try:
-            reply = await self._answer(incoming, text, surface)
+            reply = await self._answer(incoming, text, surface, settings)
         except Unavailable:
             if incoming.redelivered:
                 raise
@@ -400,14 +407,19 @@ class Pinbot:
         log.debug("message session=%s text=%r reply=%r", conversation.session_key, text, reply.text)
         return reply
 
-    async def _answer(self, incoming: Incoming, text: str, surface: Surface) -> Reply:
+    async def _answer(
+        self, incoming: Incoming, text: str, surface: Surface, settings: GroupSettings | None
+    ) -> Reply:
         conversation = incoming.conversation
+        config = settings.applied(self.config) if settings else self.config
         context = MessageContext.resolve(
             conversation,
-            self.config.pins,
+            config.pins,
             incoming.platform_admin,
             self.config.access,
             incoming.replied,
+            model=settings.model if settings else None,
+            budgets=config.budgets if config is not self.config else None,
         )
         if refusal := context.admission.refusal:
             metrics.refused("access")
@@ -419,7 +431,7 @@ class Pinbot:
                 "Please send a shorter one."
             )
         if text.startswith("/"):
-            return await self._command(context, text)
+            return await self._command(context, text, incoming)
         if wait := await self._turns.acquire(self._sender_key(conversation)):
             metrics.refused("rate_limit")
             return Reply.refused(
@@ -451,10 +463,15 @@ class Pinbot:
             old, new, members_prefix=members, sessions_prefix=sessions
         )
 
-    async def _command(self, context: MessageContext, text: str) -> Reply:
+    async def _command(self, context: MessageContext, text: str, incoming: Incoming) -> Reply:
         """Run a slash command and return its reply."""
         name, _, rest = split_command(text)
         conversation = context.conversation
+        if name == "group":
+            if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
+                metrics.refused("rate_limit")
+                return Reply.refused(f"Too fast. Try again in {math.ceil(wait)} s.")
+            return await self.groups.execute(context, rest, incoming.platform_admin)
         if name in ("pin", "sticky"):
             if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
                 metrics.refused("rate_limit")

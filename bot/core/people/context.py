@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.config import AccessConfig, PinsConfig
+from bot.config import AccessConfig, BudgetsConfig, PinsConfig
 from bot.core.people.access import Admission, admission
 from bot.core.people.chats import ChatKind, Conversation
 from bot.core.people.permissions import AdminLookup, Speaker, resolve_access
@@ -39,6 +39,10 @@ class MessageContext:
     speaker: Speaker
     admission: Admission
     replied: QuotedLookup | None = None
+    # What the group (or its topic) set for itself with /group: the llm.models entry its
+    # turns go to (None: llm's own model), and its budgets (None: the config's).
+    model: str | None = None
+    budgets: BudgetsConfig | None = None
 
     @classmethod
     def resolve(
@@ -48,6 +52,9 @@ class MessageContext:
         platform_admin: AdminLookup | None,
         access: AccessConfig | None = None,
         replied: QuotedLookup | None = None,
+        *,
+        model: str | None = None,
+        budgets: BudgetsConfig | None = None,
     ) -> MessageContext:
         """Resolve, once, whether the bot serves the sender here and with which pin rights;
         platform admin status is asked later, only if a decision needs it."""
@@ -55,9 +62,8 @@ class MessageContext:
         speaker = Speaker(
             pin_access, platform_admin=platform_admin, inherit=pins.inherit_platform_admins
         )
-        return cls(
-            conversation, speaker, admission(conversation, access or AccessConfig()), replied
-        )
+        admitted = admission(conversation, access or AccessConfig())
+        return cls(conversation, speaker, admitted, replied, model, budgets)
 
     @property
     def actor(self) -> str:
