@@ -88,3 +88,18 @@ async def test_without_self_service_only_the_configured_admins_may(make_bot: Bot
     assert "groups.self_service is off" in await said(bot, "1", "/group pins on", owner=True)
     assert "pins for this group: on" in await said(bot, "7", "/group pins on")
     assert "I did not understand" in await said(bot, "7", "/group pins maybe")
+
+
+async def test_a_budget_a_group_sets_stops_its_turns_and_default_gives_the_configs_back(
+    make_bot: BotFactory,
+) -> None:
+    bot = make_bot(pins={"enable_in_group": True})
+    assert "budget_daily for this group: 1 tokens" in await said(
+        bot, "1", "/group budget daily 1", owner=True
+    )
+    await ask(bot, group("42"), "hello there, a first question", mentioned=True)
+    stopped = text_of(await ask(bot, group("42"), "and a second one", mentioned=True)) or ""
+    assert "budget" in stopped.casefold()
+    assert "the config's" in await said(bot, "1", "/group budget daily default", owner=True)
+    answered = await ask(bot, group("42"), "and a third one", mentioned=True)
+    assert answered is not None and "budget" not in (text_of(answered) or "").casefold()

@@ -85,6 +85,7 @@ Talk to me and I pass your message to the model, together with your pinned block
 /reset      Start a new conversation (also /new); pinned blocks stay
 /whoami     Your ids here, and what you may do
 /usage      Your model usage today and this month, and your budget
+/group      In a group: its own settings (pins, admins, model, trigger, budget), for its admins
 /export me  Everything I hold about you, as a file (in a direct chat)
 /forget me  Remove everything I hold about you, for good (in a direct chat)
 /start and /help show this text."""
