@@ -176,6 +176,29 @@ class UsageStore(Protocol):
             compaction=compaction,
         )
 
+    async def usage_by_model(
+        self,
+        first_day: str,
+        last_day: str,
+        *,
+        sender: tuple[str, str] | None = None,
+        group_key: str = "",
+    ) -> list[tuple[str, UsageTotals]]:
+        """Usage per model over the UTC days first_day..last_day, most tokens first (then by
+        model): of one sender (platform, id) across chats, or of one group."""
+        if sender is not None:
+            where, args = "platform = ? AND sender = ?", [*sender]
+        else:
+            where, args = "group_key = ?", [group_key]
+        rows = await self._db.fetch(
+            f"SELECT model, {SUMS} FROM usage WHERE {where} AND day BETWEEN ? AND ? "
+            "GROUP BY model ORDER BY SUM(prompt_tokens + completion_tokens) DESC, model",
+            *args,
+            first_day,
+            last_day,
+        )
+        return [(row[0], totals(row[1:])) for row in rows]
+
     async def _sum(self, where: str, *args: Any, compaction: bool = False) -> UsageTotals:
         table = "usage_compaction" if compaction else "usage"
         row = await self._db.fetchrow(f"SELECT {SUMS} FROM {table} WHERE {where}", *args)

@@ -180,6 +180,16 @@ def warnings_of(config: Config) -> list[str]:
             f"a budget is set in money but llm.model ({config.llm.model}) has no price in "
             "pricing.models: its calls cost nothing against it; add the model's prices"
         )
+    unpriced = [
+        f"{name} ({entry.model})"
+        for name, entry in config.llm.models.items()
+        if entry.model not in config.pricing.models
+    ]
+    if config.budgets.in_money and unpriced:
+        found.append(
+            "a budget is set in money but these llm.models have no price in pricing.models: "
+            f"{', '.join(unpriced)}; the calls of groups that pick them cost nothing against it"
+        )
     return found
 
 
@@ -190,6 +200,10 @@ def check_config(config: Config, platforms: tuple[str, ...] = ()) -> list[str]:
     problems = _store(config) + _allowlists(config)
     if config.llm.backend == "openai":
         problems += _secret(config.llm.api_key_env, "llm.api_key_env", "llm.backend is openai")
+    for name, entry in config.llm.models.items():  # each entry's client is made at startup
+        problems += _secret(
+            entry.api_key_env, f"llm.models.{name}.api_key_env", "a group may pick this model"
+        )
     telegram = config.telegram
     if "telegram" in platforms:
         problems += _secret(telegram.token_env, "telegram.token_env", "needed by pinbot telegram")

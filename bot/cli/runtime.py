@@ -12,23 +12,23 @@ from bot.adapters.kit import Frontend
 from bot.cli.store import open_store
 from bot.config import Config
 from bot.core.entry import Pinbot
-from bot.llm import ChatModel, build_model
+from bot.llm.router import Models
 from bot.metrics.model import metered
 
 
 @contextlib.asynccontextmanager
 async def running_core(config: Config) -> AsyncIterator[Pinbot]:
-    """The core over the configured store and model (counted when metrics are on), closed
-    (store, then model) on exit."""
-    model: ChatModel = metered(build_model(config.llm))
+    """The core over the configured store and models (llm's and each llm.models entry's,
+    counted when metrics are on), closed (store, then models) on exit."""
+    models = Models.from_config(config.llm, wrap=metered)
     try:
         store = await open_store(config)
         try:
-            yield Pinbot(config, store, model)
+            yield Pinbot(config, store, models)
         finally:
             await store.close()
     finally:
-        await model.close()
+        await models.close()
 
 
 def stop_on_signals() -> asyncio.Event:

@@ -3,13 +3,14 @@
 Counting is on only in a process that serves the counts (`metrics.listen`, see
 bot/metrics/listener.py): until `enable()`, every recording function below returns at once.
 Every label is a small fixed set (platform, kind, outcome, reason, channel, currency, the
-configured model): a value outside its set is counted as "other", so no user, chat, label or
-text can ever become a series of its own."""
+configured models: llm.model for the default and each llm.models entry by its name): a value
+outside its set is counted as "other", so no user, chat, label or text can ever become a series
+of its own."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -42,10 +43,14 @@ def _one_of(value: str, allowed: Iterable[str]) -> str:
 class Meters:
     """Every pinbot metric, in a registry of its own (the process's own figures included)."""
 
-    def __init__(self, *, version: str, model: str, currency: str) -> None:
+    def __init__(
+        self, *, version: str, model: str, currency: str, models: Sequence[str] = ()
+    ) -> None:
         self.registry = registry = CollectorRegistry()
         ProcessCollector(registry=registry)
         self.model, self.currency = model, currency
+        # The model labels: the default's (llm.model), then each llm.models entry's name.
+        self.models = (model, *models)
         Info("pinbot_version", "The running pinbot's version", registry=registry).info(
             {"version": version}
         )
@@ -76,8 +81,9 @@ class Meters:
         self._handling = {kind: handling.labels(kind) for kind in HANDLING_KINDS}
         self.model_calls = Counter(
             "pinbot_model_calls",
-            "Calls to the model, by outcome (ok, cut_off, failed)",
-            ["outcome"],
+            "Calls to the model, by outcome (ok, cut_off, failed) and model (llm.model, or the "
+            "llm.models entry's name)",
+            ["outcome", "model"],
             registry=registry,
         )
         self.first_token = Histogram(
@@ -95,11 +101,15 @@ class Meters:
         tokens = Counter(
             "pinbot_model_tokens",
             "Tokens of model calls, by kind (prompt, cached_prompt: of the prompt tokens those "
-            "the server served from its cache, completion) and model",
+            "the server served from its cache, completion) and model (llm.model, or the "
+            "llm.models entry's name)",
             ["kind", "model"],
             registry=registry,
         )
-        self._tokens = {kind: tokens.labels(kind, model) for kind in TOKEN_KINDS}
+        self._tokens_family = tokens
+        self._tokens = {
+            (kind, name): tokens.labels(kind, name) for kind in TOKEN_KINDS for name in self.models
+        }
         self._cost = Counter(
             "pinbot_model_cost",
             "What model calls cost with pricing's prices (cache discount applied), by currency",
@@ -169,11 +179,26 @@ class Meters:
         bound = self._handling.get(kind)
         (bound or self._handling_other.labels(OTHER)).observe(seconds)
 
-    def tokens(self, prompt: int, cached: int, completion: int, cost: float | None) -> None:
-        """One model call's usage, and its cost when priced."""
-        self._tokens["prompt"].inc(prompt)
-        self._tokens["cached_prompt"].inc(cached)
-        self._tokens["completion"].inc(completion)
+    def model_label(self, model: str | None) -> str:
+        """A call's model label: model when it is one of the configured ones, the default's
+        when None, else "other"."""
+        return self.model if model is None else _one_of(model, self.models)
+
+    def tokens(
+        self, prompt: int, cached: int, completion: int, cost: float | None, model: str | None
+    ) -> None:
+        """One model call's usage (of model: a label, None for the default), and its cost when
+        priced."""
+        name = self.model_label(model)
+        for kind, count in (
+            ("prompt", prompt),
+            ("cached_prompt", cached),
+            ("completion", completion),
+        ):
+            bound = self._tokens.get((kind, name))
+            if bound is None:  # "other": bound the first time it is seen
+                bound = self._tokens[kind, name] = self._tokens_family.labels(kind, name)
+            bound.inc(count)
         if cost is not None:
             self._cost.inc(cost)
 
@@ -181,14 +206,15 @@ class Meters:
 _active: Meters | None = None
 
 
-def enable(*, version: str, model: str, currency: str) -> Meters:
+def enable(*, version: str, model: str, currency: str, models: Sequence[str] = ()) -> Meters:
     """Start counting (in a fresh registry) and return the meters; the store's transactions are
-    watched from now on."""
+    watched from now on. model: llm.model, the default's label; models: the llm.models
+    entries' names, the other labels a model call may have."""
     global _active
     disable()
     # A counter's creation time doubles the series for nothing Prometheus reads.
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
-    _active = Meters(version=version, model=model, currency=currency)
+    _active = Meters(version=version, model=model, currency=currency, models=models)
     store_watch.watch(_active.store_transaction)
     return _active
 
@@ -227,21 +253,26 @@ def handled(kind: str, seconds: float) -> None:
         meters.handled(kind, seconds)
 
 
-def model_call(outcome: str, seconds: float, first_text_s: float | None) -> None:
+def model_call(
+    outcome: str, seconds: float, first_text_s: float | None, model: str | None = None
+) -> None:
     """A model call ended (outcome: ok, cut_off, failed) after seconds; first_text_s: when a
-    streamed answer's first text came, if it did."""
+    streamed answer's first text came, if it did; model: its label (None: the default's)."""
     if (meters := _active) is not None:
-        meters.model_calls.labels(_one_of(outcome, MODEL_OUTCOMES)).inc()
+        label = meters.model_label(model)
+        meters.model_calls.labels(_one_of(outcome, MODEL_OUTCOMES), label).inc()
         meters.call_seconds.observe(seconds)
         if first_text_s is not None:
             meters.first_token.observe(first_text_s)
 
 
-def usage(prompt: int, cached: int, completion: int, cost: float | None) -> None:
+def usage(
+    prompt: int, cached: int, completion: int, cost: float | None, model: str | None = None
+) -> None:
     """A model call's tokens (as the server reported them, or estimated) and cost (None: no
-    price)."""
+    price); model: its label (None: the default's)."""
     if (meters := _active) is not None:
-        meters.tokens(prompt, cached, completion, cost)
+        meters.tokens(prompt, cached, completion, cost, model)
 
 
 def refused(reason: str) -> None:

@@ -37,7 +37,10 @@ def counting(config: Config) -> Iterator[Meters | None]:
         yield None
         return
     meters = metrics.enable(
-        version=package_version(), model=config.llm.model, currency=config.pricing.currency
+        version=package_version(),
+        model=config.llm.model,
+        currency=config.pricing.currency,
+        models=tuple(config.llm.models),
     )
     try:
         yield meters

@@ -9,11 +9,13 @@ from bot.llm.base import ChatModel, ModelReply, ModelRequest, Progress, TextSink
 
 
 class MeteredModel:
-    """A ChatModel that counts each call of the model it wraps (bot.metrics.model_call), and
-    otherwise is that model."""
+    """A ChatModel that counts each call of the model it wraps (bot.metrics.model_call) under
+    its label (an llm.models entry's name; None: the default model's, llm.model), and otherwise
+    is that model."""
 
-    def __init__(self, model: ChatModel) -> None:
+    def __init__(self, model: ChatModel, label: str | None = None) -> None:
         self.model = model
+        self.label = label
 
     async def complete(
         self,
@@ -42,10 +44,10 @@ class MeteredModel:
                 request, on_text=counted_text, on_progress=on_progress
             )
         except Exception:  # a cancelled call (a stop) is not the model failing
-            metrics.model_call("failed", time.perf_counter() - started, first)
+            metrics.model_call("failed", time.perf_counter() - started, first, self.label)
             raise
         outcome = "cut_off" if reply.cut_off else "ok"
-        metrics.model_call(outcome, time.perf_counter() - started, first)
+        metrics.model_call(outcome, time.perf_counter() - started, first, self.label)
         return reply
 
     async def close(self) -> None:
@@ -53,6 +55,7 @@ class MeteredModel:
         await self.model.close()
 
 
-def metered(model: ChatModel) -> ChatModel:
-    """model, counted when metrics are on (bot.metrics.enable came first); else model itself."""
-    return MeteredModel(model) if metrics.active() is not None else model
+def metered(model: ChatModel, label: str | None = None) -> ChatModel:
+    """model, counted under label when metrics are on (bot.metrics.enable came first); else
+    model itself."""
+    return MeteredModel(model, label) if metrics.active() is not None else model

@@ -41,7 +41,11 @@ async def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
     locked.chmod(0o500)
     settings = {
         "storage": {"path": str(locked / "sub" / "db.sqlite3")},
-        "llm": {"backend": "openai", "api_key_env": "PINBOT_CHECK_KEY"},
+        "llm": {
+            "backend": "openai",
+            "api_key_env": "PINBOT_CHECK_KEY",
+            "models": {"fast": {"model": "fast-1", "api_key_env": "PINBOT_FAST_KEY"}},
+        },
         "pins": {
             "group_shared_admin_ids": ["telegram:direct:5::u:1", 7],
             "group_strong_user_ids": ["a:b"],
@@ -55,6 +59,7 @@ async def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
     assert code == 1
     for key in (
         "llm.api_key_env: the environment variable PINBOT_CHECK_KEY",
+        "llm.models.fast.api_key_env: the environment variable PINBOT_FAST_KEY",
         "pins.group_shared_admin_ids: 'telegram:direct:5::u:1'",
         "pins.group_strong_user_ids: 'a:b'",
         "pins.group_whitelist: 'x:y'",
@@ -70,9 +75,14 @@ async def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
     code, out = await check(
         tmp_path,
         settings,
-        env={"PINBOT_CHECK_KEY": "k", "FEISHU_APP_SECRET": "s", "FEISHU_VERIFICATION_TOKEN": "t"},
+        env={
+            "PINBOT_CHECK_KEY": "k",
+            "PINBOT_FAST_KEY": "f",
+            "FEISHU_APP_SECRET": "s",
+            "FEISHU_VERIFICATION_TOKEN": "t",
+        },
     )
-    assert "PINBOT_CHECK_KEY" not in out and "feishu" not in out
+    assert "PINBOT_CHECK_KEY" not in out and "feishu" not in out and "llm.models" not in out
 
 
 async def test_invalid_yaml_keys_are_reported(tmp_path: Path) -> None:
@@ -133,6 +143,11 @@ async def test_a_budget_in_money_for_a_model_without_a_price_is_a_warning(tmp_pa
     priced = {"models": {"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}}
     code, out = await check(tmp_path, {"storage": storage, "budgets": budgets, "pricing": priced})
     assert code == 0 and "warning" not in out
+    # A model a group may pick is priced too.
+    fast = {"models": {"fast": {"model": "fast-1", "api_key_env": "PINBOT_FAST_KEY"}}}
+    settings = {"storage": storage, "budgets": budgets, "pricing": priced, "llm": fast}
+    code, out = await check(tmp_path, settings, env={"PINBOT_FAST_KEY": "f"})
+    assert code == 0 and "no price in pricing.models: fast (fast-1);" in out
 
 
 async def test_the_store_is_checked_offline_and_read_online_without_a_write(

@@ -176,9 +176,9 @@ async def test_model_calls_are_timed_with_their_first_text(
         await MeteredModel(Streaming(clock, fail=True)).complete(request, on_text=sink)
     r = meters.registry
     assert seen == ["Hel", "Hello", "Hel", "Hello"]  # the text still reaches the surface
-    assert value(r, "pinbot_model_calls_total", outcome="ok") == 2
-    assert value(r, "pinbot_model_calls_total", outcome="cut_off") == 1
-    assert value(r, "pinbot_model_calls_total", outcome="failed") == 1
+    assert value(r, "pinbot_model_calls_total", outcome="ok", model="m") == 2
+    assert value(r, "pinbot_model_calls_total", outcome="cut_off", model="m") == 1
+    assert value(r, "pinbot_model_calls_total", outcome="failed", model="m") == 1
     assert value(r, "pinbot_model_call_seconds_count") == 4
     assert value(r, "pinbot_model_first_token_seconds_count") == 2
 

@@ -384,6 +384,27 @@ async def test_usage_sums(open_store: Opener) -> None:
     assert [(u.key, u.totals.calls) for u in users] == [("5", 1)] and groups == []
 
 
+async def test_usage_by_model(open_store: Opener) -> None:
+    store = await open_store()
+    for model, group, calls in (("m", "p:group:1", 1), ("fast", "p:group:1", 2), ("m", "", 2)):
+        await store.add_usage(
+            platform="p",
+            sender="5",
+            day="2026-01-01",
+            group_key=group,
+            model=model,
+            usage=UsageTotals(calls, 100 * calls, 0, 10 * calls, 0, 0.5 * calls, calls),
+        )
+    mine = await store.usage_by_model("2026-01-01", "2026-01-31", sender=("p", "5"))
+    assert [(model, used.calls, used.cost) for model, used in mine] == [
+        ("m", 3, 1.5),  # most tokens first
+        ("fast", 2, 1.0),
+    ]
+    of_group = await store.usage_by_model("2026-01-01", "2026-01-01", group_key="p:group:1")
+    assert [(model, used.calls) for model, used in of_group] == [("fast", 2), ("m", 1)]
+    assert await store.usage_by_model("2026-01-02", "2026-01-31", sender=("p", "5")) == []
+
+
 async def test_export_replace_and_transfer_round_trip(open_store: Opener) -> None:
     store = await open_store()
     await add(store, "a", "p:group:1")

@@ -3,9 +3,10 @@
 
 Suggestions come in the summary's own call (one tool the model must call with both) while the
 model server takes tools; a server that refuses tools is asked for the summary alone and for the
-suggestions in one call of their own (JSON text), from then on. With `chat.compaction: drop` the
-suggestions are that one call. Every call is held by the budgets and recorded as compaction
-(UsageLedger); one that fails or is refused by a budget makes no suggestion."""
+suggestions in one call of their own (JSON text), from then on (each server of llm.models
+learns it for itself). With `chat.compaction: drop` the suggestions are that one call. The calls
+go to the conversation's model, as its turns do; each is held by the budgets and recorded as
+compaction (UsageLedger); one that fails or is refused by a budget makes no suggestion."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from bot.config import Config
-from bot.core.conversation.usage import BudgetUsedUp, UsageLedger
+from bot.core.conversation.usage import BudgetUsedUp
 from bot.core.decisions import Place, Suggestions
 from bot.core.people import MessageContext
-from bot.llm.base import ModelError, ModelReply, ModelRequest, Progress, ToolsRefused
+from bot.llm.base import ModelError, ModelReply, ModelRequest, ToolsRefused
 from bot.llm.suggest import compaction_request, read_compaction, read_suggestions
 from bot.llm.suggest import suggestions_request as alone_request
 from bot.llm.summary import summary_request
 
 log = logging.getLogger(__name__)
-Complete = Callable[[ModelRequest], Callable[[Progress], Awaitable[ModelReply]]]
+# One model call of a conversation, held and recorded by the ledger (ChatService.call).
+Call = Callable[[MessageContext, ModelRequest], Awaitable[ModelReply]]
 Entries = Sequence[tuple[str, str]]
 
 
@@ -30,14 +32,22 @@ class Compaction:
     """Summarises older turns and, where it is on, has the model suggest pins from them."""
 
     def __init__(
-        self, config: Config, usage: UsageLedger, suggestions: Suggestions, complete: Complete
+        self,
+        config: Config,
+        suggestions: Suggestions,
+        call: Call,
+        server: Callable[[MessageContext], str],
     ) -> None:
         self._config = config
-        self._usage = usage
         self._suggestions = suggestions
-        self._complete = complete
-        # Whether the model server takes tools; learnt from its first refusal, for good.
-        self.tools = True
+        self._call_model = call
+        self._server = server  # which model server a conversation's calls go to
+        # The model servers that refuse tools; learnt from each one's first refusal, for good.
+        self._without_tools: set[str] = set()
+
+    def _tools(self, context: MessageContext) -> bool:
+        """Whether the conversation's model server takes tools (as far as is known)."""
+        return self._server(context) not in self._without_tools
 
     async def summary(self, context: MessageContext, entries: Entries) -> str | None:
         """The summary of entries ((role, content) pairs), or None to drop them (compaction
@@ -52,13 +62,13 @@ class Compaction:
             if place is not None:
                 await self._alone(context, place, entries)
             return None
-        if place is not None and self.tools:
+        if place is not None and self._tools(context):
             summary = await self._combined(context, place, entries)
             if summary is not None:
                 return summary
         reply = await self._call(context, summary_request(entries))
         summary = reply.text.strip()
-        if place is not None and not self.tools:
+        if place is not None and not self._tools(context):
             await self._alone(context, place, entries)
         return summary
 
@@ -71,7 +81,7 @@ class Compaction:
         try:
             reply = await self._call(context, compaction_request(entries, most, group=place.group))
         except ToolsRefused as refused:
-            self.tools = False
+            self._without_tools.add(self._server(context))
             log.warning(
                 "the model server refuses tools (%s): pin suggestions at compaction take one "
                 "extra call each from now on",
@@ -106,4 +116,4 @@ class Compaction:
         await self._suggestions.offer(context, place, candidates)
 
     async def _call(self, context: MessageContext, request: ModelRequest) -> ModelReply:
-        return await self._usage.call(context, request, self._complete(request))
+        return await self._call_model(context, request)

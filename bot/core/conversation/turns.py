@@ -37,6 +37,7 @@ from bot.llm.base import (
     SentBlock,
     TextSink,
 )
+from bot.llm.router import Models
 from storage import Store
 from storage.models import Block, HistoryEntry
 
@@ -122,7 +123,7 @@ class ChatService:
         store: Store,
         ops: BlockOps,
         config: Config,
-        model: ChatModel,
+        model: ChatModel | Models,
         usage: UsageLedger,
         clock: Clock = utc_now,
         proposals: Proposals | None = None,
@@ -134,13 +135,15 @@ class ChatService:
         self._policy = ops.policy
         self._tools = PinTools(ops, TOOL_SETS[config.llm.tool_names], proposals)
         self._config = config
-        self._model = model
+        # A model alone serves every conversation; Models, each the one its group or topic
+        # picked (MessageContext.model).
+        self.models = model if isinstance(model, Models) else Models.single(model, config.llm)
         self._clock = clock
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         if suggestions is None:
             proposals = proposals or Proposals(store, ops, config.pins, clock)
             suggestions = Suggestions(store, ops, proposals, config.pins, clock)
-        self.compaction = Compaction(config, usage, suggestions, self._completion)
+        self.compaction = Compaction(config, suggestions, self.call, self._server_of)
 
     def _lock(self, session: str) -> asyncio.Lock:
         lock = self._locks.get(session)
@@ -370,9 +373,8 @@ class ChatService:
                 tools=tools,
                 tool_choice="none" if tools and last else None,
             )
-            complete = self._completion(this_round, on_text)
             try:
-                reply = await self._usage.call(context, this_round, complete)
+                reply = await self.call(context, this_round, on_text)
             except BudgetUsedUp as used_up:
                 if round_number == 0:
                     raise
@@ -399,16 +401,26 @@ class ChatService:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return _Answer("")
 
-    def _completion(
-        self, request: ModelRequest, on_text: TextSink | None = None
-    ) -> Callable[[Progress], Awaitable[ModelReply]]:
-        """The model call for the ledger, which passes the progress callback that keeps the
-        call's budget hold alive while its answer streams in."""
+    async def call(
+        self, context: MessageContext, request: ModelRequest, on_text: TextSink | None = None
+    ) -> ModelReply:
+        """One model call of the conversation (a turn's, a tool round's, a compaction's) to its
+        model: the llm.models entry its group or topic picked, else llm's own. The ledger holds
+        it against the budgets and records it under the model it asked for; it passes the
+        progress callback that keeps the hold alive while the answer streams in."""
+        route = self.models.route(context.model)
 
         def complete(alive: Progress) -> Awaitable[ModelReply]:
-            return self._model.complete(request, on_text=on_text, on_progress=alive)
+            return route.model.complete(request, on_text=on_text, on_progress=alive)
 
-        return complete
+        return await self._usage.call(
+            context, request, complete, model=route.served, label=route.entry
+        )
+
+    def _server_of(self, context: MessageContext) -> str:
+        """Which model server the conversation's calls go to: its llm.models entry's name, or
+        '' for llm's own."""
+        return self.models.route(context.model).entry or ""
 
     def build_messages(
         self, rendered: Rendered, history: Sequence[HistoryEntry], text: str

@@ -184,14 +184,20 @@ class UsageLedger:
         context: MessageContext,
         request: ModelRequest,
         complete: Callable[[Progress], Awaitable[ModelReply]],
+        *,
+        model: str | None = None,
+        label: str | None = None,
     ) -> ModelReply:
         """Make one model call (a turn's, a tool round's or a summary's) for the message's
         sender: held against the budgets first (BudgetUsedUp, and no call, when one is used up),
         then recorded with the usage the server reported and its cost. An admitted call always
         completes. complete gets the progress callback that renews the hold while its answer
-        streams in."""
+        streams in. model: the model the call asks for (None: llm.model), whose row it is
+        recorded in and whose price (pricing.models) it costs; label: its metrics label (None:
+        the default's)."""
+        model = model or self._llm.model
         now = self._clock()
-        hold = await self._hold(context, request, now)
+        hold = await self._hold(context, request, now, model)
         renewed = now
 
         async def alive() -> None:
@@ -220,13 +226,13 @@ class UsageLedger:
                 keeper.cancel()
         usage = reply.usage or estimated_usage(request, reply)
         conversation = context.conversation
-        totals = self._totals(usage)
+        totals = self._totals(usage, model)
         await self._store.add_usage(
             platform=conversation.platform,
             sender=conversation.sender_id or "",
             day=self._clock().astimezone(UTC).date().isoformat(),
             group_key=conversation.group_session_key or "",
-            model=self._llm.model,
+            model=model,
             usage=totals,
             hold=hold,
             compaction=request.purpose != "turn",
@@ -236,6 +242,7 @@ class UsageLedger:
             usage.cached_tokens,
             usage.completion_tokens,
             totals.cost if totals.priced_calls else None,
+            label,
         )
         return reply
 
@@ -247,7 +254,7 @@ class UsageLedger:
             await alive()
 
     async def _hold(
-        self, context: MessageContext, request: ModelRequest, now: datetime
+        self, context: MessageContext, request: ModelRequest, now: datetime, model: str
     ) -> int | None:
         budgets = self._budgets_of(context, now)
         if not budgets:
@@ -260,7 +267,7 @@ class UsageLedger:
             conversation.sender_id,
             conversation.group_session_key or "",
             prompt + cap,
-            self._cost(Usage(prompt, cap, 0)) or 0.0,
+            self._cost(Usage(prompt, cap, 0), model) or 0.0,
         )
         try:
             return await self._store.hold_budgets(
@@ -270,10 +277,10 @@ class UsageLedger:
             metrics.refused("budget")
             raise BudgetUsedUp(self._spent(spent, now)) from None
 
-    def _cost(self, usage: Usage) -> float | None:
-        """What usage costs with llm.model's price, the cache discount applied; None without a
-        price."""
-        price = self._pricing.models.get(self._llm.model)
+    def _cost(self, usage: Usage, model: str) -> float | None:
+        """What usage of model costs with its price, the cache discount applied; None without
+        a price."""
+        price = self._pricing.models.get(model)
         if price is None:
             return None
         cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
@@ -284,8 +291,8 @@ class UsageLedger:
             + usage.completion_tokens * price.completion
         ) / PER_PRICE
 
-    def _totals(self, usage: Usage) -> UsageTotals:
-        cost = self._cost(usage)
+    def _totals(self, usage: Usage, model: str) -> UsageTotals:
+        cost = self._cost(usage, model)
         return UsageTotals(
             1,
             usage.prompt_tokens,
@@ -334,6 +341,7 @@ class UsageLedger:
                 for period in (day, month)
             }
             lines += [f"  {name}: {self._describe(used)}" for name, used in mine.items()]
+            lines += await self._model_lines(sender=(conversation.platform, conversation.sender_id))
             lines += await self._compaction_lines(
                 lambda first, last: self._store.sender_usage(
                     conversation.platform,
@@ -358,11 +366,27 @@ class UsageLedger:
             }
             lines.append("This group, all members (shown to shared admins):")
             lines += [f"  {name}: {self._describe(used)}" for name, used in group_totals.items()]
+            lines += await self._model_lines(group_key=group)
             lines += await self._compaction_lines(
                 lambda first, last: self._store.group_usage(group, first, last, compaction=True)
             )
             lines += self._budget_lines("the group's", group_totals, "group")
         return "\n".join(lines)
+
+    async def _model_lines(
+        self, *, sender: tuple[str, str] | None = None, group_key: str = ""
+    ) -> list[str]:
+        """This month's usage per model (of a sender or a group), when it went to another model
+        than llm.model (a group or topic picked one of llm.models); nothing otherwise."""
+        month = _periods(self._clock())[1]
+        used = await self._store.usage_by_model(
+            month.first, month.last, sender=sender, group_key=group_key
+        )
+        if [model for model, _ in used] in ([], [self._llm.model]):
+            return []
+        return ["  this month by model:"] + [
+            f"    {model or '(not recorded)'}: {self._describe(totals)}" for model, totals in used
+        ]
 
     async def _compaction_lines(
         self, part: Callable[[str, str], Awaitable[UsageTotals]]

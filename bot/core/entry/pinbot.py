@@ -68,6 +68,7 @@ from bot.core.people import (
 )
 from bot.core.replies import Messenger, Reply, Result, Sent
 from bot.llm.base import ChatModel
+from bot.llm.router import Models
 from bot.logs import handled_fields
 from storage import Store
 from storage.errors import Unavailable
@@ -91,7 +92,7 @@ class Pinbot:
         self,
         config: Config,
         store: Store,
-        model: ChatModel,
+        model: ChatModel | Models,
         *,
         clock: Clock = utc_now,
     ) -> None:
