@@ -273,6 +273,8 @@ class FeishuConfig(_Section):
     request_timeout_s: Seconds = 15.0
     # Signed webhook requests further than this from the bot's clock are refused (replays).
     request_max_age_s: Annotated[float, Field(ge=30, le=3600)] = 300.0
+    # How long a group's owner and managers, as Feishu gave them, are trusted.
+    admin_cache_ttl_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
 
 
 class ChatConfig(_Section):

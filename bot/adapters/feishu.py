@@ -69,6 +69,7 @@ TIMESTAMP_HEADER = SIGNATURE_HEADERS[0]
 MAX_TIMESTAMP_DIGITS = 12  # seconds since 1970 need 10 digits until the year 2286
 URL_VERIFICATION = "url_verification"  # the type of Feishu's request URL check
 MAX_OTHER_APPS_LOGGED = 100  # other apps' ids remembered, so their events are logged once each
+MAX_ADMIN_CHATS = 10_000  # groups whose owner and managers are kept before expired ones go
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,39 @@ def resolve_mentions(
     return text.strip(), mentioned
 
 
+def mentioned_users(
+    mentions: tuple[Mention, ...], bot_open_id: str | None
+) -> tuple[tuple[str, str], ...]:
+    """The people a message mentions, as the core takes them: each mention's text as
+    resolve_mentions shows it (`@name`) and the person's open_id; not the bot itself, nor a
+    mention without an open_id (`@all`) or a name."""
+    return tuple(
+        (f"@{mention.name}", mention.open_id)
+        for mention in mentions
+        if mention.open_id and mention.name and mention.open_id != bot_open_id
+    )
+
+
+ADMIN_PERMISSION_HINT = (
+    "the app needs the im:chat:readonly permission (or im:chat:read, or im:chat) to read a "
+    "group's owner and managers"
+)
+
+
+def chat_admins(chat: dict[str, Any]) -> frozenset[str] | None:
+    """A group's owner and managers (their open_ids) in `GET im/v1/chats/:chat_id`'s data, or
+    None when it does not say (Feishu gives only a chat's name, avatar and counts to an app
+    outside it)."""
+    owner = chat.get("owner_id")
+    managers = chat.get("user_manager_id_list")
+    if owner is None and managers is None:
+        return None
+    people = {str(owner)} if owner else set()
+    if isinstance(managers, list):
+        people.update(str(manager) for manager in managers if manager)
+    return frozenset(people)
+
+
 PERMISSION_HINT = (
     "In groups the app needs the im:message.group_msg permission to read other members' "
     "messages: ask the app's administrator to grant it, or write the content after the label."
@@ -331,6 +365,8 @@ class FeishuFrontend:
         self._refusals = RefusalLog("Feishu", monotonic)
         self._encrypt_key = encrypt_key
         self._other_apps: set[str] = set()  # app ids whose events were ignored (logged once)
+        # chat_id → its owner and managers (open_ids), and until when they are trusted.
+        self._admins: dict[str, tuple[frozenset[str], float]] = {}
         self.port = config.webhook_port
         self.dispatcher = (
             lark.EventDispatcherHandler.builder(encrypt_key, verification_token)
@@ -749,17 +785,64 @@ class FeishuFrontend:
         else:
             raw = event.raw_text()  # None for images, audio, stickers, files: text only is read
             text, mentioned = resolve_mentions(raw or "", event.mentions, self.bot_open_id)
+            conversation = event.conversation()
             incoming = Incoming(
-                event.conversation(),
+                conversation,
                 text if raw is not None else None,
                 mentioned=mentioned,
                 replied=self._replied_lookup(event.parent_id),
+                platform_admin=self._admin_lookup(conversation),
                 redelivered=in_inbox(),
                 # A Feishu command cannot name its bot (no /pin@bot), and groups hold several.
                 commands_for_bot=False,
+                mentioned_users=mentioned_users(event.mentions, self.bot_open_id),
             )
             surface = ReplySurface(after_commit(functools.partial(self._reply, event)))
         await self.pinbot.handle(incoming, surface)
+
+    def _admin_lookup(
+        self, conversation: Conversation
+    ) -> Callable[[], Awaitable[bool | None]] | None:
+        """How the core asks whether the sender is the group's owner or one of its managers
+        (None outside groups)."""
+        chat = conversation.chat_id
+        if conversation.kind is not ChatKind.GROUP or not chat or not conversation.sender_id:
+            return None
+
+        async def is_admin() -> bool | None:
+            admins = await self._group_admins(chat)
+            if admins is None:
+                return None
+            return any(sender in admins for sender in conversation.sender_ids)
+
+        return is_admin
+
+    async def _group_admins(self, chat_id: str) -> frozenset[str] | None:
+        """A group's owner and managers, asked of Feishu (`GET im/v1/chats/:chat_id`) and
+        trusted for `feishu.admin_cache_ttl_s`; None (logged, not kept) when Feishu cannot say."""
+        now = self._monotonic()
+        cached = self._admins.get(chat_id)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        try:
+            chat = await self.api.chat(chat_id)
+        except (FeishuApiError, httpx.HTTPError) as error:
+            log.warning(
+                "reading the owner and managers of Feishu chat %s failed (%s); %s",
+                *(chat_id, error, ADMIN_PERMISSION_HINT),
+            )
+            return None
+        admins = chat_admins(chat)
+        if admins is None:
+            log.warning(
+                "Feishu did not name the owner and managers of chat %s (is the bot in it?)",
+                chat_id,
+            )
+            return None
+        if len(self._admins) >= MAX_ADMIN_CHATS:  # forget what is no longer trusted anyway
+            self._admins = {k: v for k, v in self._admins.items() if v[1] > now}
+        self._admins[chat_id] = (admins, now + self.config.admin_cache_ttl_s)
+        return admins
 
     def _replied_lookup(self, parent_id: str | None) -> QuotedLookup | None:
         """The message an event replies to, fetched by its id only when a command needs it."""

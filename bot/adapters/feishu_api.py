@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -186,6 +187,14 @@ class FeishuApi:
         if not items or not isinstance(items[0], dict):
             raise FeishuApiError(f"GET message {message_id}: no such message", None)
         return dict(items[0])
+
+    async def chat(self, chat_id: str) -> dict[str, Any]:
+        """A chat's information as `data` of `GET im/v1/chats/:chat_id`, people named by
+        open_id (its owner_id and user_manager_id_list among them)."""
+        path = f"/open-apis/im/v1/chats/{quote(chat_id, safe='')}?user_id_type=open_id"
+        body = await self.call("GET", path)
+        data = body.get("data")
+        return dict(data) if isinstance(data, dict) else {}
 
     async def reply(self, message_id: str, reply: Reply, *, once: str) -> None:
         """Reply to a message, split into parts under the size limit, in order (a reply with

@@ -1,4 +1,4 @@
-"""A fake Feishu OpenAPI server on 127.0.0.1 (tenant token, bot info, message reply) that records
+"""A fake Feishu OpenAPI server on 127.0.0.1 (tenant token, bot info, messages, chats) that records
 every call, and builders of real-format `im.message.receive_v1` event payloads."""
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ class FakeFeishu:
         self.post_failures: list[int] = []  # statuses to answer posts to a chat with, in order
         self.slept: list[float] = []  # what a frontend under test waited, for its tests to read
         self.down = False  # every call answered 502 Bad Gateway (an outage) while set
+        # What GET im/v1/chats/:chat_id finds: chat_id → (owner's open_id, managers' open_ids).
+        self.chats: dict[str, tuple[str, list[str]]] = {}
+        self.chat_reads: list[str] = []  # the chat_id of each such call, in order
+        self.denied_chats: set[str] = set()  # read as by an app without im:chat:readonly
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -193,6 +197,69 @@ class FakeFeishu:
             {"code": 0, "msg": "success", "data": {"items": [self.messages[message_id]]}}
         )
 
+    def add_chat(self, chat_id: str, owner: str, managers: list[str] | None = None) -> None:
+        """A group the bot is in, with its owner and its managers (open_ids)."""
+        self.chats[chat_id] = (owner, list(managers or []))
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        """im/v1/chats/:chat_id (GET): a chat's information, people named by the
+        user_id_type asked (open_id by default; the only one this fake knows). A chat it does
+        not know is one the bot is not in: then only its name, avatar and counts, as Feishu
+        answers an app outside a chat."""
+        if not self._authorised(request):
+            return web.json_response({"code": 99991663, "msg": "invalid access token"})
+        chat_id = request.match_info["chat_id"]
+        self.chat_reads.append(chat_id)
+        if request.query.get("user_id_type", "open_id") != "open_id":
+            return web.json_response(
+                {"code": 99992402, "msg": "field validation failed"}, status=400
+            )
+        if chat_id in self.denied_chats:
+            scopes = "[im:chat:readonly, im:chat, im:chat:read]"
+            return web.json_response(
+                {
+                    "code": 99991672,
+                    "msg": f"Access denied. One of the following scopes is required: {scopes}.",
+                    "error": {"log_id": "2026120600000000000000000000000000"},
+                },
+                status=400,
+            )
+        data: dict[str, Any] = {
+            "avatar": "https://s1-imfile.feishucdn.com/static-resource/v1/default-avatar",
+            "name": "Team",
+            "user_count": "3",
+            "bot_count": "1",
+            "chat_status": "normal",
+        }
+        if chat_id in self.chats:
+            owner, managers = self.chats[chat_id]
+            data |= {
+                "description": "",
+                "i18n_names": {"zh_cn": "", "en_us": "", "ja_jp": ""},
+                "add_member_permission": "all_members",
+                "share_card_permission": "allowed",
+                "at_all_permission": "all_members",
+                "edit_permission": "all_members",
+                "owner_id_type": "open_id",
+                "owner_id": owner,
+                "user_manager_id_list": managers,
+                "bot_manager_id_list": [],
+                "chat_mode": "group",
+                "chat_type": "private",
+                "chat_tag": "inner",
+                "join_message_visibility": "all_members",
+                "leave_message_visibility": "all_members",
+                "membership_approval": "no_approval_required",
+                "moderation_permission": "all_members",
+                "external": False,
+                "tenant_key": "tenant_1",
+                "urgent_setting": "all_members",
+                "video_conference_setting": "all_members",
+                "pin_manage_setting": "all_members",
+                "hide_member_count_setting": "all_members",
+            }
+        return web.json_response({"code": 0, "msg": "success", "data": data})
+
     async def _patch(self, request: web.Request) -> web.Response:
         """im/v1/messages/:message_id (PATCH): a sent card updated for everyone."""
         if not self._authorised(request):
@@ -251,6 +318,7 @@ class FakeFeishu:
         app.router.add_put("/open-apis/im/v1/messages/{message_id}", self._edit)
         app.router.add_get("/open-apis/im/v1/messages/{message_id}", self._message)
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
+        app.router.add_get("/open-apis/im/v1/chats/{chat_id}", self._chat)
         self._runner, self.port = await serve(app)
         return self
 

@@ -30,7 +30,10 @@ class Incoming:
     command is for this bot without being addressed to it, as where a command can name the bot
     it is for (`/pin@other_bot` is not for this one); False where several bots share a group
     and a command cannot say which it is for: in a group it then needs what other text needs
-    (a mention or a reply, unless the group trigger is `all`)."""
+    (a mention or a reply, unless the group trigger is `all`). mentioned_users: the people the
+    message mentions in a way the platform ties to their id (Feishu's @mentions, Telegram's text
+    mentions), each as (the mention's text as it shows in text, the person's id); the bot itself
+    is not among them."""
 
     conversation: Conversation
     text: str | None
@@ -40,6 +43,7 @@ class Incoming:
     platform_admin: AdminLookup | None = None
     redelivered: bool = False
     commands_for_bot: bool = True
+    mentioned_users: tuple[tuple[str, str], ...] = ()
 
 
 class Surface(Protocol):

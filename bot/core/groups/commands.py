@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.clock import Clock, utc_now
@@ -28,7 +29,7 @@ from storage.settings import SettingChange
 USAGE = """\
 /group show                            Each setting here and where it comes from
 /group pins on|off                     Turn pins on or off here
-/group admins add|remove <user>        Shared admins (a reply to their message, or their id)
+/group admins add|remove <user>        Shared admins (by a reply to them, a mention or an id)
 /group strong add|remove <user>        Strong users, who may pin strong blocks
 /group model <name>|default            The model this chat's turns go to (llm.models)
 /group trigger mention|all             Answer only when mentioned, or every message
@@ -69,11 +70,9 @@ def parse_group(text: str) -> GroupCommand | str:
     head = folded[0]
     if head == "pins" and folded[1:] in (["on"], ["off"]):
         return GroupCommand("set", Name.PINS, folded[1] == "on")
-    if head in _LISTS and len(words) in (2, 3) and folded[1] in ("add", "remove"):
-        person = words[2].removeprefix("@") if len(words) == 3 else None
-        if person is not None and not _USER.fullmatch(person):
-            return f"'{words[2]}' is not a user id.\n{USAGE}"
-        return GroupCommand(folded[1], _LISTS[head], person=person)
+    if head in _LISTS and len(words) >= 2 and folded[1] in ("add", "remove"):
+        # The person as written (a mention's text may hold spaces): _change makes it an id.
+        return GroupCommand(folded[1], _LISTS[head], person=" ".join(words[2:]) or None)
     if head == "model" and len(words) == 2:
         return GroupCommand("set", Name.MODEL, None if folded[1] == "default" else words[1])
     if head == "trigger" and folded[1:] in (["mention"], ["all"]):
@@ -117,9 +116,14 @@ class GroupCommands:
         return GroupSettings(places, found.get(places.group, {}), found.get(places.topic or "", {}))
 
     async def execute(
-        self, context: MessageContext, text: str, platform_admin: AdminLookup | None
+        self,
+        context: MessageContext,
+        text: str,
+        platform_admin: AdminLookup | None,
+        mentioned_users: Sequence[tuple[str, str]] = (),
     ) -> Reply:
-        """The reply to `/group <text>` from this message's sender."""
+        """The reply to `/group <text>` from this message's sender; mentioned_users: the people
+        the message mentions, (the mention's text, their id), as `Incoming` has them."""
         places = Places.of(context.conversation)
         if places is None:
             return Reply.refused("/group is for group chats: send it in the group to set up.")
@@ -135,7 +139,7 @@ class GroupCommands:
             return Reply.refused(refusal)
         if command.verb == "undo":
             return await self._undo(context, places)
-        return await self._change(context, places, command)
+        return await self._change(context, places, command, mentioned_users)
 
     async def _may_manage(
         self, context: MessageContext, platform_admin: AdminLookup | None
@@ -187,15 +191,24 @@ class GroupCommands:
         return "\n".join(lines)
 
     async def _change(
-        self, context: MessageContext, places: Places, command: GroupCommand
+        self,
+        context: MessageContext,
+        places: Places,
+        command: GroupCommand,
+        mentioned_users: Sequence[tuple[str, str]] = (),
     ) -> Reply:
-        person = command.person
+        person = shown = command.person
+        if command.verb in ("add", "remove") and command.person is not None:
+            named = _named(command.person, mentioned_users)
+            if isinstance(named, Reply):
+                return named
+            person, shown = named
         if command.verb in ("add", "remove") and person is None:
-            person = await _replied_author(context.replied)
+            person = shown = await _replied_author(context.replied)
             if person is None:
                 return Reply.refused(
-                    "Whom? Reply to their message with the command, or give their id (they "
-                    "can see it with /whoami)."
+                    "Whom? Reply to their message with the command, mention them, or give "
+                    "their id (they can see it with /whoami)."
                 )
         for _ in range(_ATTEMPTS):
             settings = await self.settings(places)
@@ -216,7 +229,7 @@ class GroupCommands:
                 changed = await self._store.apply_settings(change, now=self._clock())
             except Conflict:
                 continue
-            return Reply(self._done(places, command, wanted, changed, person))
+            return Reply(self._done(places, command, wanted, changed, shown))
         return Reply.failed("The settings changed while saving; nothing was saved. Try again.")
 
     def _wanted(
@@ -310,6 +323,26 @@ class GroupCommands:
                 f"Undone: {names} back as before. /group undo again takes back the one before."
             )
         return Reply.failed("The settings changed while saving; nothing was saved. Try again.")
+
+
+def _named(written: str, mentioned_users: Sequence[tuple[str, str]]) -> tuple[str, str] | Reply:
+    """The id of the person a command names, and how the reply shows them: the one mentioned
+    by that text (with or without a leading @), else the id as written (a leading @ dropped);
+    a Reply refusing a text that is neither."""
+    bare = " ".join(written.removeprefix("@").split())
+    ids = sorted(
+        {user for text, user in mentioned_users if " ".join(text.removeprefix("@").split()) == bare}
+    )
+    if len(ids) == 1:
+        return ids[0], f"{written} ({ids[0]})"
+    if ids:
+        return Reply.refused(
+            f"Several people mentioned here are called {written} ({', '.join(ids)}); give the "
+            "id of the one you mean."
+        )
+    if not _USER.fullmatch(bare):
+        return Reply.refused(f"'{written}' is not a user id.\n{USAGE}")
+    return bare, bare
 
 
 async def _replied_author(replied: QuotedLookup | None) -> str | None:
