@@ -30,7 +30,10 @@ class Incoming:
     command is for this bot without being addressed to it, as where a command can name the bot
     it is for (`/pin@other_bot` is not for this one); False where several bots share a group
     and a command cannot say which it is for: in a group it then needs what other text needs
-    (a mention or a reply, unless the group trigger is `all`)."""
+    (a mention or a reply, unless the group trigger is `all`). mentioned_users: the people the
+    message mentions whose ids the platform gives, as (the mention's text as written in text,
+    their sender id), e.g. a Telegram text mention of someone without a username: `/group
+    admins add <mention>` names them (an @username alone carries no id)."""
 
     conversation: Conversation
     text: str | None
@@ -40,6 +43,7 @@ class Incoming:
     platform_admin: AdminLookup | None = None
     redelivered: bool = False
     commands_for_bot: bool = True
+    mentioned_users: tuple[tuple[str, str], ...] = ()
 
 
 class Surface(Protocol):

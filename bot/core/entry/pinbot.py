@@ -471,7 +471,9 @@ class Pinbot:
             if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
                 metrics.refused("rate_limit")
                 return Reply.refused(f"Too fast. Try again in {math.ceil(wait)} s.")
-            return await self.groups.execute(context, rest, incoming.platform_admin)
+            return await self.groups.execute(
+                context, rest, incoming.platform_admin, incoming.mentioned_users
+            )
         if name in ("pin", "sticky"):
             if wait := await self._pin_commands.acquire(self._sender_key(conversation)):
                 metrics.refused("rate_limit")

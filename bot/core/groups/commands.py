@@ -28,7 +28,7 @@ from storage.settings import SettingChange
 USAGE = """\
 /group show                            Each setting here and where it comes from
 /group pins on|off                     Turn pins on or off here
-/group admins add|remove <user>        Shared admins (a reply to their message, or their id)
+/group admins add|remove <user>        Shared admins (a reply to them, a mention, an id)
 /group strong add|remove <user>        Strong users, who may pin strong blocks
 /group model <name>|default            The model this chat's turns go to (llm.models)
 /group trigger mention|all             Answer only when mentioned, or every message
@@ -58,8 +58,13 @@ class GroupCommand:
     person: str | None = None
 
 
-def parse_group(text: str) -> GroupCommand | str:
-    """The command `/group <text>` asks for, or what is wrong with it and how to write it."""
+Mentions = tuple[tuple[str, str], ...]  # (a mention's text as written, the person's id)
+
+
+def parse_group(text: str, mentions: Mentions = ()) -> GroupCommand | str:
+    """The command `/group <text>` asks for, or what is wrong with it and how to write it.
+    mentions: the people the message mentions with their ids (Incoming.mentioned_users): a
+    `<user>` written as one of them is that person's id."""
     words = text.split()
     folded = [w.casefold() for w in words]
     if not words or folded == ["help"]:
@@ -69,10 +74,17 @@ def parse_group(text: str) -> GroupCommand | str:
     head = folded[0]
     if head == "pins" and folded[1:] in (["on"], ["off"]):
         return GroupCommand("set", Name.PINS, folded[1] == "on")
-    if head in _LISTS and len(words) in (2, 3) and folded[1] in ("add", "remove"):
-        person = words[2].removeprefix("@") if len(words) == 3 else None
-        if person is not None and not _USER.fullmatch(person):
-            return f"'{words[2]}' is not a user id.\n{USAGE}"
+    if head in _LISTS and len(words) >= 2 and folded[1] in ("add", "remove"):
+        named = text.split(None, 2)[2].strip() if len(words) > 2 else None
+        person = _person(named, mentions) if named is not None else None
+        if named is not None and person is None:
+            if named.startswith("@") and len(words) == 3:
+                return (
+                    f"I cannot tell who {named} is: a username does not give me their id. "
+                    "Reply to one of their messages with the command, or give their id (they "
+                    "can see it with /whoami)."
+                )
+            return f"'{named}' is not a user id.\n{USAGE}"
         return GroupCommand(folded[1], _LISTS[head], person=person)
     if head == "model" and len(words) == 2:
         return GroupCommand("set", Name.MODEL, None if folded[1] == "default" else words[1])
@@ -86,6 +98,16 @@ def parse_group(text: str) -> GroupCommand | str:
             return f"The budget is a whole number of tokens (0: none), not {words[2]!r}.\n{USAGE}"
         return GroupCommand("set", _SPANS[folded[1]], int(amount))
     return f"I did not understand '/group {text.strip()}'.\n{USAGE}"
+
+
+def _person(named: str, mentions: Mentions) -> str | None:
+    """The id of the person named: a mention's (written with or without its @), else named as
+    an id (None: neither, e.g. an @username, which gives no id)."""
+    bare = named.removeprefix("@")
+    for shown, person in mentions:
+        if bare == shown.removeprefix("@"):
+            return person
+    return named if _USER.fullmatch(named) and not named.startswith("@") else None
 
 
 def _shown(name: Name, value: object) -> str:
@@ -117,13 +139,18 @@ class GroupCommands:
         return GroupSettings(places, found.get(places.group, {}), found.get(places.topic or "", {}))
 
     async def execute(
-        self, context: MessageContext, text: str, platform_admin: AdminLookup | None
+        self,
+        context: MessageContext,
+        text: str,
+        platform_admin: AdminLookup | None,
+        mentions: Mentions = (),
     ) -> Reply:
-        """The reply to `/group <text>` from this message's sender."""
+        """The reply to `/group <text>` from this message's sender (mentions: the people the
+        message mentions, with their ids)."""
         places = Places.of(context.conversation)
         if places is None:
             return Reply.refused("/group is for group chats: send it in the group to set up.")
-        command = parse_group(text)
+        command = parse_group(text, mentions)
         if isinstance(command, str):
             return Reply.refused(command)
         if command.verb == "help":
