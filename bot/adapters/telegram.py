@@ -111,6 +111,7 @@ GROUP_COMMANDS = [
     BotCommand("usage", "Your model usage and what is left of your budget"),
     BotCommand("reset", "Start a new conversation (pinned blocks stay)"),
     BotCommand("whoami", "Your ids and what you may do here"),
+    BotCommand("group", "This group's (or topic's) settings, for its owner and admins"),
     BotCommand("help", "What this bot does"),
 ]
 
@@ -551,6 +552,19 @@ class TelegramFrontend:
             replied=self._replied_lookup(message),
             platform_admin=self._admin_lookup(message, conversation),
             redelivered=in_inbox(),
+            mentioned_users=self._mentioned_users(message),
+        )
+
+    @staticmethod
+    def _mentioned_users(message: Message) -> tuple[tuple[str, str], ...]:
+        """The people message mentions with their ids: text mentions (of someone without a
+        username: the entity carries the user). An @username carries no id and the Bot API
+        cannot look one up, so it is not here."""
+        kinds: list[str | None] = [MessageEntity.TEXT_MENTION]
+        return tuple(
+            (shown, str(entity.user.id))
+            for entity, shown in message.parse_entities(kinds).items()
+            if entity.user is not None
         )
 
     async def _handle(self, incoming: Incoming, surface: Surface) -> Reply | None:

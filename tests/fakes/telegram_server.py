@@ -55,7 +55,8 @@ class FakeTelegram:
         self.failed: list[tuple[str, dict[str, Any]]] = []
         self.updates: list[dict[str, Any]] = []
         self.chat_types: dict[int, str] = {}
-        self.admins: set[tuple[int, int]] = set()
+        self.admins: set[tuple[int, int]] = set()  # (chat, user): getChatMember's administrators
+        self.owners: set[tuple[int, int]] = set()  # (chat, user): getChatMember's creator
         self.failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.hold: dict[str, asyncio.Event] = {}
         self.first_sent_at: dict[int, float] = {}  # chat id → when the first reply arrived
@@ -218,6 +219,8 @@ class FakeTelegram:
         if method == "getChatMember":
             chat_id, user_id = int(params["chat_id"]), int(params["user_id"])
             user = {"id": user_id, "is_bot": False, "first_name": "U"}
+            if (chat_id, user_id) in self.owners:
+                return {"status": "creator", "user": user, "is_anonymous": False}
             if (chat_id, user_id) in self.admins:
                 return {
                     "status": "administrator",
@@ -319,7 +322,12 @@ def group_chat(chat_id: int, kind: str = "supergroup", forum: bool = False) -> d
 _message_ids = itertools.count(1000)
 
 
-def _entities(text: str) -> list[dict[str, Any]]:
+def _utf16(text: str) -> int:
+    """text's length as Telegram counts entity offsets: in UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _entities(text: str, mentions: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     entities = []
     if text.startswith("/"):
         entities.append({"type": "bot_command", "offset": 0, "length": len(text.split()[0])})
@@ -328,6 +336,16 @@ def _entities(text: str) -> list[dict[str, Any]]:
         if word.startswith("@") and len(word) > 1:
             entities.append({"type": "mention", "offset": position, "length": len(word)})
         position += len(word) + 1
+    for shown, person in (mentions or {}).items():  # text mentions: the user rides along
+        start = text.index(shown)
+        entities.append(
+            {
+                "type": "text_mention",
+                "offset": _utf16(text[:start]),
+                "length": _utf16(shown),
+                "user": person,
+            }
+        )
     return entities
 
 
@@ -353,9 +371,11 @@ def message(
     thread_id: int | None = None,
     reply_to: dict[str, Any] | None = None,
     sender_chat: dict[str, Any] | None = None,
+    mentions: dict[str, dict[str, Any]] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """An update carrying one text message, with bot_command and mention entities filled in."""
+    """An update carrying one text message, with bot_command and mention entities filled in,
+    and a text_mention entity for each of mentions (its text in the message → the user)."""
     body: dict[str, Any] = {
         "message_id": next(_message_ids),
         "date": 1767225600,
@@ -367,7 +387,7 @@ def message(
         body["from"] = sender
     if sender_chat is not None:
         body["sender_chat"] = sender_chat
-    if entities := _entities(text):
+    if entities := _entities(text, mentions):
         body["entities"] = entities
     if thread_id is not None:
         body["message_thread_id"] = thread_id

@@ -100,7 +100,7 @@ async def test_a_mention_names_whoever_it_names_and_nothing_else_does(
     assert settings[GROUP_SCOPE] == {"admins": '["ou_wang"]', "strong": '["ou_zhang"]'}
     # A name nobody was mentioned by is no id: refused, nothing changed.
     refused = await said(bot, OWNER, "/group admins add @Li Lei")
-    assert refused.startswith("'@Li Lei' is not a user id.")
+    assert refused.startswith("I cannot tell who @Li Lei is: a username does not give me")
     # Two people shown by the same name: which one is meant cannot be told.
     other_wang = mention("@_user_3", "ou_wang2", "Wang Fang")
     refused = await said(bot, OWNER, "/group admins remove @_user_2", wang, other_wang)

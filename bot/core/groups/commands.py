@@ -340,6 +340,12 @@ def _named(written: str, mentioned_users: Sequence[tuple[str, str]]) -> tuple[st
             f"Several people mentioned here are called {written} ({', '.join(ids)}); give the "
             "id of the one you mean."
         )
+    if written.startswith("@"):  # a username (or a name) that carries no id here
+        return Reply.refused(
+            f"I cannot tell who {written} is: a username does not give me their id. Reply to "
+            "one of their messages with the command, or give their id (they can see it with "
+            "/whoami)."
+        )
     if not _USER.fullmatch(bare):
         return Reply.refused(f"'{written}' is not a user id.\n{USAGE}")
     return bare, bare
