@@ -9,10 +9,11 @@ import json
 from typing import Any
 
 from bot.core.people import topic_of
-from storage.models import AuditEntry
+from storage.models import AuditEntry, Channel
 
 CONFIGS = "the config's"  # a value unset: the config's applies
 PEOPLE_SETTINGS = ("admins", "strong")  # the settings whose value is a list of sender ids
+FORMER = "a former member"  # who a forgotten person is in what stays a group's
 
 
 def stored_value(stored: str | None) -> Any:
@@ -55,4 +56,8 @@ def setting_change(entry: AuditEntry) -> str:
             return f"added {', '.join(added)} to {name}{where}"
         if gone and not added:
             return f"removed {', '.join(gone)} from {name}{where}"
+        if not added and not gone:  # the one changed was forgotten since (their id went)
+            if entry.channel is Channel.FORGET:
+                return f"removed {FORMER} from {name}{where}"
+            return f"added or removed {FORMER} in {name}{where}"
     return f"set {name}{where}: {setting_value(name, old)} → {setting_value(name, new)}"
