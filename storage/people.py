@@ -3,6 +3,7 @@ them to take (export) or to have removed (forget), and the removal made good on 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -71,6 +72,21 @@ class PeopleStore(Protocol):
         )
         return sorted({row[0] for row in sessions} | {row[0] for row in groups})
 
+    async def settings_naming(
+        self, platform: str, user: str, names: Sequence[str]
+    ) -> list[tuple[str, str, str]]:
+        """The settings of platform's groups and topics that name user: (place, name, value
+        as stored) of each of names (the settings whose value is a list of sender ids)."""
+        if not names:
+            return []
+        low, high = prefix_range(f"{platform}:")
+        found = await self._db.fetch(
+            "SELECT place, name, value FROM group_settings WHERE name IN (?*) AND place >= ? "
+            "AND place < ? ORDER BY place, name",
+            *(list(names), low, high),
+        )
+        return [(place, name, value) for place, name, value in found if user in _people(value)]
+
     async def person_records(self, person: Person) -> dict[str, list[dict[str, Any]]]:
         """What the store holds about person besides blocks and their versions: their turns
         (every turn of their own sessions, the bot's answers included), usage, proposals and
@@ -118,7 +134,12 @@ class PeopleStore(Protocol):
         }
 
     async def forget_person(
-        self, person: Person, *, former: str, sent_by: Callable[[str], bool]
+        self,
+        person: Person,
+        *,
+        former: str,
+        sent_by: Callable[[str], bool],
+        people_settings: Sequence[str] = (),
     ) -> dict[str, int]:
         """Remove what the store holds about person, in one transaction, except their blocks
         (removed before, as block changes): every version of their scopes; their turns (their
@@ -126,8 +147,11 @@ class PeopleStore(Protocol):
         hold what they said; their usage, folded into each day's and group's anonymous total
         (budgets stay right); their proposals and suggestions; their rate buckets, budget holds,
         counts and notes; the updates they sent (sent_by tells a payload of theirs). Where they
-        stay part of a group's record (versions of shared blocks, audit entries, decisions) they
-        are named former. Returns how many rows of each kind went."""
+        stay part of a group's record (versions of shared blocks, audit entries, decisions,
+        changes to a group's settings) they are named former; their id is taken out of the
+        values of people_settings (lists of sender ids: the settings themselves went before,
+        as setting changes) in those settings' versions and audit entries, so no undo brings
+        it back. Returns how many rows of each kind went."""
         low, high = prefix_range(f"{person.platform}:")
         scopes = list(person.scopes) or [""]
         counts: dict[str, int] = {}
@@ -177,6 +201,12 @@ class PeopleStore(Protocol):
                 *(suffix, suffix, suffix, low, high),
             )
             await tx.execute(
+                "UPDATE group_setting_versions SET actor = ? WHERE place >= ? AND place < ? "
+                "AND actor = ?",
+                *(former, low, high, person.user),
+            )
+            await _settings_without(tx, person, people_settings)
+            await tx.execute(
                 "DELETE FROM budget_holds WHERE platform = ? AND sender = ?",
                 *(person.platform, person.user),
             )
@@ -193,6 +223,59 @@ class PeopleStore(Protocol):
         dialect's reclaim says how far), the search index brought up to date first."""
         await self.catch_up_search()
         await self._db.reclaim()
+
+
+def _people(stored: str | None) -> list[str]:
+    """The sender ids a stored list setting holds (none when it holds no list)."""
+    try:
+        value = json.loads(stored) if stored is not None else None
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _without(stored: str | None, user: str) -> str | None:
+    """A stored list setting without user, stored as storage.settings' values are (None: the
+    list left empty, unset); any other value as it is."""
+    people = _people(stored)
+    if user not in people:
+        return stored
+    rest = sorted(p for p in people if p != user)
+    return json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else None
+
+
+async def _settings_without(tx: Executor, person: Person, names: Sequence[str]) -> None:
+    """Take person's id out of the values of the list settings names in their platform's
+    settings' versions and audit entries (the setting's name begins its entry's label)."""
+    if not names:
+        return
+    low, high = prefix_range(f"{person.platform}:")
+    versions = await tx.fetch(
+        "SELECT id, before, after FROM group_setting_versions WHERE name IN (?*) AND "
+        "place >= ? AND place < ?",
+        *(list(names), low, high),
+    )
+    for row_id, before, after in versions:
+        new = (_without(before, person.user), _without(after, person.user))
+        if new != (before, after):
+            await tx.execute(
+                "UPDATE group_setting_versions SET before = ?, after = ? WHERE id = ?",
+                *(*new, row_id),
+            )
+    entries = await tx.fetch(
+        "SELECT id, label, old_content, new_content FROM shared_audit WHERE kind = 'setting' "
+        "AND group_scope >= ? AND group_scope < ?",
+        *(low, high),
+    )
+    for row_id, label, old, new_content in entries:
+        if label.split(":", 1)[0] not in names:
+            continue
+        new = (_without(old, person.user), _without(new_content, person.user))
+        if new != (old, new_content):
+            await tx.execute(
+                "UPDATE shared_audit SET old_content = ?, new_content = ? WHERE id = ?",
+                *(*new, row_id),
+            )
 
 
 async def _delete(tx: Executor, sql: str, keys: Sequence[Any]) -> int:

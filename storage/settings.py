@@ -15,7 +15,7 @@ from storage import rows
 from storage.dialect import Database, Executor, Step
 from storage.errors import Conflict
 from storage.models import Author, ChangeKind
-from storage.rows import dt, ts
+from storage.rows import dt, prefix_range, ts
 
 _VERSION_COLUMNS = "op, place, name, before, after, actor, channel, at"
 _VERSION_INSERT = (
@@ -80,6 +80,20 @@ class SettingsStore(Protocol):
             "SELECT place, name, value FROM group_settings WHERE place IN (?*)", list(places)
         ):
             found.setdefault(place, {})[name] = value
+        return found
+
+    async def settings_under(self, group: str, topics_prefix: str) -> dict[str, dict[str, str]]:
+        """A group's set values and its topics' (their keys start with topics_prefix), by
+        place (places with none are absent): what the web page shows of a group."""
+        low, high = prefix_range(topics_prefix)
+        found: dict[str, dict[str, str]] = {}
+        for place, name, value in await self._db.fetch(
+            "SELECT place, name, value FROM group_settings WHERE place = ? OR "
+            "(place >= ? AND place < ?) ORDER BY place, name",
+            *(group, low, high),
+        ):
+            if place == group or place.startswith(topics_prefix):
+                found.setdefault(place, {})[name] = value
         return found
 
     async def apply_settings(self, change: SettingChange, *, now: datetime) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,14 +41,15 @@ from bot.core.blocks import (
     refusal,
 )
 from bot.core.commands import PersonCommands, PersonData
+from bot.core.groups import GroupCommands, Places, parse_group
 from bot.core.people import ScopeKind, group_key_of, parse_scope, platform_of, read_scope
-from bot.core.replies import Result
+from bot.core.replies import Reply, Result
 from bot.web import views
 from bot.web.auth import SignIn
 from bot.web.charts import bar_chart
 from bot.web.person import KINDS, Person, person_page, read_person, scope_person_page
 from storage import Store
-from storage.models import ChangeKind, Level, State, UsageTotals
+from storage.models import Author, ChangeKind, Channel, Level, State, UsageTotals
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,20 @@ NOT_CONFIRMED = "Nothing was removed: tick the box to confirm that it cannot be 
 END_HINT = "give a date and time in UTC (2026-12-24T18:00), or nothing for no end"
 # A form's priority that is no whole number: the priority rule's refusal.
 NOT_A_PRIORITY = refusal(Rule.PRIORITY, low=PRIORITY_MIN, high=PRIORITY_MAX)
+# A forum topic's id as the page takes it (Telegram's thread numbers, Feishu's thread ids).
+TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# What each settings form sets: `/group <words>` as the chat writes it, from the form's value
+# (and for a list, add or remove and the person).
+SETTING_FORMS = {
+    "pins": "pins {value}",
+    "admins": "admins {verb} {person}",
+    "strong": "strong {verb} {person}",
+    "model": "model {value}",
+    "trigger": "trigger {value}",
+    "budget_daily": "budget daily {value}",
+    "budget_monthly": "budget monthly {value}",
+    "reset": "reset",
+}
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,8 @@ class WebPage:
         self.history = BlockVersions(store, self.ops)
         self.person_data = PersonData(store, self.ops, clock)
         self.people = PersonCommands(self.person_data)  # what /export me and /forget me run
+        self.settings_config = config
+        self.groups = GroupCommands(store, config, clock)  # what /group runs
         name = config.web.operator_name.strip()
         self.actor = f"web:{name}" if name else "web"
         self._flash: dict[str, Flash] = {}  # per session: what the last change did, shown once
@@ -120,6 +138,7 @@ class WebPage:
         self.templates.filters["segment"] = views.segment
         self.templates.filters["keywords"] = views.keywords_text
         self.templates.filters["end"] = views.end_text
+        self.templates.globals.update(entry_shown=views.entry_shown)
         # Where a page names a person, it links to everything held about them.
         self.templates.globals.update(
             person_page=person_page, scope_person_page=scope_person_page, platform_of=platform_of
@@ -138,6 +157,7 @@ class WebPage:
         app.router.add_post("/scope/{key}/change", self.change_block)
         app.router.add_post("/scope/{key}/remove", self.remove_block)
         app.router.add_post("/scope/{key}/restore", self.restore_block)
+        app.router.add_post("/scope/{key}/settings", self.change_setting)
         app.router.add_get("/scope/{key}/history", self.block_history)
         app.router.add_get("/scope/{key}/history/{label:.+}", self.block_history)
         app.router.add_get("/audit", self.audit)
@@ -278,8 +298,21 @@ class WebPage:
         )
         if view is None:
             return self.render(request, "not_found.html", status=404)
+        settings = None
+        if view.kind is ScopeKind.SHARED:
+            typed = request.query.get("topic", "").strip()
+            topic = typed if TOPIC_ID.fullmatch(typed) else None
+            settings = await views.settings_view(
+                self.store, self.settings_config, view.key, topic=topic
+            )
         return self.render(
-            request, "scope.html", section="overview", view=view, raw=raw, now=self.clock()
+            request,
+            "scope.html",
+            section="overview",
+            view=view,
+            raw=raw,
+            now=self.clock(),
+            settings=settings,
         )
 
     # --- changing shared blocks ---------------------------------------------------------------
@@ -376,6 +409,48 @@ class WebPage:
         number = _whole_number(_text(form, "version")) or 0
         outcome = await self.history.restore(target, _text(form, "label"), number)
         return await self._after(request, target, outcome)
+
+    # --- changing a group's own settings -----------------------------------------------------
+
+    async def change_setting(self, request: web.Request) -> web.Response:
+        """Change a group's setting, or a topic's (the form's `topic`), as `/group` in the
+        chat would (`setting`: pins, admins, strong, model, trigger, budget_daily,
+        budget_monthly, reset or undo; `value`, or `verb` and `person` for a list): the same
+        words read by the same parser, the same review (a model of llm.models, budgets within
+        the operator's caps), one version and one audit entry naming the web operator. Back
+        to the group's page, which says what was done or why nothing was."""
+        group = self._shared_target(request).scope
+        form = await request.post()
+        topic = _text(form, "topic").strip()
+        if topic and not TOPIC_ID.fullmatch(topic):
+            reply = Reply.refused(f"'{topic[:64]}' is not a topic id (its number, or its id).")
+        else:
+            reply = await self._setting_reply(views.places_of(group, topic or None), form)
+        kind = "done" if reply.outcome is Result.DONE else "refused"
+        self._flash[request.cookies.get(SESSION_COOKIE, "")] = Flash(kind, reply.text)
+        shown = f"?topic={views.segment(topic)}" if topic else ""
+        raise web.HTTPSeeOther(f"/scope/{views.segment(group)}{shown}#settings")
+
+    async def _setting_reply(self, places: Places, form: Any) -> Reply:
+        """What `/group` would say to the form's change at places, made as the web operator."""
+        setting = _text(form, "setting")
+        if setting == "undo":
+            return await self.groups.undo(places, self.actor)
+        words = SETTING_FORMS.get(setting)
+        if words is None:
+            return Reply.refused(f"There is no setting '{setting[:64]}'.")
+        fields = {name: _text(form, name).strip() for name in ("value", "verb", "person")}
+        if setting in ("admins", "strong") and not fields["person"]:
+            return Reply.refused("Whom? Give the person's id (they can see it with /whoami).")
+        if setting.startswith("budget") and not fields["value"]:
+            fields["value"] = "default"  # empty: back to the config's
+        for value in fields.values():
+            if len(value.split()) > 1:
+                return Reply.refused(f"'{value[:64]}' is more than one word: give one.")
+        command = parse_group(words.format(**fields))
+        if isinstance(command, str):
+            return Reply.refused(command.split("\n", 1)[0])  # without /group's usage
+        return await self.groups.change(places, command, Author(self.actor, Channel.WEB))
 
     async def block_history(self, request: web.Request) -> web.Response:
         """A shared block's versions, newest first, each with what changed from the one before

@@ -21,8 +21,10 @@ KINDS = {
     "proposals": "Proposals they made, or decided (a decided one stays the group's, naming "
     '"a former member")',
     "suggestions": "Pin suggestions made to them",
-    "audit": 'Audit entries of shared blocks they changed (a forget keeps them, naming "a '
-    'former member")',
+    "audit": "Audit entries of shared blocks and group settings they changed (a forget keeps "
+    'them, naming "a former member")',
+    "settings": "Groups' and topics' own settings naming them a shared admin or a strong user "
+    "(a forget takes them out, as a setting change)",
 }
 # How each platform's people are written, for the message about a mistyped one.
 ID_FORMS = {

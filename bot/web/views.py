@@ -12,17 +12,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import quote
 
+from bot.config import Config
 from bot.core.blocks import shown, shown_states
+from bot.core.commands import setting_change, setting_value, stored_value
 from bot.core.conversation import STRONG_TITLE, estimate
+from bot.core.groups import GroupSettings, Name, Places, Source
 from bot.core.people import (
     READ_PLATFORMS,
+    ChatKind,
+    Conversation,
     ScopeKind,
     after_platform,
     direct_prefix,
+    group_children,
     group_prefix,
     members_prefix,
     platform_of,
     read_scope,
+    topic_of,
 )
 from storage import Store
 from storage.models import (
@@ -469,3 +476,121 @@ async def search(store: Store, text: str, *, show_direct: bool) -> list[Block]:
         if len(kept) >= SEARCH_RESULTS or len(blocks) < limit or limit >= MAX_SEARCH_READ:
             return kept[:SEARCH_RESULTS]
         limit *= 2
+
+
+@dataclass(frozen=True)
+class SettingRow:
+    """One setting of a group or topic as `/group show` tells it: what applies there, where it
+    comes from (config, group, topic), and for a list the config's own, which adds to it."""
+
+    name: str
+    shown: str
+    source: str
+    configured: str | None = None
+
+
+@dataclass(frozen=True)
+class PlaceSettings:
+    """A group's settings, or one of its topics' (topic: its id), with what the place sets
+    itself (decoded, by name) for its forms."""
+
+    key: str
+    topic: str | None
+    rows: list[SettingRow]
+    own: dict[str, object]
+
+
+@dataclass(frozen=True)
+class SettingsView:
+    """A group's settings and those of each topic that sets any (or that the operator asked
+    to see), and the models a group may pick (llm.models)."""
+
+    group: PlaceSettings
+    topics: list[PlaceSettings]
+    models: list[str]
+
+
+def _configured(config: Config, name: Name) -> str:
+    """What the config says of name, in the words `/group show` uses."""
+    if name is Name.PINS:
+        return "on" if config.pins.enable_in_group else "off"
+    if name is Name.MODEL:
+        return config.llm.model if config.llm.backend == "openai" else "offline"
+    if name is Name.TRIGGER:
+        return "the platform's group_trigger"
+    if name is Name.BUDGET_DAILY:
+        return setting_value(name, config.budgets.group_daily_tokens)
+    if name is Name.BUDGET_MONTHLY:
+        return setting_value(name, config.budgets.group_monthly_tokens)
+    listed = (
+        config.pins.group_shared_admin_ids
+        if name is Name.ADMINS
+        else config.pins.group_strong_user_ids
+    )
+    return ", ".join(str(entry) for entry in listed) or "nobody"
+
+
+def place_settings(config: Config, settings: GroupSettings) -> PlaceSettings:
+    """A place's settings as the page shows them."""
+    rows = []
+    for name in Name:
+        value, source = settings.value(name)
+        lists = name in (Name.ADMINS, Name.STRONG)
+        if source is Source.CONFIG:
+            shown_now = "nobody" if lists else _configured(config, name)
+        else:
+            shown_now = setting_value(name, value)
+        rows.append(
+            SettingRow(
+                name.value, shown_now, source.value, _configured(config, name) if lists else None
+            )
+        )
+    places = settings.places
+    own = {name.value: stored_value(settings.own(name)) for name in Name}
+    return PlaceSettings(places.here, topic_of(places.topic) if places.topic else None, rows, own)
+
+
+def places_of(group: str, topic: str | None = None) -> Places:
+    """Where the settings of a group (its key, as read_scope reads it) or of one of its forum
+    topics live: as a message there would find them."""
+    parsed = read_scope(group)
+    assert parsed is not None and parsed.kind is ScopeKind.SHARED, group
+    places = Places.of(Conversation(parsed.platform, ChatKind.GROUP, parsed.owner, None, topic))
+    assert places is not None  # a group's conversation has places
+    return places
+
+
+async def settings_view(
+    store: Store, config: Config, group: str, *, topic: str | None = None
+) -> SettingsView:
+    """A group's settings and its topics' (those that set any, and topic if given), read in
+    one query."""
+    found = await store.settings_under(group, group_children(group)[1])
+    own = found.get(group, {})
+    topics = {topic_of(place) for place in found if place != group} - {None}
+    if topic:
+        topics.add(topic)
+    shown_topics = []
+    for each in sorted(t for t in topics if t is not None):
+        places = places_of(group, each)
+        topic_own = found.get(places.topic or "", {})
+        shown_topics.append(place_settings(config, GroupSettings(places, own, topic_own)))
+    return SettingsView(
+        place_settings(config, GroupSettings(places_of(group), own, {})),
+        shown_topics,
+        sorted(config.llm.models),
+    )
+
+
+def entry_shown(entry: AuditEntry) -> tuple[str, str, str]:
+    """An audit entry's change, and the content (or value) before and after, as the page shows
+    them: a setting's in words ("set trigger: mention → all"), a block's as recorded."""
+    if entry.kind is ChangeKind.SETTING:
+        name = entry.label.split(":", 1)[0]
+        return (
+            setting_change(entry),
+            setting_value(name, stored_value(entry.old_content)),
+            setting_value(name, stored_value(entry.new_content)),
+        )
+    old, new = entry.old_content, entry.new_content
+    return entry.action, "" if old is None else old, "" if new is None else new

@@ -42,6 +42,8 @@ from storage.models import (
     UsageTotals,
     Wanted,
 )
+from storage.rows import TABLES
+from storage.settings import SettingChange
 from tests.pg import fresh_database
 from tests.storage import writes
 
@@ -684,3 +686,205 @@ async def test_a_model_call_sees_every_change_to_blocks_that_wait_for_keywords(
         by=BY_7,
     )
     assert await waiting(moved) == [("new", ("fresh",))]
+
+
+# --- a group's own settings (issue 49) ---------------------------------------------------------
+
+SET_GROUP, SET_TOPIC = "p:group:1", "p:group:1:topic:3"
+BY_OWNER = Author("1", Channel.COMMAND)
+
+
+def setting(
+    values: dict[str, str | None],
+    seen: dict[str, str | None],
+    place: str = SET_GROUP,
+    op: str = "op1",
+    by: Author = BY_OWNER,
+) -> SettingChange:
+    return SettingChange(place, SET_GROUP, values, by, seen, op)
+
+
+async def test_a_settings_change_is_written_once_with_its_version_and_audit_entry(
+    open_store: Opener,
+) -> None:
+    store = await open_store()
+    changed = await store.apply_settings(
+        setting({"pins": "true", "trigger": '"all"'}, {"pins": None, "trigger": None}), now=NOW
+    )
+    assert sorted(changed) == ["pins", "trigger"]
+    assert await store.settings_of([SET_GROUP, SET_TOPIC]) == {
+        SET_GROUP: {"pins": "true", "trigger": '"all"'}
+    }
+    versions = await store.setting_versions(SET_GROUP)
+    assert sorted((v.op, v.name, v.before, v.after, v.actor, v.channel) for v in versions) == [
+        ("op1", "pins", None, "true", "1", "command"),
+        ("op1", "trigger", None, '"all"', "1", "command"),
+    ]
+    entries = await store.audit_log(SET_GROUP, 10)
+    assert sorted((e.kind, e.label, e.old_content, e.new_content, e.actor) for e in entries) == [
+        (ChangeKind.SETTING, "pins", None, "true", "1"),
+        (ChangeKind.SETTING, "trigger", None, '"all"', "1"),
+    ]
+    # A topic's change is in its group's audit trail, the topic named in the label.
+    topic = setting({"trigger": '"mention"'}, {"trigger": None}, place=SET_TOPIC, op="op2")
+    assert await store.apply_settings(topic, now=NOW) == ["trigger"]
+    newest = (await store.audit_log(SET_GROUP, 1))[0]
+    assert (newest.label, newest.new_content) == ("trigger:topic:3", '"mention"')
+    assert await store.settings_under(SET_GROUP, f"{SET_GROUP}:") == {
+        SET_GROUP: {"pins": "true", "trigger": '"all"'},
+        SET_TOPIC: {"trigger": '"mention"'},
+    }
+    # The same value again changes nothing and records nothing.
+    again = setting({"pins": "true"}, {"pins": "true"}, op="op3")
+    assert await store.apply_settings(again, now=NOW) == []
+    assert len(await store.setting_versions(SET_GROUP)) == 2
+    assert len(await store.audit_log(SET_GROUP, 10)) == 3
+
+
+async def test_a_settings_change_decided_on_what_changed_since_is_refused(
+    open_store: Opener,
+) -> None:
+    """Two workers change the same setting from what each read: one is written, the other
+    refused with Conflict and nothing of it written."""
+    first, second = await open_store(), await open_store()
+    await first.apply_settings(setting({"admins": '["5"]'}, {"admins": None}), now=NOW)
+    results = await asyncio.gather(
+        first.apply_settings(
+            setting({"admins": '["5", "6"]'}, {"admins": '["5"]'}, op="a"), now=NOW
+        ),
+        second.apply_settings(
+            setting({"admins": '["5", "7"]'}, {"admins": '["5"]'}, op="b"), now=NOW
+        ),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["Conflict", "list"]
+    (now,) = (await second.settings_of([SET_GROUP]))[SET_GROUP].values()
+    assert now in ('["5", "6"]', '["5", "7"]')
+    assert len(await first.setting_versions(SET_GROUP)) == 2
+    assert len(await first.audit_log(SET_GROUP, 10)) == 2
+    with pytest.raises(Conflict):
+        await first.apply_settings(setting({"pins": "true"}, {"pins": "false"}), now=NOW)
+    assert "pins" not in (await first.settings_of([SET_GROUP]))[SET_GROUP]
+
+
+async def test_an_undo_reverts_the_last_operation_and_marks_it_undone(open_store: Opener) -> None:
+    store = await open_store()
+    await store.apply_settings(setting({"pins": "true"}, {"pins": None}, op="one"), now=NOW)
+    later = NOW + timedelta(minutes=1)
+    await store.apply_settings(
+        setting({"pins": "false", "model": '"fast"'}, {"pins": "true", "model": None}, op="two"),
+        now=later,
+    )
+    last = await store.last_setting_operation(SET_GROUP)
+    assert sorted((v.op, v.name, v.before) for v in last) == [
+        ("two", "model", None),
+        ("two", "pins", "true"),
+    ]
+    back = SettingChange(
+        SET_GROUP,
+        SET_GROUP,
+        {v.name: v.before for v in last},
+        Author("1", Channel.UNDO),
+        {"pins": "false", "model": '"fast"'},
+        "undo1",
+    )
+    assert sorted(await store.undo_settings(back, "two", now=later)) == ["model", "pins"]
+    assert await store.settings_of([SET_GROUP]) == {SET_GROUP: {"pins": "true"}}
+    versions = await store.setting_versions(SET_GROUP)
+    assert {v.undone_by for v in versions if v.op == "two"} == {"undo1"}
+    assert {(v.channel, v.undone_by) for v in versions if v.op == "undo1"} == {("undo", None)}
+    # The next undo reverts the operation before; the undo itself is never undone.
+    assert [(v.op, v.name) for v in await store.last_setting_operation(SET_GROUP)] == [
+        ("one", "pins")
+    ]
+    entries = await store.audit_log(SET_GROUP, 10)
+    assert [e.channel for e in entries[:2]] == [Channel.UNDO, Channel.UNDO]
+
+
+async def test_a_moved_group_takes_its_settings_and_a_forgotten_one_loses_them(
+    open_store: Opener,
+) -> None:
+    store = await open_store()
+    moved_to = "p:group:2"
+    await store.apply_settings(setting({"pins": "true", "model": '"a"'}, {}), now=NOW)
+    topic = setting({"trigger": '"all"'}, {}, place=SET_TOPIC, op="op2")
+    await store.apply_settings(topic, now=NOW)
+    # The new chat already set its model: it keeps its own.
+    own = SettingChange(moved_to, moved_to, {"model": '"b"'}, BY_OWNER, {}, "op3")
+    await store.apply_settings(own, now=NOW)
+    await store.move_group(
+        SET_GROUP, moved_to, members_prefix=f"{SET_GROUP}::u:", sessions_prefix=f"{SET_GROUP}:"
+    )
+    assert await store.settings_under(moved_to, f"{moved_to}:") == {
+        moved_to: {"model": '"b"', "pins": "true"},
+        f"{moved_to}:topic:3": {"trigger": '"all"'},
+    }
+    # What the new chat set itself stays at the old key, as a shared block does (moved == 1
+    # above): it is never written over.
+    assert await store.settings_under(SET_GROUP, f"{SET_GROUP}:") == {SET_GROUP: {"model": '"a"'}}
+    assert {v.op for v in await store.setting_versions(f"{moved_to}:topic:3")} == {"op2"}
+    # Removed from the group, and past its grace: its settings and their versions go with it.
+    await store.group_removed(moved_to, chat="p:2", now=NOW)
+    forgotten = await store.forget_group(
+        moved_to,
+        members_prefix=f"{moved_to}::u:",
+        sessions_prefix=f"{moved_to}:",
+        chat="p:2",
+        removed_before=NOW + timedelta(days=1),
+    )
+    assert forgotten is not None and forgotten["settings"] == 3
+    assert await store.settings_under(moved_to, f"{moved_to}:") == {}
+    assert await store.setting_versions(moved_to) == []
+    assert await store.setting_versions(f"{moved_to}:topic:3") == []
+
+
+# The tables a transfer leaves out, and why: the search index (built again from the blocks),
+# derived sums (summed again on load), and what holds only while workers run.
+NOT_TRANSFERRED = {
+    "blocks_search",  # SQLite: the full-text index and its shadow tables
+    "blocks_search_config",
+    "blocks_search_data",
+    "blocks_search_docsize",
+    "blocks_search_idx",
+    "blocks_search_noted",
+    "sqlite_sequence",
+    "pinbot_migrations",  # PostgreSQL: the steps applied
+    "budget_holds",
+    "chat_leases",
+    "rate_buckets",
+    "workers",
+    "scope_version_counter",
+    "scope_versions",
+    "usage_day_sums",
+    "usage_window_sums",
+    "usage_windows",
+}
+
+
+async def test_a_transfer_copies_every_table_a_group_setting_included(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    store = await open_store()
+    tables = await store._db.fetch(
+        store._db.pick(
+            sqlite="SELECT name FROM sqlite_master WHERE type = 'table'",
+            postgres="SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'public'",
+        )
+    )
+    assert {t[0] for t in tables} - NOT_TRANSFERRED == set(TABLES)
+    await store.apply_settings(setting({"pins": "true"}, {}), now=NOW)
+    await store.apply_settings(
+        setting({"pins": "false"}, {"pins": "true"}, place=SET_GROUP, op="op2"), now=NOW
+    )
+    dump = await store.dump()
+    assert dump["group_settings"] == [(SET_GROUP, "pins", "false")]
+    assert [row[:3] for row in dump["group_setting_versions"]] == [
+        ("op1", SET_GROUP, "pins"),
+        ("op2", SET_GROUP, "pins"),
+    ]
+    async with await Store.open(tmp_path / "copy.sqlite3") as copy:
+        await copy.load(dump)
+        assert await copy.settings_of([SET_GROUP]) == {SET_GROUP: {"pins": "false"}}
+        assert [v.op for v in await copy.last_setting_operation(SET_GROUP)] == ["op2"]
+        assert (await copy.dump())["group_setting_versions"] == dump["group_setting_versions"]

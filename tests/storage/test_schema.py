@@ -37,6 +37,7 @@ from storage.models import (
     label_key,
 )
 from storage.schema import LATEST, STEPS, migrate
+from storage.settings import SettingChange
 from tests.pg import PgCluster, fresh_database
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -723,3 +724,46 @@ async def test_a_database_at_step_21_opens_at_22_its_blocks_sent_always_and_neve
         await store.apply_change(change, now=NOW, limits=Limits(20))
         (block,) = await store.blocks(["t:direct:1"])
         assert (block.triggers, block.ends_at) == (("flight",), NOW)
+
+
+async def test_a_database_at_step_23_opens_at_24_with_no_settings_keeping_everything(
+    target: dict[str, str],
+) -> None:
+    """The schema before groups ran themselves (step 23) gains their settings (step 24): no
+    group or topic sets anything, so the config applies as before; every block, turn and
+    audit entry stays, and the settings take changes from then on."""
+    db = await _database(target)
+    try:
+        assert await migrate(db, target=23) == 23
+        await _insert_block(db, "t:group:-5", "Rules", "rules", "Be kind.", 1)
+        await db.execute(
+            "INSERT INTO shared_audit (group_scope, actor, channel, kind, detail, label, "
+            "old_content, new_content, at) VALUES ('t:group:-5', '7', 'command', 'add', "
+            "'strong', 'Rules', NULL, 'Be kind.', 1)"
+        )
+        await db.execute(
+            "INSERT INTO history (session, role, content, created_at, sender) "
+            "VALUES ('t:group:-5:topic:3', 'user', 'hi', 1, '7')"
+        )
+    finally:
+        await db.close()
+    before = await _row_counts(target)
+    async with await Store.open(target["path"], url=target.get("url")) as store:
+        assert await store.schema_version() == LATEST >= 24
+        after = await _row_counts(target)
+        assert after.pop("group_settings") == after.pop("group_setting_versions") == 0
+        if "pinbot_migrations" in before:  # PostgreSQL notes the step applied
+            before["pinbot_migrations"] += LATEST - 23
+        assert after == before
+        places = ["t:group:-5", "t:group:-5:topic:3"]
+        assert await store.settings_of(places) == {}
+        (rules,) = await store.blocks(["t:group:-5"])
+        assert (rules.label, rules.content) == ("Rules", "Be kind.")
+        (entry,) = await store.audit_log("t:group:-5", 5)
+        assert (entry.action, entry.new_content) == ("add strong", "Be kind.")
+        assert [e.content for e in await store.history(places[1])] == ["hi"]
+        change = SettingChange(
+            places[1], places[0], {"pins": "true"}, Author("7", Channel.COMMAND), {}, "op"
+        )
+        assert await store.apply_settings(change, now=NOW) == ["pins"]
+        assert await store.settings_of(places) == {places[1]: {"pins": "true"}}

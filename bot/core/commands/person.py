@@ -6,6 +6,7 @@ made unreadable on the disk as far as the database can."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,7 @@ from typing import Any
 
 from bot.clock import Clock, utc_now
 from bot.core.blocks import BlockOps, Refused
+from bot.core.commands.setting_words import FORMER, PEOPLE_SETTINGS, stored_value
 from bot.core.people import (
     ScopeKind,
     delivery_chat,
@@ -21,10 +23,12 @@ from bot.core.people import (
     member_scope,
     parse_scope,
     sender_session,
+    topic_of,
 )
 from bot.core.replies import Button, Document, Reply
 from bot.secrets import redact
 from storage import Store
+from storage.errors import Conflict
 from storage.models import (
     Author,
     Block,
@@ -36,14 +40,24 @@ from storage.models import (
     Wanted,
     label_key,
 )
+from storage.settings import SettingChange
 
 EXPORT_FORMAT = "pinbot-person-export"
 EXPORT_VERSION = 1
-FORMER = "a former member"  # who a forgotten person is in what stays a group's
 FORGET = Author("forget", Channel.FORGET)
 # The rate limiters' buckets (bot.core.entry.pinbot): per sender, and per DM for unreadable ones.
 BUCKETS = ("pin:{platform}:{user}", "turn:{platform}:{user}", "unreadable:{direct}")
-COUNTED = ("blocks", "versions", "turns", "usage", "proposals", "suggestions", "audit")
+COUNTED = (
+    "blocks",
+    "versions",
+    "turns",
+    "usage",
+    "proposals",
+    "suggestions",
+    "audit",
+    "settings",
+)
+_ATTEMPTS = 5  # reads of the settings naming a person, while others change them at once
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,7 @@ class PersonData:
             for scope in person.scopes
         }
         records = await self._store.person_records(person)
+        named = await self._store.settings_naming(platform, user, PEOPLE_SETTINGS)
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
@@ -140,6 +155,12 @@ class PersonData:
             "blocks": [_block(b) for b in blocks],
             "versions": {scope: found for scope, found in versions.items() if found},
             **records,
+            # The groups (and topics) whose own settings name them a shared admin or a
+            # strong user.
+            "settings": [
+                {"group": group_key_of(place), "topic": topic_of(place), "setting": name}
+                for place, name, _ in named
+            ],
         }
 
     async def counts(self, platform: str, user: str) -> dict[str, int]:
@@ -151,10 +172,12 @@ class PersonData:
 
     async def forget(self, platform: str, user: str) -> Forgotten:
         """Remove everything held about user: their blocks as block changes on the one road
-        (reviewed with the system's rights), then in one transaction the rest (see
-        storage.people), then the deleted bytes made unreadable as far as the database can. In
-        what stays a group's (shared blocks they changed, audit entries, decisions) they are
-        named "a former member"; shared blocks keep their content. Cannot be undone."""
+        (reviewed with the system's rights), their id out of every group's and topic's admins
+        and strong users as setting changes (a version and an audit entry each, by `forget`),
+        then in one transaction the rest (see storage.people), then the deleted bytes made
+        unreadable as far as the database can. In what stays a group's (shared blocks they
+        changed, audit entries, decisions, setting changes) they are named "a former member";
+        shared blocks keep their content. Cannot be undone."""
         person = await self.person(platform, user)
         blocks = await self._store.blocks(person.scopes)
         changes = _removals(blocks)
@@ -163,11 +186,39 @@ class PersonData:
             if isinstance(done, dict):
                 refusal: Refused = next(iter(done.values()))
                 return Forgotten({}, refusal.reason)
-        removed = await self._store.forget_person(person, former=FORMER, sent_by=sent_by(user))
+        named = await self._out_of_settings(platform, user)
+        removed = await self._store.forget_person(
+            person, former=FORMER, sent_by=sent_by(user), people_settings=PEOPLE_SETTINGS
+        )
+        removed["settings"] = named
         await self._store.reclaim()
         # The removals' own versions went too; the person is told of those they had.
         removed["versions"] = max(0, removed["versions"] - len(blocks))
         return Forgotten({"blocks": len(blocks), **removed})
+
+    async def _out_of_settings(self, platform: str, user: str) -> int:
+        """Take user's id out of every group's and topic's list settings (admins, strong),
+        each as a setting change by `forget`, read again when one changed meanwhile; how many
+        lists named them."""
+        taken = 0
+        for _ in range(_ATTEMPTS):
+            found = await self._store.settings_naming(platform, user, PEOPLE_SETTINGS)
+            if not found:
+                break
+            for place, name, value in found:
+                listed = stored_value(value)
+                rest = sorted(str(p) for p in listed if str(p) != user)
+                after = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else None
+                group = group_key_of(place) or place
+                change = SettingChange(
+                    place, group, {name: after}, FORGET, {name: value}, uuid.uuid4().hex
+                )
+                try:
+                    await self._store.apply_settings(change, now=self._clock())
+                except Conflict:
+                    continue  # changed meanwhile: read again
+                taken += 1
+        return taken
 
 
 def _removals(blocks: Sequence[Block]) -> list[BlockChange]:
@@ -234,6 +285,7 @@ KINDS = {
     "proposals": ("proposal", "proposals"),
     "suggestions": ("pin suggestion", "pin suggestions"),
     "audit": ("audit entry", "audit entries"),
+    "settings": ("group setting naming you", "group settings naming you"),
 }
 
 

@@ -22,6 +22,7 @@ from bot.core.blocks import (
 )
 from bot.core.commands.help import pin_help
 from bot.core.commands.parse import LOG_DEFAULT, USAGE, PinCommand, Verb, split_command
+from bot.core.commands.setting_words import setting_change
 from bot.core.commands.status import INJECTION_OFF, ScopeStatus, StatusView, status_text
 from bot.core.conversation import (
     Estimate,
@@ -36,7 +37,7 @@ from bot.core.decisions import Proposals, Suggestions
 from bot.core.people import Action, ChatKind, MessageContext, Role, refusal_for
 from bot.core.replies import Reply
 from storage import Store
-from storage.models import Block, Channel, Origin, State
+from storage.models import Block, ChangeKind, Channel, Origin, State
 
 NOTHING_SENT = "None of these blocks is sent to the model now: idle blocks are not."
 RAW_IN_GROUP = (
@@ -206,10 +207,16 @@ class PinService:
     async def _log(self, target: Target, count: int) -> str:
         entries = await self._store.audit_log(target.scope, count)
         if not entries:
-            return "No changes to this group's shared blocks are on record."
-        lines = [f"Last {len(entries)} change(s) to this group's shared blocks, newest first:"]
+            return "No changes to this group's shared blocks or settings are on record."
+        lines = [
+            f"Last {len(entries)} change(s) to this group's shared blocks and settings, "
+            "newest first:"
+        ]
         for entry in entries:
             when = entry.at.strftime("%Y-%m-%d %H:%M UTC")
+            if entry.kind is ChangeKind.SETTING:  # the group's own setting, in words
+                lines.append(f"{when} · {entry.actor} · {setting_change(entry)}")
+                continue
             lines.append(f"{when} · {entry.actor} · {entry.action} '{entry.label}'")
             if entry.old_content is not None and entry.old_content != entry.new_content:
                 lines.append(f"  before: {entry.old_content}")

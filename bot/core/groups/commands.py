@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.clock import Clock, utc_now
 from bot.config import Config
@@ -210,6 +210,24 @@ class GroupCommands:
                     "Whom? Reply to their message with the command, mention them, or give "
                     "their id (they can see it with /whoami)."
                 )
+        return await self.change(
+            places,
+            replace(command, person=person),
+            Author(context.actor, Channel.COMMAND),
+            shown=shown,
+        )
+
+    async def change(
+        self, places: Places, command: GroupCommand, author: Author, *, shown: str | None = None
+    ) -> Reply:
+        """Make command's change (set, add, remove, reset; a list's person given) at places
+        for author, reviewed as every change is (a model of llm.models, budgets within the
+        operator's caps), written once with its version and audit entry: `/group` from the
+        chat, and the web page. The reply says what was done, or why nothing was."""
+        person = command.person
+        if command.verb in ("add", "remove") and person is None:
+            return Reply.refused("Whom? Give their id (they can see it with /whoami).")
+        shown = shown or person
         for _ in range(_ATTEMPTS):
             settings = await self.settings(places)
             wanted = self._wanted(settings, command, person)
@@ -221,7 +239,7 @@ class GroupCommands:
                 places.here,
                 places.group,
                 wanted,
-                Author(context.actor, Channel.COMMAND),
+                author,
                 {name: settings.own(Name(name)) for name in wanted},
                 uuid.uuid4().hex,
             )
@@ -299,6 +317,11 @@ class GroupCommands:
         return f"{name.value} for {where}: {shown}. /group undo takes it back."
 
     async def _undo(self, context: MessageContext, places: Places) -> Reply:
+        return await self.undo(places, context.actor)
+
+    async def undo(self, places: Places, actor: str) -> Reply:
+        """Take back the last change at places (not an undo, not undone) as actor: `/group
+        undo` from the chat, and the web page's Undo."""
         for _ in range(_ATTEMPTS):
             versions = await self._store.last_setting_operation(places.here)
             if not versions:
@@ -310,7 +333,7 @@ class GroupCommands:
                 places.here,
                 places.group,
                 wanted,
-                Author(context.actor, Channel.UNDO),
+                Author(actor, Channel.UNDO),
                 seen,
                 uuid.uuid4().hex,
             )
