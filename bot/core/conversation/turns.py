@@ -37,7 +37,7 @@ from bot.llm.base import (
     SentBlock,
     TextSink,
 )
-from bot.llm.router import Models
+from bot.llm.router import Models, Route
 from storage import Store
 from storage.models import Block, HistoryEntry
 
@@ -408,7 +408,7 @@ class ChatService:
         model: the llm.models entry its group or topic picked, else llm's own. The ledger holds
         it against the budgets and records it under the model it asked for; it passes the
         progress callback that keeps the hold alive while the answer streams in."""
-        route = self.models.route(context.model)
+        route = self._route(context)
 
         def complete(alive: Progress) -> Awaitable[ModelReply]:
             return route.model.complete(request, on_text=on_text, on_progress=alive)
@@ -420,7 +420,11 @@ class ChatService:
     def _server_of(self, context: MessageContext) -> str:
         """Which model server the conversation's calls go to: its llm.models entry's name, or
         '' for llm's own."""
-        return self.models.route(context.model).entry or ""
+        return self._route(context).entry or ""
+
+    def _route(self, context: MessageContext) -> Route:
+        """Where the conversation's calls go (most pick no entry: the default, at once)."""
+        return self.models.default if context.model is None else self.models.route(context.model)
 
     def build_messages(
         self, rendered: Rendered, history: Sequence[HistoryEntry], text: str

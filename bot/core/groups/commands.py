@@ -227,6 +227,10 @@ class GroupCommands:
         person = command.person
         if command.verb in ("add", "remove") and person is None:
             return Reply.refused("Whom? Give their id (they can see it with /whoami).")
+        if command.verb in ("add", "remove") and not _USER.fullmatch(person or ""):
+            return Reply.refused(
+                f"'{person}' is not a user id. Give their id (they can see it with /whoami)."
+            )
         shown = shown or person
         for _ in range(_ATTEMPTS):
             settings = await self.settings(places)
