@@ -22,7 +22,7 @@ async def running_core(config: Config) -> AsyncIterator[Pinbot]:
     (store, then model) on exit."""
     model: ChatModel = metered(build_model(config.llm))
     try:
-        store = await open_store(config)
+        store = await open_store(config, announce=True)
         try:
             yield Pinbot(config, store, model)
         finally:
