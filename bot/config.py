@@ -565,7 +565,14 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"config file {file} is not valid YAML: {error}") from None
-    return parse_config(data, str(file))
+    config = parse_config(data, str(file))
+    path = config.storage.path
+    if path != ":memory:" and not Path(path).expanduser().is_absolute():
+        # A relative storage.path is the config file's neighbour, wherever pinbot runs from:
+        # started from another folder it would otherwise open a new, empty database.
+        storage = config.storage.model_copy(update={"path": str(file.parent.resolve() / path)})
+        config = config.model_copy(update={"storage": storage})
+    return config
 
 
 TELEGRAM_TOKEN_FORM = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")

@@ -8,6 +8,7 @@ import logging
 import sys
 import threading
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from bot import secrets
 from bot.config import LoggingConfig
@@ -94,7 +95,10 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "time": self.formatTime(record),
+            # ISO 8601 with the offset, to the millisecond: what log tools parse as it is.
+            "time": datetime.fromtimestamp(record.created)
+            .astimezone()
+            .isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),

@@ -28,7 +28,13 @@ def keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 
 
 def test_example_file_holds_every_key_at_its_default() -> None:
-    assert load_config(EXAMPLE) == Config()
+    loaded = load_config(EXAMPLE)
+    # storage.path is given relative: the config file's neighbour, wherever pinbot runs from.
+    assert loaded.storage.path == str(EXAMPLE.parent / Config().storage.path)
+    default = Config()
+    assert loaded == default.model_copy(
+        update={"storage": default.storage.model_copy(update={"path": loaded.storage.path})}
+    )
     text = EXAMPLE.read_text(encoding="utf-8")
     for key in keys(Config):
         assert f"{key.rsplit('.', 1)[-1]}:" in text, key
@@ -199,3 +205,16 @@ async def test_any_free_port_on_a_name_of_several_addresses_is_one_socket(
         assert [address[:2] for address in runner.addresses] == [("127.0.0.1", port)]
     finally:
         await runner.cleanup()
+
+
+def test_a_relative_storage_path_is_the_config_files_neighbour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "bot"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("storage: {path: data/pins.sqlite3}\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # started from another folder
+    loaded = load_config("bot/config.yaml")
+    assert loaded.storage.path == str(folder.resolve() / "data" / "pins.sqlite3")
+    (folder / "memory.yaml").write_text("storage: {path: ':memory:'}\n", encoding="utf-8")
+    assert load_config(folder / "memory.yaml").storage.path == ":memory:"

@@ -83,8 +83,11 @@ async def run_console(
     conversation: Conversation,
     source: BinaryIO | None = None,
     sink: TextIO = sys.stdout,
+    *,
+    database: str = "",
 ) -> None:
     """Answer each input line until end of input; every non-command line goes to the model.
+    database names the database in use, for the banner.
 
     Input is read as bytes and decoded line by line, so a line that is not UTF-8 gets a one-line
     refusal and the next line is served. At a terminal a one-line banner and a prompt are shown;
@@ -102,8 +105,9 @@ async def run_console(
     surface = ReplySurface(write)  # no inbox: every reply is written at once
     interactive = source.isatty()
     if interactive:
+        on = f" on {database}" if database else ""
         sink.write(
-            f"pinbot console: {conversation.session_key}. /pin help for pins; Ctrl-D ends.\n"
+            f"pinbot console: {conversation.session_key}{on}. /pin help for pins; Ctrl-D ends.\n"
         )
     while True:
         if interactive:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from bot.config import Config, telegram_token_problem
@@ -15,7 +16,7 @@ from bot.core.people import (
     strip_agent_prefix,
     topic_of,
 )
-from storage.dialect import url_problem
+from storage.dialect import sqlite_write_problem, url_problem
 
 
 def _secret(variable: str, key: str, needed_for: str) -> list[str]:
@@ -40,6 +41,8 @@ def _store(config: Config) -> list[str]:
 
 
 def _database(path: str) -> list[str]:
+    """Proved, not guessed from permission bits (root passes those even on /proc): the file
+    opened and a write transaction begun, or a file made and removed where it would go."""
     if path == ":memory:":
         return []
     file = Path(path)
@@ -47,16 +50,20 @@ def _database(path: str) -> list[str]:
     if file.is_dir():
         return [f"storage.path: {file} is a directory; name the database file inside it"]
     if file.exists():
-        if not os.access(file, os.R_OK | os.W_OK):
-            return [f"storage.path: {file} is not readable and writable by this user"]
+        if problem := sqlite_write_problem(file):
+            return [f"storage.path: {file} cannot be written by this user ({problem})"]
         return []
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         return [f"storage.path: cannot create {file}: {existing} is a file, not a folder"]
-    if not os.access(existing, os.W_OK):
-        return [f"storage.path: cannot create {file}: {existing} is not writable"]
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".pinbot-check-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error)
+        return [f"storage.path: cannot create {file}: {existing} takes no new files ({reason})"]
     return []
 
 

@@ -7,6 +7,7 @@ import asyncio
 
 from bot.cli.command import LLM_KEY, Subcommand, load
 from bot.cli.runtime import running_core
+from bot.cli.store import database_in_use
 from bot.config import Config, ConfigError
 from bot.core.people import console_id_ok
 
@@ -35,7 +36,8 @@ async def _console(config: Config, args: argparse.Namespace) -> int:
     from bot.adapters.console import console_conversation, run_console
 
     async with running_core(config) as pinbot:
-        await run_console(pinbot, console_conversation(args.user, args.group, args.topic))
+        conversation = console_conversation(args.user, args.group, args.topic)
+        await run_console(pinbot, conversation, database=database_in_use(config))
     return 0
 
 

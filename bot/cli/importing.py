@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from bot.cli.command import URL_ENV, Subcommand, load
 from bot.cli.store import open_store
@@ -137,13 +138,22 @@ async def _import(
                 "its scopes and levels itself"
             ]
         )
+    return await _import_export(config, document, dry_run)
+
+
+async def _import_export(config: Config, document: Any, dry_run: bool) -> int:
+    """Import a pinbot export: what it changes, then (unless a dry run) the change."""
     policy = BlockPolicy(config.pins)
     plan = plan_import(document, policy, utc_now())
     if plan.problems:
         return _refuse(plan.problems)
     # A dry run against a SQLite file that does not exist yet compares with an empty store.
     async with await open_store(config, create=not dry_run) as store:
-        for line in await describe_changes(store, plan) or ["no changes"]:
+        lines = await describe_changes(store, plan)
+        if not lines:  # the store holds the file already: said once, nothing written
+            print("no changes")
+            return 0
+        for line in lines:
             print(line)
         if dry_run:
             print("dry run: nothing was written")

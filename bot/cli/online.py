@@ -118,7 +118,7 @@ async def _feishu(client: httpx.AsyncClient, config: Config) -> str:
 
 async def _storage(config: Config) -> str:
     """The configured store reached and its schema read, without migrating or creating it."""
-    from bot.cli.store import database_url
+    from bot.cli.store import database_url, unreachable_hint
     from bot.config import ConfigError
     from storage.dialect import inspect
     from storage.errors import Unavailable
@@ -127,7 +127,7 @@ async def _storage(config: Config) -> str:
     try:
         kind, version = await inspect(path=config.storage.path, url=database_url(config))
     except (ConfigError, Unavailable) as error:
-        return f"failed: {REDACTOR.redact(str(error))}"
+        return f"failed: {REDACTOR.redact(str(error))}{unreachable_hint(config)}"
     if version is None:
         return f"ok ({kind} does not exist yet; pinbot creates it on first use)"
     if version < LATEST:

@@ -22,7 +22,7 @@ async def running_core(config: Config) -> AsyncIterator[Pinbot]:
     counted when metrics are on), closed (store, then models) on exit."""
     models = Models.from_config(config.llm, wrap=metered)
     try:
-        store = await open_store(config)
+        store = await open_store(config, announce=True)
         try:
             yield Pinbot(config, store, models)
         finally:

@@ -3,6 +3,7 @@ backend, with what can go wrong said in one line that names what to fix."""
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.parse
 from pathlib import Path
@@ -14,6 +15,7 @@ from storage.dialect import url_problem
 from storage.errors import SchemaTooNew, Unavailable
 
 PRIVATE_FILE_MODE = 0o600
+log = logging.getLogger(__name__)
 
 
 def database_url(config: Config) -> str | None:
@@ -47,10 +49,18 @@ def hide_credentials(url: str) -> None:
         REDACTOR.add(urllib.parse.unquote(credentials.partition(":")[2]))
 
 
-async def open_store(config: Config, *, create: bool = True) -> Store:
+async def open_store(config: Config, *, create: bool = True, announce: bool = False) -> Store:
     """The configured store, migrated; ConfigError naming what to fix when it cannot be opened.
     Without create, a SQLite file that does not exist yet is not made: an empty store in
-    memory stands for it."""
+    memory stands for it. announce: log which database is in use, once open (a command that
+    serves; the console's banner says it too)."""
+    store = await _opened(config, create=create)
+    if announce:
+        log.info("database: %s", database_in_use(config))
+    return store
+
+
+async def _opened(config: Config, *, create: bool) -> Store:
     url = database_url(config)
     path = config.storage.path
     if not url and not create and not Path(path).exists():
@@ -61,7 +71,7 @@ async def open_store(config: Config, *, create: bool = True) -> Store:
         if url:
             raise ConfigError(
                 f"cannot connect to the PostgreSQL server in ${config.storage.url_env} "
-                f"({REDACTOR.redact(str(error))})"
+                f"({REDACTOR.redact(str(error))}){unreachable_hint(config)}"
             ) from None
         raise ConfigError(
             f"storage.path: cannot open the database {config.storage.path} ({error}); "
@@ -69,6 +79,28 @@ async def open_store(config: Config, *, create: bool = True) -> Store:
         ) from None
     except SchemaTooNew as error:
         raise ConfigError(str(error)) from None
+
+
+def unreachable_hint(config: Config) -> str:
+    """The next step when the configured PostgreSQL server cannot be reached ('' for SQLite)."""
+    variable = config.storage.url_env
+    if not variable:
+        return ""
+    return (
+        f". Next: check that PostgreSQL runs and listens at the host and port in ${variable} "
+        "(pg_isready -h HOST -p PORT says), that this machine may connect (pg_hba.conf, a "
+        f"firewall), and the user, password and database name; or remove storage.url_env to "
+        "use SQLite (storage.path)"
+    )
+
+
+def database_in_use(config: Config) -> str:
+    """The database the bot uses, as it says at start: the SQLite file (absolute) or the
+    PostgreSQL server's variable (never its URL)."""
+    if config.storage.url_env:
+        return f"PostgreSQL (${config.storage.url_env})"
+    path = config.storage.path
+    return "SQLite in memory" if path == ":memory:" else f"SQLite {Path(path).resolve()}"
 
 
 def register_secrets(config: Config) -> None:

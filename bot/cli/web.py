@@ -20,7 +20,7 @@ async def _web(config: Config) -> int:
     token = secret_from_env(config.web.token_env, "The web page's sign-in token")
     stop = stop_on_signals()
     with counting(config):
-        async with await open_store(config) as store, serving(config, Health(store)):
+        async with await open_store(config, announce=True) as store, serving(config, Health(store)):
             page = WebPage(store, config, token)
             runner, port = await serve_app(
                 page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"

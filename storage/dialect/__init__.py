@@ -27,7 +27,7 @@ from storage.dialect.postgres import (
     inspect_postgres,
     url_problem,
 )
-from storage.dialect.sqlite import SqliteDatabase, inspect_sqlite
+from storage.dialect.sqlite import SqliteDatabase, inspect_sqlite, sqlite_write_problem
 
 __all__ = [
     "MIGRATION_LOCK",
@@ -41,6 +41,7 @@ __all__ = [
     "Step",
     "connect",
     "inspect",
+    "sqlite_write_problem",
     "url_problem",
 ]
 

@@ -375,6 +375,19 @@ class Fts5Index(TextIndex):
         )
 
 
+def sqlite_write_problem(path: str | Path) -> str | None:
+    """Why this user cannot write the SQLite file at path (it is not a database, it is read
+    only, it is locked), proved by beginning a write transaction and rolling it back; None
+    when it can."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=2)) as db:
+            db.execute("BEGIN IMMEDIATE")  # the write lock a change takes
+            db.rollback()
+    except sqlite3.Error as error:
+        return str(error)
+    return None
+
+
 async def inspect_sqlite(path: str | Path) -> tuple[str, int | None]:
     """What the SQLite file at path is and its schema version (None: no such file yet), read
     without writing anything."""

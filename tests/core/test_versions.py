@@ -251,3 +251,11 @@ async def test_history_shows_keyword_and_end_changes_and_undo_and_restore_bring_
     (block,) = await store.blocks(["console:direct:42"])
     assert block.ends_at is not None and block.ends_at.isoformat() == "2026-12-25T00:00:00+00:00"
     assert block.triggers == ("deploy", "release notes")
+
+
+async def test_restore_of_a_label_never_here_says_there_is_no_such_block(
+    make_bot: BotFactory,
+) -> None:
+    bot = make_bot()
+    reply = text_of(await ask(bot, dm(), "/pin restore nothere"))
+    assert reply.startswith("There is no block labelled 'nothere' in your blocks.")

@@ -299,7 +299,11 @@ def test_a_terminal_gets_a_banner_and_a_prompt(tmp_path: Path) -> None:
     os.close(controller)
     assert process.returncode == 0, err
     lines = out.decode().splitlines()
-    assert lines[0] == "pinbot console: console:direct:5. /pin help for pins; Ctrl-D ends."
+    # The banner names the database in use: a console started elsewhere shows which it opened.
+    head, _, tail = lines[0].partition(" on ")
+    assert head == "pinbot console: console:direct:5"
+    assert tail.startswith(("SQLite /", "PostgreSQL ($")), lines[0]
+    assert tail.endswith(". /pin help for pins; Ctrl-D ends.")
     assert lines[1].startswith("> You have no blocks.")  # the prompt, then the reply
     assert err == b""
 

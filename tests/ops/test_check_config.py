@@ -227,3 +227,31 @@ async def test_the_retention_in_effect_is_printed_with_where_each_comes_from(
         "one of the two",
     ):
         assert line in out.splitlines(), line
+
+
+async def test_a_database_the_console_could_not_create_is_a_problem_even_for_root(
+    tmp_path: Path,
+) -> None:
+    """Permission bits pass root everywhere, /proc included: the check makes a file where the
+    database would go (and removes it), and begins a write in a file that exists."""
+    code, out = await check(tmp_path, {"storage": {"path": "/proc/nope/pinbot.sqlite3"}})
+    assert code == 1
+    assert "storage.path: cannot create /proc/nope/pinbot.sqlite3: /proc takes no new files" in out
+    not_a_database = tmp_path / "notes.txt"
+    not_a_database.write_text("hello, these are notes\n" * 100, encoding="utf-8")
+    code, out = await check(tmp_path, {"storage": {"path": str(not_a_database)}})
+    assert code == 1 and f"storage.path: {not_a_database} cannot be written" in out
+    assert list(Path("/proc").glob(".pinbot-check-*")) == []
+
+
+async def test_an_unreachable_postgresql_server_gets_a_next_step(tmp_path: Path) -> None:
+    url = "postgresql://pinbot@127.0.0.1:9/pinbot"  # nothing listens on port 9
+    code, out = await check(
+        tmp_path,
+        {"storage": {"url_env": "PINBOT_CHECK_DB"}},
+        "--online",
+        env={"PINBOT_CHECK_DB": url},
+    )
+    assert code == 1
+    assert "storage: failed:" in out and "Next: check that PostgreSQL runs and listens" in out
+    assert "pg_isready" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -52,6 +53,8 @@ async def test_info_json_logs_hold_no_content(
     ]
     assert all(isinstance(e["duration_ms"], float) and e["duration_ms"] >= 0 for e in handled)
     assert all({"time", "level", "logger", "event"} <= e.keys() for e in events)
+    # ISO 8601 with the offset: datetime reads it back, aware.
+    assert all(datetime.fromisoformat(e["time"]).tzinfo is not None for e in events)
     assert "private" not in "\n".join(lines)
 
 

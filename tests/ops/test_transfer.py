@@ -146,6 +146,9 @@ async def test_cli_export_and_import(
     assert not target.exists()  # a dry run writes nothing, not even an empty database
     code, out, _ = await run_cli("import", str(exported), db=target)
     assert code == 0 and "imported 5 block(s) in 3 scope(s)" in out
+    # The same file again: the store holds it already, which is said once.
+    code, out, _ = await run_cli("import", str(exported), db=target)
+    assert (code, out.strip()) == (0, "no changes")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(bad_document()), encoding="utf-8")
     code, out, _ = await run_cli("import", str(bad), db=target)

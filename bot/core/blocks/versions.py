@@ -169,6 +169,8 @@ class BlockVersions:
         versions = await self._store.versions(target.scope, label)
         states = await self._states(target, label, versions) if versions else []
         number = 2 if number is None else number
+        if not states and find_block(now[0], label) is None:  # never here, or long forgotten
+            return refusal(Rule.MISSING, target.where, label=label)
         if not 1 <= number <= len(states):
             kept = f"versions 1 to {len(states)}" if states else "no versions"
             return refusal(Rule.NO_VERSION, target.where, label=label, kept=kept)
