@@ -7,6 +7,7 @@ import asyncio
 
 from bot.cli.command import LLM_KEY, Subcommand, load, no_arguments
 from bot.cli.runtime import running_core, serve, stop_on_signals
+from bot.cli.store import database_in_use
 from bot.config import Config
 from bot.metrics.listener import Health, counting, serving
 
@@ -22,7 +23,7 @@ async def _feishu(config: Config) -> int:
                 lambda store, clock: Health(store, frontend.not_ready, inbox=True, clock=clock)
             )
             async with serving(config, health):
-                await serve(frontend, stop)
+                await serve(frontend, stop, database=database_in_use(config))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import AsyncIterator
 
@@ -15,6 +16,8 @@ from bot.core.entry import Pinbot
 from bot.llm.router import Models
 from bot.metrics.model import metered
 
+log = logging.getLogger(__name__)
+
 
 @contextlib.asynccontextmanager
 async def running_core(config: Config) -> AsyncIterator[Pinbot]:
@@ -22,7 +25,7 @@ async def running_core(config: Config) -> AsyncIterator[Pinbot]:
     counted when metrics are on), closed (store, then models) on exit."""
     models = Models.from_config(config.llm, wrap=metered)
     try:
-        store = await open_store(config, announce=True)
+        store = await open_store(config)
         try:
             yield Pinbot(config, store, models)
         finally:
@@ -40,9 +43,10 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def serve(frontend: Frontend, stop: asyncio.Event) -> None:
+async def serve(frontend: Frontend, stop: asyncio.Event, *, database: str = "") -> None:
     """Start frontend and run it until stop is set, then stop it gracefully. A start that keeps
-    retrying (the platform cannot be reached yet) still ends when stop is set."""
+    retrying (the platform cannot be reached yet) still ends when stop is set. Once started,
+    the database in use is logged (a start refused says only why)."""
     starting = asyncio.ensure_future(frontend.start())
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -52,6 +56,8 @@ async def serve(frontend: Frontend, stop: asyncio.Event) -> None:
             await starting
         return
     starting.result()  # a start that failed for good raises here
+    if database:
+        log.info("serving; database: %s", database)
     try:
         await stopping
     finally:
