@@ -16,7 +16,7 @@ from bot.config import Config
 from bot.core.blocks import shown, shown_states
 from bot.core.commands import setting_change, setting_value, stored_value
 from bot.core.conversation import STRONG_TITLE, estimate
-from bot.core.groups import GroupSettings, Name, Places, Source
+from bot.core.groups import GroupSettings, Name, Places, Source, configured_trigger
 from bot.core.people import (
     READ_PLATFORMS,
     ChatKind,
@@ -510,14 +510,14 @@ class SettingsView:
     models: list[str]
 
 
-def _configured(config: Config, name: Name) -> str:
-    """What the config says of name, in the words `/group show` uses."""
+def _configured(config: Config, name: Name, group: str) -> str:
+    """What the config says of name for group, in the words `/group show` uses."""
     if name is Name.PINS:
         return "on" if config.pins.enable_in_group else "off"
     if name is Name.MODEL:
         return config.llm.model if config.llm.backend == "openai" else "offline"
     if name is Name.TRIGGER:
-        return "the platform's group_trigger"
+        return configured_trigger(config, group)
     if name is Name.BUDGET_DAILY:
         return setting_value(name, config.budgets.group_daily_tokens)
     if name is Name.BUDGET_MONTHLY:
@@ -537,12 +537,15 @@ def place_settings(config: Config, settings: GroupSettings) -> PlaceSettings:
         value, source = settings.value(name)
         lists = name in (Name.ADMINS, Name.STRONG)
         if source is Source.CONFIG:
-            shown_now = "nobody" if lists else _configured(config, name)
+            shown_now = "nobody" if lists else _configured(config, name, settings.places.group)
         else:
             shown_now = setting_value(name, value)
         rows.append(
             SettingRow(
-                name.value, shown_now, source.value, _configured(config, name) if lists else None
+                name.value,
+                shown_now,
+                source.value,
+                _configured(config, name, settings.places.group) if lists else None,
             )
         )
     places = settings.places

@@ -208,7 +208,7 @@ async def test_a_forum_topics_trigger_and_pins_apply_in_that_topic_only(
         fake_telegram.push(update)
     shown = await chat.says("/group show", MEMBER)  # answered after both: they are handled
     assert not any(chat.answered(update) for update in elsewhere)
-    assert "- trigger: the platform's group_trigger (from the config)" in shown
+    assert "- trigger: mention (telegram.group_trigger) (from the config)" in shown
     in_topic = await chat.says("/group show", MEMBER, topic=busy)
     assert "Settings for this topic" in in_topic and "- trigger: all (from the topic)" in in_topic
 
@@ -239,7 +239,7 @@ async def test_a_setting_changed_through_one_worker_applies_at_the_others_next_u
     shown = chat.update("/group show", MEMBER)
     await post(1, shown)
     (reply,) = await chat.wait_reply(shown["message"]["message_id"])
-    assert "- trigger: the platform's group_trigger (from the config)" in reply["text"]
+    assert "- trigger: mention (telegram.group_trigger) (from the config)" in reply["text"]
     assert not chat.answered(plain)
 
     command = chat.update("/group trigger all", OWNER)

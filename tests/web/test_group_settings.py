@@ -188,7 +188,7 @@ async def test_a_topics_settings_are_shown_and_set_on_their_own(page: Page) -> N
     assert "- trigger: mention (from the topic)" in await said(bot, OWNER, "/group show", topic="5")
     page_now = await shown(session, group_page(base))
     assert rows(page_now, topic)["trigger"] == ("mention", "topic")
-    assert rows(page_now, GROUP)["trigger"] == ("the platform's group_trigger", "config")
+    assert rows(page_now, GROUP)["trigger"] == ("mention (telegram.group_trigger)", "config")
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,15 @@ from dataclasses import dataclass, replace
 
 from bot.clock import Clock, utc_now
 from bot.config import Config
-from bot.core.groups.settings import GroupSettings, Name, Places, Source, decode, encode
+from bot.core.groups.settings import (
+    GroupSettings,
+    Name,
+    Places,
+    Source,
+    configured_trigger,
+    decode,
+    encode,
+)
 from bot.core.people import (
     AdminLookup,
     Conversation,
@@ -171,7 +179,7 @@ class GroupCommands:
         for name, configured in (
             (Name.PINS, "on" if config.pins.enable_in_group else "off"),
             (Name.MODEL, config.llm.model if config.llm.backend == "openai" else "offline"),
-            (Name.TRIGGER, "the platform's group_trigger"),
+            (Name.TRIGGER, configured_trigger(config, settings.places.group)),
             (Name.BUDGET_DAILY, _shown(Name.BUDGET_DAILY, config.budgets.group_daily_tokens)),
             (Name.BUDGET_MONTHLY, _shown(Name.BUDGET_MONTHLY, config.budgets.group_monthly_tokens)),
         ):

@@ -159,3 +159,10 @@ class GroupSettings:
                 {**config.budgets.model_dump(), **budgets}
             )
         return config.model_copy(update=update) if update else config
+
+
+def configured_trigger(config: Config, group: str) -> str:
+    """The group trigger the config gives a group's platform, as `/group show` says it."""
+    platform = group.partition(":")[0]
+    trigger = getattr(getattr(config, platform, None), "group_trigger", None)
+    return f"{trigger} ({platform}.group_trigger)" if trigger else "all"
