@@ -166,6 +166,12 @@ class LlmConfig(_Section):
     # The models a group or topic may pick (`/group model <name>`): name → server, model, key.
     models: dict[ModelName, ModelEntry] = {}
 
+    @property
+    def called(self) -> str:
+        """The model a default call is made to, as usage and metrics name it: `offline` for
+        the built-in backend (llm.model then names nothing that is called)."""
+        return self.model if self.backend == "openai" else "offline"
+
 
 class PinsConfig(_Section):
     """Limits, lifecycle and group permissions of pinned blocks."""

@@ -47,7 +47,7 @@ class Models:
     @classmethod
     def single(cls, model: ChatModel, llm: LlmConfig) -> Models:
         """model for every call (an embedder's or a test's one model): no entries."""
-        return cls(Route(model, None, llm.model))
+        return cls(Route(model, None, llm.called))
 
     @classmethod
     def from_config(
@@ -82,7 +82,7 @@ class Models:
             )
             client = OpenAIChatModel(settings, keys[name], clock)
             entries[name] = Route(wrap(client, name), name, entry.model)
-        return cls(Route(wrap(base, None), None, llm.model), entries)
+        return cls(Route(wrap(base, None), None, llm.called), entries)
 
     def route(self, name: str | None) -> Route:
         """Where a call of a conversation that picked name (None: none) goes."""

@@ -38,7 +38,7 @@ def counting(config: Config) -> Iterator[Meters | None]:
         return
     meters = metrics.enable(
         version=package_version(),
-        model=config.llm.model,
+        model=config.llm.called,
         currency=config.pricing.currency,
         models=tuple(config.llm.models),
     )

@@ -515,7 +515,7 @@ def _configured(config: Config, name: Name, group: str) -> str:
     if name is Name.PINS:
         return "on" if config.pins.enable_in_group else "off"
     if name is Name.MODEL:
-        return config.llm.model if config.llm.backend == "openai" else "offline"
+        return config.llm.called
     if name is Name.TRIGGER:
         return configured_trigger(config, group)
     if name is Name.BUDGET_DAILY:

@@ -383,3 +383,16 @@ async def test_readiness_says_the_schema_is_behind(tmp_path: Path) -> None:
         )
     finally:
         await store.close()
+
+
+async def test_the_offline_backends_calls_are_labelled_offline(make_bot: BotFactory) -> None:
+    """The model label is the model called: the built-in backend's, whatever llm.model says."""
+    from bot.metrics.listener import counting
+
+    config = make_config(metrics={"listen": "127.0.0.1:0"}, llm={"model": "gpt-4o-mini"})
+    with counting(config) as meters:
+        assert meters is not None
+        await ask(make_bot(), dm("42"), "hello")
+        r = meters.registry
+        assert value(r, "pinbot_model_tokens_total", kind="prompt", model="offline") > 0
+        assert "gpt-4o-mini" not in label_values(r)

@@ -178,7 +178,7 @@ class GroupCommands:
         config = self._config
         for name, configured in (
             (Name.PINS, "on" if config.pins.enable_in_group else "off"),
-            (Name.MODEL, config.llm.model if config.llm.backend == "openai" else "offline"),
+            (Name.MODEL, config.llm.called),
             (Name.TRIGGER, configured_trigger(config, settings.places.group)),
             (Name.BUDGET_DAILY, _shown(Name.BUDGET_DAILY, config.budgets.group_daily_tokens)),
             (Name.BUDGET_MONTHLY, _shown(Name.BUDGET_MONTHLY, config.budgets.group_monthly_tokens)),
