@@ -3,7 +3,6 @@ backend, with what can go wrong said in one line that names what to fix."""
 
 from __future__ import annotations
 
-import logging
 import os
 import urllib.parse
 from pathlib import Path
@@ -15,7 +14,6 @@ from storage.dialect import url_problem
 from storage.errors import SchemaTooNew, Unavailable
 
 PRIVATE_FILE_MODE = 0o600
-log = logging.getLogger(__name__)
 
 
 def database_url(config: Config) -> str | None:
@@ -49,18 +47,10 @@ def hide_credentials(url: str) -> None:
         REDACTOR.add(urllib.parse.unquote(credentials.partition(":")[2]))
 
 
-async def open_store(config: Config, *, create: bool = True, announce: bool = False) -> Store:
+async def open_store(config: Config, *, create: bool = True) -> Store:
     """The configured store, migrated; ConfigError naming what to fix when it cannot be opened.
     Without create, a SQLite file that does not exist yet is not made: an empty store in
-    memory stands for it. announce: log which database is in use, once open (a command that
-    serves; the console's banner says it too)."""
-    store = await _opened(config, create=create)
-    if announce:
-        log.info("database: %s", database_in_use(config))
-    return store
-
-
-async def _opened(config: Config, *, create: bool) -> Store:
+    memory stands for it."""
     url = database_url(config)
     path = config.storage.path
     if not url and not create and not Path(path).exists():

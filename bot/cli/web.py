@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 
 from bot.cli.command import URL_ENV, Subcommand, load, no_arguments
 from bot.cli.runtime import stop_on_signals
-from bot.cli.store import open_store
+from bot.cli.store import database_in_use, open_store
 from bot.config import Config, secret_from_env
 from bot.metrics.listener import Health, counting, serving
 
@@ -20,16 +19,17 @@ async def _web(config: Config) -> int:
     token = secret_from_env(config.web.token_env, "The web page's sign-in token")
     stop = stop_on_signals()
     with counting(config):
-        async with await open_store(config, announce=True) as store, serving(config, Health(store)):
+        async with await open_store(config) as store, serving(config, Health(store)):
             page = WebPage(store, config, token)
             runner, port = await serve_app(
                 page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
             )
-            logging.getLogger("pinbot").info(
-                "web page started (http://%s:%d/; sign in with $%s)",
-                config.web.host,
-                port,
-                config.web.token_env,
+            # Said at any log level: an operator started it to open this address.
+            host = f"[{config.web.host}]" if ":" in config.web.host else config.web.host
+            print(
+                f"pinbot web: http://{host}:{port}/ (sign in with ${config.web.token_env}); "
+                f"database {database_in_use(config)}",
+                flush=True,
             )
             try:
                 await stop.wait()

@@ -4,6 +4,9 @@ rate-limited, DM scopes private by default. Each page's screenshot is kept as an
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +25,7 @@ from tests.browser import WAIT_MS, shot, sign_in
 from tests.conftest import make_config, put_block
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
-from tests.process import run_pinbot_here
+from tests.process import PINBOT, run_pinbot_here
 from tests.workers import Worker
 
 TOKEN = "web-token-for-tests-0123456789"
@@ -236,3 +239,34 @@ async def test_pinbot_web_serves_until_sigterm(tmp_path: Path) -> None:
         assert signed.status == 200 and "Overview" in await signed.text()
     assert await worker.stop() == 0
     assert TOKEN not in "\n".join(worker.log)
+
+
+async def test_pinbot_web_prints_its_address_and_database_at_any_log_level(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "web.yaml"
+    settings = {
+        "storage": {"path": "pins.sqlite3"},  # relative: the config file's neighbour
+        "web": {"port": port},
+        "logging": {"level": "error"},
+    }
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        PINBOT,
+        "web",
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PINBOT_WEB_TOKEN": "t" * 32},
+        cwd="/",  # started from elsewhere
+    )
+    assert process.stdout is not None
+    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    process.send_signal(signal.SIGTERM)
+    _, err = await process.communicate()
+    assert process.returncode == 0, err
+    assert line == (
+        f"pinbot web: http://127.0.0.1:{port}/ (sign in with $PINBOT_WEB_TOKEN); "
+        f"database SQLite {tmp_path.resolve() / 'pins.sqlite3'}\n"
+    )
+    assert err == b""
