@@ -24,7 +24,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = load(args.config)
+    config = load(args.config, serves_metrics=True)
     problems = check_config(config, tuple(args.platform))
     source = args.config or "embedded defaults"
     print("retention in effect (a daily job removes what is older):")

@@ -4,6 +4,7 @@ loading of its configuration (logging set up and secrets made unprintable first)
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,16 +36,22 @@ def no_arguments(parser: argparse.ArgumentParser) -> None:
     """A subcommand with no arguments of its own."""
 
 
-def load(file: str | None, *, quiet: bool = False) -> Config:
+def load(file: str | None, *, quiet: bool = False, serves_metrics: bool = False) -> Config:
     """The configuration in file (the embedded defaults without one), with logging set up and
     its secrets registered for redaction; quiet: only problems are logged unless the file
-    sets logging.level."""
+    sets logging.level. A command that serves no metrics says so when metrics.listen is set
+    (serves_metrics: it does, or it only checks the file)."""
     config = load_config(file)
     logging_config = config.logging
     if quiet and "level" not in logging_config.model_fields_set:
         logging_config = logging_config.model_copy(update={"level": "warning"})
     setup_logging(logging_config)
     register_secrets(config)
+    if config.metrics.address is not None and not serves_metrics:
+        logging.getLogger("pinbot").warning(
+            "metrics.listen is set, but this command serves no metrics: only pinbot telegram, "
+            "pinbot feishu and pinbot web listen there"
+        )
     return config
 
 

@@ -28,7 +28,7 @@ async def _feishu(config: Config) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return asyncio.run(_feishu(load(args.config)))
+    return asyncio.run(_feishu(load(args.config, serves_metrics=True)))
 
 
 COMMAND = Subcommand(

@@ -29,7 +29,7 @@ async def _telegram(config: Config) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return asyncio.run(_telegram(load(args.config)))
+    return asyncio.run(_telegram(load(args.config, serves_metrics=True)))
 
 
 COMMAND = Subcommand(

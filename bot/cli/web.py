@@ -39,7 +39,7 @@ async def _web(config: Config) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return asyncio.run(_web(load(args.config)))
+    return asyncio.run(_web(load(args.config, serves_metrics=True)))
 
 
 COMMAND = Subcommand(

@@ -240,12 +240,20 @@ class WebPage:
         result = self.sign_in.attempt(
             request.remote or "unknown", given if isinstance(given, str) else ""
         )
+        address = request.remote or "unknown"
         if isinstance(result, float):
+            # An operator learns of a guessing address from the log (never the token tried).
+            log.warning(
+                "web sign-in refused from %s: too many attempts, locked for %d s",
+                address,
+                math.ceil(result),
+            )
             problem = (
                 f"Too many sign-in attempts from your address. Try again in {math.ceil(result)} s."
             )
             return self.render(request, "signin.html", status=429, problem=problem)
         if result is None:
+            log.warning("web sign-in failed from %s: the token given is not the one", address)
             return self.render(
                 request, "signin.html", status=401, problem="That token is not right."
             )

@@ -799,3 +799,11 @@ async def test_the_model_proposes_and_an_admin_approves_or_rejects_at_the_consol
     code, out, err = await console(config, ["/pin shared undo"], *group, "7", env=env)
     assert "Undid add" in out and "'deadline'" in out
     assert await stored(tmp_path, "console:group:-100") == []
+
+
+async def test_metrics_listen_on_a_command_that_serves_none_is_said(tmp_path: Path) -> None:
+    config = write_config(tmp_path, metrics={"listen": "127.0.0.1:0"})
+    code, out, err = await console(config, ["/pin list"], "--user", "5")
+    assert code == 0 and "You have no blocks" in out
+    assert "metrics.listen is set, but this command serves no metrics" in err
+    assert len(err.strip().splitlines()) == 1
