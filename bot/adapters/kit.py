@@ -193,10 +193,14 @@ class Reachability:
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
         self.failing_since: float | None = None  # the first failure after the last answer
+        # Told, with how long the requests had failed, when one is answered again.
+        self.recovered: Callable[[float], None] | None = None
 
     def answered(self) -> None:
         """A request got an answer."""
-        self.failing_since = None
+        since, self.failing_since = self.failing_since, None
+        if since is not None and self.recovered is not None:
+            self.recovered(self._monotonic() - since)
 
     def failed(self) -> None:
         """A request got no answer."""

@@ -139,6 +139,11 @@ _UPDATE_KINDS = (
 )
 
 
+def _polling_recovered(failed_for: float) -> None:
+    """Polling failed (each failure logged as a warning) and now Telegram answers again."""
+    log.info("polling Telegram works again, after %.0f s of failed requests", failed_for)
+
+
 def update_kind(update: object) -> str:
     """What kind of update this is (an Update, or one as posted: a dict), as counted."""
     for field, kind in _UPDATE_KINDS:
@@ -227,6 +232,7 @@ class TelegramFrontend:
             AiohttpRequest(SEND_CONNECTIONS, monotonic=monotonic),
             AiohttpRequest(1, read_timeout=config.poll_timeout_s + 10, monotonic=monotonic),
         )
+        self._requests[1].reach.recovered = _polling_recovered
         self._asking: asyncio.Task[None] | None = None  # a getMe asked by not_ready
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             ApplicationBuilder()

@@ -1604,3 +1604,18 @@ async def test_export_me_is_a_document_to_that_chat_and_forget_me_has_a_button(
     assert edited["text"].startswith("Done: I removed everything") and "reply_markup" not in edited
     assert await store.blocks(["telegram:direct:42"]) == []
     assert await store.history("telegram:direct:42") == []
+
+
+async def test_polling_that_recovers_logs_that_it_did(
+    start_bot: StartBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Monotonic()
+    bot = await start_bot(monotonic=clock)
+    with caplog.at_level(logging.INFO, logger="bot.adapters.telegram"):
+        fake_telegram.fail("getUpdates", 502, "Bad Gateway")
+        # The failed poll is retried; the message it then delivers is answered.
+        await bot.reply_to(message(private_chat(42), "/pin list", user(42)))
+    messages = [record.getMessage() for record in caplog.records]
+    failed = [m for m in messages if m.startswith("polling Telegram failed")]
+    recovered = [m for m in messages if m.startswith("polling Telegram works again")]
+    assert failed and len(recovered) == 1, messages
