@@ -117,8 +117,17 @@ class OpenAIChatModel:
                 # The server may have closed the connection the stream left in the pool: one
                 # retry (on a new connection) at least.
                 client = self._client.with_options(max_retries=max(1, self._config.max_retries))
-            except (openai.BadRequestError, openai.UnprocessableEntityError) as error:
-                if adaptations < MAX_ADAPTATIONS and self._adapted(error, extra, asked_usage):
+            except openai.APIStatusError as error:
+                # A field refused is a 400 or 422, but a refusal of tools is known by what it
+                # says, whatever the status: llama.cpp without --jinja answers a 500.
+                refused = error.status_code in (400, 422) or (
+                    "tools" in extra and _about_tools(error)
+                )
+                if (
+                    refused
+                    and adaptations < MAX_ADAPTATIONS
+                    and self._adapted(error, extra, asked_usage)
+                ):
                     adaptations += 1
                     continue
                 raise self._model_error(error) from error
@@ -417,7 +426,7 @@ _NOT_ABOUT_TOOLS = (
 def _about_tools(error: openai.OpenAIError) -> bool:
     """Whether error is a server's refusal of a request for offering tools (not a context
     length or content filter error, which happen to a request with tools as to any other)."""
-    if not isinstance(error, openai.BadRequestError | openai.UnprocessableEntityError):
+    if not isinstance(error, openai.APIStatusError):
         return False
     said = _server_message(error).casefold()
     if any(mark in said for mark in _NOT_ABOUT_TOOLS):

@@ -135,6 +135,8 @@ class FakeOpenAI:
         # field -> message: a request carrying that field gets 400 with the message, as a server
         # that does not take it answers (max_completion_tokens, tools...)
         self.refuse: dict[str, str] = {}
+        # ...answered with this status and error type (llama.cpp refuses tools with a 500)
+        self.refusal_status, self.refusal_type = 400, "invalid_request_error"
         self.models: list[str] | None = ["fake-model"]  # None: no GET /models here (404)
         self.api_key: str | None = None  # when set, other keys get 401
         self.first_token_s = 0.0  # a stream's delay before its first chunk
@@ -204,8 +206,9 @@ class FakeOpenAI:
         """The answer to a request (a body to send or stream), or the failure it gets."""
         refused = [message for field, message in self.refuse.items() if field in body]
         if refused:
-            error = {"message": refused[0], "type": "invalid_request_error"}
-            return web.json_response({"error": error}, status=400)
+            status = self.refusal_status
+            error = {"code": status, "message": refused[0], "type": self.refusal_type}
+            return web.json_response({"error": error}, status=status)
         if self.script:
             answer = self.script.pop(0)
             if "error" in answer:  # a scripted failure: {"status": 400, "error": {...}}

@@ -269,3 +269,21 @@ async def test_a_tool_probe_cut_at_its_length_keeps_the_tools_on(
     assert tool_probe["max_completion_tokens"] == 256
     assert "tools" in fake_openai.requests[-1]
     assert not warnings(caplog, "tools")
+
+
+@pytest.mark.parametrize("probe", [False, True])
+async def test_llama_cpps_500_refusing_tools_turns_them_off_and_the_turn_answers(
+    openai_bots: OpenAIBots, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture, probe: bool
+) -> None:
+    """llama.cpp started without --jinja answers a request with tools with HTTP 500: a refusal
+    of tools is known by what it says, whatever the status."""
+    fake_openai.refuse = {"tools": "tools param requires --jinja flag"}
+    fake_openai.refusal_status, fake_openai.refusal_type = 500, "server_error"
+    bot = await openai_bots(llm={"agent_tools": True, "probe_server": probe})
+    first = await ask(bot, dm(), "one")
+    assert outcome_of(first) is Result.DONE, text_of(first)
+    second = await ask(bot, dm(), "two")
+    assert outcome_of(second) is Result.DONE
+    chats = [r for r in fake_openai.requests if r["messages"][-1]["content"] in ("one", "two")]
+    assert not chats[-1].get("tools")  # off for that server from then on
+    assert len(warnings(caplog, "refuses tools")) == 1
