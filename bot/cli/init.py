@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,10 +35,22 @@ logging:
 
 NEXT_STEPS = """\
 Wrote {path}. Next:
-  1. Talk to the bot here:  pinbot console --config {path} --user 42
+  1. Talk to the bot here:  {pinbot} console --config {path} --user 42
   2. For Telegram: export TELEGRAM_BOT_TOKEN=<token from @BotFather>, then
-     pinbot check-config --config {path} --platform telegram --online
-  3. Run it:                pinbot telegram --config {path}"""
+     {pinbot} check-config --config {path} --platform telegram --online
+  3. Run it:                {pinbot} telegram --config {path}"""
+
+
+def invoked_as() -> str:
+    """How to run this pinbot again from here, as it was run: `pinbot` when that is what the
+    shell finds, else the path that ran (`.venv/bin/pinbot` from a venv not activated)."""
+    ran = sys.argv[0]
+    if Path(ran).name != "pinbot":  # python -m bot.cli, or a test's main
+        return "pinbot"
+    found = shutil.which("pinbot")
+    if found is not None and Path(found).resolve() == Path(ran).resolve():
+        return "pinbot"
+    return ran
 
 
 def write_starter_config(path: str, *, force: bool) -> int:
@@ -52,7 +65,7 @@ def write_starter_config(path: str, *, force: bool) -> int:
     except OSError as error:
         print(f"pinbot: cannot write {target}: {error.strerror}", file=sys.stderr)
         return 2
-    print(NEXT_STEPS.format(path=target))
+    print(NEXT_STEPS.format(path=target, pinbot=invoked_as()))
     return 0
 
 

@@ -19,7 +19,7 @@ from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.process import PINBOT, run_pinbot_here
+from tests.process import PINBOT, run_pinbot, run_pinbot_here
 
 LLM_KEY = "sk-live-secret-key-0123456789"
 SECRETS = (TOKEN, TOKEN.split(":")[1], LLM_KEY, APP_SECRET)
@@ -256,3 +256,13 @@ async def test_a_first_run_that_guides(tmp_path: Path) -> None:
     )
     assert code == 0 and out == "" and err == ""  # piped: no banner, no prompt, no log lines
     assert (tmp_path / "pinbot.sqlite3").exists()
+
+
+async def test_init_prints_the_next_steps_as_they_will_run(tmp_path: Path) -> None:
+    """From a venv not activated, the steps name the pinbot that ran, not a `pinbot` the shell
+    cannot find."""
+    bare = {"PATH": "/usr/bin:/bin"}  # the venv's bin folder not on it
+    code, out, _ = await run_pinbot("init", "--config", str(tmp_path / "config.yaml"), env=bare)
+    assert code == 0
+    assert f"  1. Talk to the bot here:  {PINBOT} console --config" in out
+    assert f"  3. Run it:                {PINBOT} telegram --config" in out
