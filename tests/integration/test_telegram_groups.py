@@ -2,9 +2,10 @@
 against the fake Bot API, whose getChatMember says who is the group's creator, an administrator
 or a member. Who may change a group's settings, a shared admin named from the chat (by a reply,
 a text mention or an id) who then manages shared blocks, the operator's cap, `/group undo`,
-`/group show` naming where each value comes from, a forum topic's own settings; and two webhook
-workers on one PostgreSQL, where a setting changed through one applies at the other's next
-update."""
+`/group show` naming where each value comes from, a forum topic's own settings, a topic's own
+model (its requests reach that llm.models entry's server, the rest of the group the default's);
+and two webhook workers on one PostgreSQL, where a setting changed through one applies at the
+other's next update."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ import pytest
 
 from bot.adapters.telegram import TelegramFrontend
 from bot.core.entry.pinbot import Pinbot
+from bot.llm.base import ChatModel
 from bot.llm.offline import OfflineChatModel
+from bot.llm.router import Models
 from storage import Store
 from tests.conftest import make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, user
-from tests.integration import test_workers
+from tests.integration import test_group_models, test_workers
+from tests.integration.test_group_models import DEFAULT_KEY, FAST_KEY
 from tests.integration.test_workers import FIRST, HEADERS, StartCluster, telegram_settings
 from tests.workers import WAIT_S
 
@@ -85,6 +89,7 @@ class Chat:
 
 StartBot = Callable[..., Any]
 start_cluster = test_workers.start_cluster  # the fixture that starts `pinbot` webhook workers
+fast = test_group_models.fast  # the second model server, the llm.models entry "fast"'s
 
 
 @pytest.fixture
@@ -92,13 +97,20 @@ async def start_bot(
     fake_telegram: FakeTelegram, store: Store, clock: FakeClock
 ) -> AsyncIterator[StartBot]:
     running: list[TelegramFrontend] = []
+    models: list[Models] = []
 
     async def start(
         monotonic: Monotonic, telegram: dict[str, Any] | None = None, **sections: Any
     ) -> TelegramFrontend:
+        """The bot on the offline model, or, when the config names an llm.backend, on the
+        models the config names (Models.from_config, as at startup; no metrics here)."""
         settings = {"base_url": fake_telegram.base_url, "poll_timeout_s": 1, **(telegram or {})}
         config = make_config(telegram=settings, **sections)
-        pinbot = Pinbot(config, store, OfflineChatModel(), clock=clock)
+        model: ChatModel | Models = OfflineChatModel()
+        if "backend" in sections.get("llm", {}):
+            model = Models.from_config(config.llm)
+            models.append(model)
+        pinbot = Pinbot(config, store, model, clock=clock)
 
         async def no_sleep(seconds: float) -> None:
             await asyncio.sleep(0)
@@ -113,6 +125,8 @@ async def start_bot(
     yield start
     for frontend in running:
         await frontend.stop()
+    for opened in models:
+        await opened.close()
 
 
 def asked_about(server: FakeTelegram, person: int) -> int:
@@ -218,6 +232,55 @@ async def test_a_forum_topics_trigger_and_pins_apply_in_that_topic_only(
     assert saved.startswith("Saved")
     assert (await chat.says("/pin add other too", MEMBER)).startswith("Saved")
     assert await store.settings_of([GROUP_KEY]) == {}  # the group itself set nothing
+
+
+async def test_a_topic_set_to_another_model_sends_its_requests_there_and_the_rest_to_the_default(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    fast: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(DEFAULT_KEY, "sk-default")
+    monkeypatch.setenv(FAST_KEY, "sk-fast")
+    await start_bot(Monotonic(), **test_group_models.sections(fake_openai, fast))
+    fake_telegram.owners.add((GROUP, OWNER))
+    chat = Chat(fake_telegram)
+    topic, other = 5, 6
+
+    refused = await chat.says("/group model fast", MEMBER, topic=topic)
+    assert refused.startswith("Only this group's owner and admins")
+    assert "model for this topic: fast" in await chat.says("/group model fast", OWNER, topic=topic)
+    assert not fake_openai.requests and not fast.requests  # commands ask no model
+
+    asked = chat.update("@pin_bot hello from the topic", MEMBER, topic=topic)
+    assert await chat.reply(asked) == "reply 1"
+    assert [r["model"] for r in fast.requests] == ["fast-1"]
+    assert fast.headers[-1]["Authorization"] == "Bearer sk-fast"
+    assert fast.messages(-1)[-1]["content"] == "hello from the topic"
+    assert not fake_openai.requests
+
+    in_group = chat.update("@pin_bot hello from the group", MEMBER)
+    assert await chat.reply(in_group) == "reply 1"
+    in_other = chat.update("@pin_bot hello from another topic", MEMBER, topic=other)
+    assert await chat.reply(in_other) == "reply 2"
+    assert [r["model"] for r in fake_openai.requests] == ["fake-model", "fake-model"]
+    assert [m[-1]["content"] for m in map(fake_openai.messages, (0, 1))] == [
+        "hello from the group",
+        "hello from another topic",
+    ]
+    assert len(fast.requests) == 1  # nothing but the topic's went to the entry's server
+
+    # Each answer went to the topic (or the general chat) its question was asked in.
+    def thread_of(update: dict[str, Any]) -> int | None:
+        (reply,) = [
+            p
+            for p in fake_telegram.sent(GROUP)
+            if p.get("reply_parameters", {}).get("message_id") == update["message"]["message_id"]
+        ]
+        return reply.get("message_thread_id")
+
+    assert [thread_of(u) for u in (asked, in_group, in_other)] == [topic, None, other]
 
 
 @FIRST
