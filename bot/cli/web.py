@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 from bot.cli.command import URL_ENV, Subcommand, load, no_arguments
 from bot.cli.runtime import stop_on_signals
 from bot.cli.store import database_in_use, open_store
 from bot.config import Config, secret_from_env
 from bot.metrics.listener import Health, counting, serving
+
+log = logging.getLogger("pinbot")
 
 
 async def _web(config: Config) -> int:
@@ -24,8 +27,9 @@ async def _web(config: Config) -> int:
             runner, port = await serve_app(
                 page.app(), host=config.web.host, port=config.web.port, port_setting="web.port"
             )
-            # Said at any log level: an operator started it to open this address.
             host = f"[{config.web.host}]" if ":" in config.web.host else config.web.host
+            log.info("web page started (http://%s:%d/)", host, port)
+            # And said at any log level, on stdout: an operator started it to open this address.
             print(
                 f"pinbot web: http://{host}:{port}/ (sign in with ${config.web.token_env}); "
                 f"database {database_in_use(config)}",
