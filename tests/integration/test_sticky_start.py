@@ -11,13 +11,83 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from storage import open_store
 from storage.models import State
 from tests.conftest import OpenAIBots, ask, dm, text_of
-from tests.integration.test_sticky import pinbot_import, slot
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.integration.test_sticky import pinbot_import, slot, sticky_preset
 from tests.process import run_pinbot_here
 
 SCOPE = "console:direct:42"
+
+
+async def test_init_sticky_then_the_console_keeps_a_slot_the_model_sets(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    config = tmp_path / "config.yaml"
+    code, out, err = await run_pinbot_here("init", "--preset", "sticky", "--config", str(config))
+    assert code == 0, err
+    assert f"Wrote {config}. Next:" in out
+    assert f"pinbot import sticky-context.json --config {config} --scope {SCOPE}" in out
+    # The file holds the preset docs/designs.md documents, every key of it as documented.
+    written = yaml.safe_load(config.read_text(encoding="utf-8"))
+    for section, keys in sticky_preset().items():
+        assert {key: written[section][key] for key in keys} == keys, section
+    assert written["llm"]["backend"] == "offline"  # runs as written; the comment says how not to
+    code, out, err = await run_pinbot_here("check-config", "--config", str(config), cwd=tmp_path)
+    assert code == 0, out + err
+    assert f"configuration ok ({config})" in out
+    # As the comment in llm says: backend openai, and the server's address and key uncommented.
+    text = config.read_text(encoding="utf-8")
+    edits = {
+        "  backend: offline\n": "  backend: openai\n",
+        "  # base_url: http://127.0.0.1:8080/v1\n": f"  base_url: {fake_openai.base_url}\n",
+        "  # api_key_env: OPENAI_API_KEY\n": "  api_key_env: OPENAI_API_KEY\n",
+    }
+    for old, new in edits.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    config.write_text(text, encoding="utf-8")
+    key = "active-task-of-the-migration-to-v2"  # longer than pinbot's default 20
+    task = "Migrating the API to v2; the users table is done."
+    fake_openai.script = [
+        tool_calls(("sticky_set", {"key": key, "content": task, "priority": 50})),
+        completion("Noted."),
+        completion("The users table is done."),
+    ]
+    code, out, err = await run_pinbot_here(
+        "console",
+        "--config",
+        str(config),
+        "--user",
+        "42",
+        stdin=b"Keep the task in mind\nWhere are we?\n",
+        env={"OPENAI_API_KEY": "sk-local"},
+        cwd=tmp_path,
+    )
+    assert code == 0, err
+    assert out.splitlines() == ["Noted.", "The users table is done."]
+    first, result, second = fake_openai.requests
+    offered = [tool["function"]["name"] for tool in first["tools"]]
+    assert offered == ["sticky_set", "sticky_get", "sticky_delete"]
+    (saved,) = [m["content"] for m in result["messages"] if m["role"] == "tool"]
+    assert saved.startswith(f"Saved strong block '{key}'")
+    system = second["messages"][0]["content"]
+    assert "STICKY CONTEXT (survives compaction)" in system
+    assert f"label={key}]\n{task}\n" in system
+    async with await open_store(path=str(tmp_path / "pinbot.sqlite3")) as store:
+        (block,) = await store.blocks([SCOPE])
+    assert (block.label, block.content, block.priority) == (key, task, 50)
+
+
+def test_the_default_init_is_not_the_preset() -> None:
+    from bot.cli.init import PRESETS, STARTER_CONFIG
+
+    starter = yaml.safe_load(STARTER_CONFIG)
+    assert "agent_tools" not in starter["llm"] and "header_label" not in starter["pins"]
+    assert yaml.safe_load(PRESETS["sticky"])["pins"]["max_blocks_per_session"] == 10
 
 
 async def blocks_of(bot: Any) -> dict[str, tuple[str, int, State, bool]]:
