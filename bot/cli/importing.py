@@ -31,7 +31,23 @@ from storage.models import Level
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
+SUMMARY = "load blocks from a JSON file (all or nothing): a pinbot export or a Sticky Context file"
+FORMS = """
+A pinbot export (what pinbot export writes) names its scopes and levels itself:
+  pinbot import blocks.json [--dry-run]
+
+A Sticky Context file (sticky-context.json, version 1 or 2; only content is required, version 2
+adds sensitive):
+  {"version": 2, "slots": {"<key>": {"content": "...", "priority": 0, "pinned": false,
+    "sensitive": false, "created": "2026-01-01T12:00:00Z", "updated": "2026-01-02T09:30:00Z"}}}
+goes into the one scope --scope names, at --level (default: strong in a DM, context in a group):
+  pinbot import sticky-context.json --scope telegram:direct:42 [--level strong|context] [--dry-run]
+A key that is new adds a block; a key the scope holds updates its block where the file differs
+(each a new version; /pin undo takes the whole import back); an unchanged slot stays as it is."""
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = SUMMARY + "\n" + FORMS
     parser.add_argument("file", help="the JSON file to import")
     parser.add_argument("--dry-run", action="store_true", help="report what would change")
     parser.add_argument(
@@ -55,7 +71,8 @@ def _refuse(problems: list[str], what: str = "imported") -> int:
 async def _import_sticky(
     config: Config, document: object, scope: str | None, level: str | None, dry_run: bool
 ) -> int:
-    """A Sticky Context file's slots added to one scope, all or nothing."""
+    """A Sticky Context file's slots brought into one scope, all or nothing: new keys added,
+    the blocks of keys the scope holds updated where the file differs."""
     if scope is None:
         return _refuse(
             [
@@ -68,15 +85,22 @@ async def _import_sticky(
     if plan.problems:
         return _refuse(plan.problems)
     async with await open_store(config, create=not dry_run) as store:
-        added = await apply_sticky(BlockOps(store, policy), plan, dry_run=dry_run)
+        written = await apply_sticky(BlockOps(store, policy), plan, dry_run=dry_run)
     if plan.problems:
         return _refuse(plan.problems)
-    labels = ", ".join(w.label for w in plan.wanted)
-    print(f"{plan.scope}: add {labels}" if labels else "no changes")
+    if not plan.added and not plan.changed:  # the scope holds the file already: said once
+        print("no changes")
+        return 0
+    parts = [
+        f"{name} {', '.join(labels)}"
+        for name, labels in (("add", plan.added), ("change", plan.changed))
+        if labels
+    ]
+    print(f"{plan.scope}: " + "; ".join(parts))
     if dry_run:
         print("dry run: nothing was written")
         return 0
-    print(f"imported {added} slot(s) into {plan.scope}")
+    print(f"imported {written} slot(s) into {plan.scope}")
     return 0
 
 
@@ -171,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Subcommand(
     "import",
-    "load blocks from a JSON file (all or nothing): a pinbot export or a Sticky Context file",
+    SUMMARY,
     URL_ENV,
     "pinbot import blocks.json --config config.yaml --dry-run",
     _arguments,

@@ -1,7 +1,9 @@
-"""A Sticky Context file (`sticky-context.json`, version 1 or 2) brought into one scope: each slot
-becomes a block as `/pin add` would make it (the same label, content, priority and credential
-rules, the scope's block limit and budget), with its priority, pinned, sensitive (version 2)
-and times; every refused slot is named with its rule, and then nothing is written."""
+"""A Sticky Context file (`sticky-context.json`, version 1 or 2) brought into one scope: a slot
+whose key is new becomes a block as `/pin add` would make it (the same label, content, priority
+and credential rules, the scope's block limit and budget), with its priority, pinned, sensitive
+(version 2) and times; a slot whose key the scope holds updates that block where the file
+differs from it, as `sticky_set` would, and one that does not differ is left alone. Every
+refused slot is named with its rule, and then nothing is written."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.core.blocks.ops import BlockOps, where_of
+from bot.core.blocks.ops import BlockOps, seen_of, where_of
 from bot.core.blocks.review import BlockPolicy, Refused, Rule, Where, default_level, refusal
 from bot.core.blocks.transfer import (
     IMPORT,
@@ -23,13 +25,11 @@ from bot.core.people import is_shared_scope, read_scope
 from bot.secrets import redact
 from storage.errors import Conflict, LabelTaken, LimitReached, OverBudget
 from storage.models import (
-    ABSENT,
     Block,
     BlockChange,
     BlockState,
     ChangeKind,
     Level,
-    Seen,
     State,
     Wanted,
     label_key,
@@ -39,6 +39,8 @@ VERSIONS = (1, 2)
 _TOP_KEYS = {"version", "slots"}
 _SLOT_KEYS = {1: {"content", "priority", "pinned", "created", "updated"}}
 _SLOT_KEYS[2] = {*_SLOT_KEYS[1], "sensitive"}
+# A slot's fields that, left out, leave a block it updates as it is (content is required).
+_KEPT = frozenset({"priority", "pinned", "sensitive"})
 
 
 def is_sticky_file(document: Any) -> bool:
@@ -49,21 +51,29 @@ def is_sticky_file(document: Any) -> bool:
 
 @dataclass
 class StickyPlan:
-    """What importing a Sticky Context file into scope would add (the blocks, in the file's
-    order) and the problems that stop it."""
+    """What importing a Sticky Context file into scope asks for: each slot as the new block it
+    would be (wanted, in the file's order), the fields each slot gives of those a block it
+    updates keeps when they are left out (given, by label key), whether --level was given, and
+    the problems that stop it. Once applied: the labels it added and changed, and the change."""
 
     scope: str
     wanted: list[Wanted] = field(default_factory=list)
+    given: dict[str, frozenset[str]] = field(default_factory=dict)
+    level_given: bool = False
     problems: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
 
-    def change(self) -> BlockChange:
-        """The change adding every slot: each a new label (one taken since is refused)."""
-        seen: dict[str, Seen | None] = {label_key(w.label): ABSENT for w in self.wanted}
+    def change(
+        self, wanted: list[Wanted], current: list[Block], marks: dict[str, str]
+    ) -> BlockChange:
+        """The change bringing the scope's labels to wanted, reviewed against the scope's
+        blocks and marks as read (a label taken or changed since refuses it)."""
         return BlockChange(
             self.scope,
-            tuple(self.wanted),
+            tuple(wanted),
             IMPORT,
-            seen,
+            seen_of(current, marks, [w.label for w in wanted]),
             is_shared_scope(self.scope),
             ChangeKind.IMPORT,
             mask=redact,
@@ -118,6 +128,7 @@ def _slot(
         return None
     state = State.PINNED if pinned else State.ACTIVE
     block = BlockState(str(content).strip(), level, state, int(priority), bool(sensitive))
+    plan.given[label_key(key)] = frozenset(_KEPT & item.keys())
     return Wanted(key, block, created, updated)
 
 
@@ -128,7 +139,7 @@ def plan_sticky(
     would choose there); every problem is listed. The scope's own blocks count when the plan
     is applied (`apply_sticky`)."""
     scope = read_scope(scope_key, agent_prefix=True)
-    plan = StickyPlan(scope.key if scope else scope_key)
+    plan = StickyPlan(scope.key if scope else scope_key, level_given=level is not None)
     if scope is None or bad_text(scope_key):
         plan.problems.append(
             f"--scope {scope_key!r}: not a scope key the bot reads ({SCOPE_RULES}; "
@@ -174,43 +185,88 @@ def plan_sticky(
     return plan
 
 
-def _limit_problems(
+def _updated(wanted: Wanted, block: Block, given: frozenset[str], level_given: bool) -> BlockState:
+    """The state a slot brings a block of its key to, as `sticky_set` would: the slot's content;
+    its priority, pinned and sensitive where it gives them (pinned false unpins a pinned block
+    and leaves an idle one idle), else the block's; the level of --level, else the block's; the
+    block's keywords and end, which the format has not."""
+    slot = wanted.state
+    assert slot is not None
+    state = block.state
+    if "pinned" in given:
+        unpinned = State.ACTIVE if block.state is State.PINNED else block.state
+        state = State.PINNED if slot.state is State.PINNED else unpinned
+    return BlockState(
+        slot.content,
+        slot.level if level_given else block.level,
+        state,
+        slot.priority if "priority" in given else block.priority,
+        slot.sensitive if "sensitive" in given else block.sensitive,
+        block.triggers,
+        block.ends_at,
+    )
+
+
+def _wanted(
     plan: StickyPlan, current: list[Block], policy: BlockPolicy, where: Where
-) -> list[str]:
-    """Each slot that, added after the ones before it as `/pin add` would, finds its label
-    taken or breaks the block limit or the budget."""
-    problems = []
-    taken = {label_key(b.label): b.label for b in current}
-    blocks = [BlockState.of(b) for b in current]
+) -> list[Wanted]:
+    """The labels the plan changes, in the file's order: each slot whose key is new, and each
+    whose block it would change (a slot as its block is needs no change). A slot that, after
+    the ones before it, would break the block limit or the budget (counted as `/pin add` and
+    `/pin edit` count them, from the scope as it is) adds its problem to the plan."""
+    blocks = {label_key(b.label): b for b in current}
+    sizes = {key: len(b.content) for key, b in blocks.items()}
+    count, chars = len(current), sum(sizes.values())
+    new_count, new_chars = count, chars
+    limits = policy.limits
+    changes: list[Wanted] = []
     for wanted in plan.wanted:
-        assert wanted.state is not None
-        if label_key(wanted.label) in taken:
-            label = taken[label_key(wanted.label)]
-            problem: Refused | None = refusal(Rule.LABEL_TAKEN, where, label=label)
+        key = label_key(wanted.label)
+        block = blocks.get(key)
+        if block is None:
+            want, added = wanted, True
         else:
-            problem = policy.limits_problem(current, [*blocks, wanted.state], where)
-        if problem is None:
-            blocks.append(wanted.state)
+            given = plan.given.get(key, frozenset())
+            state = _updated(wanted, block, given, plan.level_given)
+            if state == BlockState.of(block):
+                continue
+            want, added = Wanted(block.label, state), False
+        assert want.state is not None
+        grown_count = new_count + added
+        grown_chars = new_chars + len(want.state.content) - sizes.get(key, 0)
+        problem: Refused | None = None
+        if not limits.blocks_hold(count, grown_count):
+            problem = refusal(Rule.TOO_MANY, where, count=grown_count, limit=limits.max_blocks)
+        elif not limits.chars_hold(chars, grown_chars):
+            problem = policy.over_budget(grown_chars, where)
+        if problem is not None:
+            plan.problems.append(_refused(wanted.label, problem))
             continue
-        problems.append(_refused(wanted.label, problem))
-    return problems
+        new_count, new_chars, sizes[key] = grown_count, grown_chars, len(want.state.content)
+        changes.append(want)
+        (plan.added if added else plan.changed).append(want.label)
+    return changes
 
 
 async def apply_sticky(ops: BlockOps, plan: StickyPlan, *, dry_run: bool = False) -> int:
-    """Add a checked plan's slots to its scope in one transaction, reviewed by the block policy
-    like any change: how many were added; or 0 with plan.problems saying why (nothing is
-    written). A dry run checks everything and writes nothing."""
+    """Bring a checked plan's slots into its scope as one operation in one transaction,
+    reviewed by the block policy like any change: a version for each block added or changed
+    (one `/pin undo` takes the whole import back), none for a slot as its block is. Returns how
+    many blocks were added or changed (plan.added, plan.changed name them; 0 and both empty:
+    the scope holds the file already, and nothing is written); or 0 with plan.problems saying
+    why nothing was written. A dry run checks everything and writes nothing."""
     where = where_of(plan.scope)
-    current, _ = await ops.scope_now(plan.scope)
-    plan.problems += _limit_problems(plan, current, ops.policy, where)
-    if plan.problems:
+    current, marks = await ops.scope_now(plan.scope)
+    wanted = _wanted(plan, current, ops.policy, where)
+    if plan.problems or not wanted:
         return 0
+    change = plan.change(wanted, current, marks)
     try:
-        done = await ops.commit_all([plan.change()], {plan.scope: current}, dry_run=dry_run)
-    except (Conflict, LabelTaken, LimitReached, OverBudget):
+        done = await ops.commit_all([change], {plan.scope: current}, dry_run=dry_run)
+    except (Conflict, LabelTaken, LimitReached, OverBudget):  # another writer came between
         plan.problems.append("the blocks changed while importing; run the import again")
         return 0
     if isinstance(done, dict):
         plan.problems += [problem.reason for problem in done.values()]
         return 0
-    return len(plan.wanted)
+    return len(wanted)
