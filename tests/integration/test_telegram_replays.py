@@ -1,0 +1,179 @@
+"""Issue 50, item 9, through the fake Bot API and the inbox: a replayed run of old pin updates
+changes nothing (and unpinning only the newest of several pinned messages keeps the block), an
+update processed again after a crash posts its proposal once, a proposal's multi-line content
+reads as one quoted block, and a proposal message that cannot be edited any more fails neither
+the approval nor the approver's answer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from bot.adapters.telegram import TelegramFrontend
+from bot.core.entry.pinbot import Pinbot
+from bot.llm.openai_backend import OpenAIChatModel
+from storage import Store
+from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
+from tests.fakes.clock import FakeClock
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
+from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, tap, user
+
+GROUP = -1005050
+GROUP_KEY = f"telegram:group:{GROUP}"
+ADMIN_PINS = {"enable_in_group": True, "group_shared_admin_ids": ["7"]}
+
+
+class Bot:
+    """A running TelegramFrontend on the fake Bot API."""
+
+    def __init__(self, server: FakeTelegram, frontend: TelegramFrontend, store: Store) -> None:
+        self.server, self.frontend, self.store = server, frontend, store
+
+    async def settle(self) -> None:
+        """Every pushed update fetched and handled."""
+        last = self.server.updates[-1]["update_id"] if self.server.updates else 0
+        await self.server.wait_for(lambda: self.server.confirmed >= last)
+        await self.frontend.inbox.idle()
+
+    async def ask(self, text: str, sender: int) -> str:
+        """Say text in the group; the bot's reply to it."""
+        update = self.server.push(message(group_chat(GROUP), text, user(sender)))
+        mid = update["message"]["message_id"]
+
+        def replies() -> list[dict[str, Any]]:
+            return [
+                p
+                for p in self.server.sent(GROUP)
+                if p.get("reply_parameters", {}).get("message_id") == mid
+            ]
+
+        await self.server.wait_for(lambda: bool(replies()))
+        return str(replies()[0]["text"])
+
+
+StartBot = Callable[..., Any]
+
+
+@pytest.fixture
+async def start_bot(
+    fake_telegram: FakeTelegram, store: Store, clock: FakeClock
+) -> AsyncIterator[StartBot]:
+    running: list[tuple[TelegramFrontend, Any]] = []
+
+    async def start(
+        model: Any = None, *, telegram: dict[str, Any] | None = None, **sections: Any
+    ) -> Bot:
+        settings = {"base_url": fake_telegram.base_url, "poll_timeout_s": 1, **(telegram or {})}
+        config = make_config(telegram=settings, **sections)
+        if model is None:
+            model = OpenAIChatModel.from_config(config.llm)
+        pinbot = Pinbot(config, store, model, clock=clock)
+
+        async def no_sleep(seconds: float) -> None:
+            await asyncio.sleep(0)
+
+        frontend = TelegramFrontend(pinbot, config.telegram, TOKEN, sleep=no_sleep)
+        await frontend.start()
+        running.append((frontend, model))
+        return Bot(fake_telegram, frontend, store)
+
+    yield start
+    for frontend, model in running:
+        await frontend.stop()
+        await model.close()
+
+
+def proposing(
+    server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, *proposals: dict[str, Any]
+) -> dict[str, Any]:
+    """The llm settings of the real OpenAI client against the fake server, scripted to propose
+    each of proposals (one turn each) and then answer."""
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    server.script = []
+    for proposal in proposals:
+        server.script += [tool_calls(("pin_propose", proposal)), completion("Proposed.")]
+    return agent_llm(server.base_url)
+
+
+def cards(server: FakeTelegram) -> list[tuple[dict[str, Any], Any]]:
+    """(params, result) of each message sent to the group with buttons."""
+    return [(p, r) for p, r in server.results("sendMessage") if "reply_markup" in p]
+
+
+# --- 4. a failed edit of a decided proposal's message -------------------------------------------
+
+EDIT_FAILURES = [
+    "Bad Request: message to edit not found",
+    "Bad Request: message can't be edited",  # too old (48 hours), as Telegram says it
+]
+
+
+def refuse_edits(server: FakeTelegram, description: str) -> None:
+    """Telegram refuses every edit (formatted, then plain) until the next call of this."""
+    server.failures.pop("editMessageText", None)
+    for _ in range(4):
+        server.fail("editMessageText", 400, description)
+
+
+@pytest.mark.parametrize("failure", EDIT_FAILURES)
+async def test_an_approval_stands_and_is_told_when_its_message_cannot_be_edited(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failure: str,
+) -> None:
+    """The proposal message is gone or too old: a shared admin's tap on Approve saves the
+    block, answers the tap, and (its message unable to show the outcome) answers it with a
+    reply; `/pin shared approve` answers as always. The failed edits are logged."""
+    caplog.set_level(logging.INFO)
+    proposals = [
+        {"label": "deadline", "content": "Friday."},
+        {"label": "venue", "content": "Hall B."},
+        {"label": "room", "content": "B2."},
+    ]
+    bot = await start_bot(pins=ADMIN_PINS, llm=proposing(fake_openai, monkeypatch, *proposals))
+    assert await bot.ask("@pin_bot keep the deadline", 42) == "Proposed."
+    assert await bot.ask("@pin_bot and the venue", 42) == "Proposed."
+    assert await bot.ask("@pin_bot and the room", 42) == "Proposed."
+    (params, result), _, (room, room_result) = cards(fake_telegram)
+    # By a tap: the approval stands, and its outcome comes as a reply to the message tapped.
+    refuse_edits(fake_telegram, failure)
+    shown = {"message_id": result["message_id"], "text": params["text"]}
+    fake_telegram.push(tap(group_chat(GROUP), user(7), shown, "pinbot:proposal:approve:1"))
+    await bot.settle()
+    assert [(b.label, b.content) for b in await store.blocks([GROUP_KEY])] == [
+        ("deadline", "Friday.")
+    ]
+    (answer,) = fake_telegram.called("answerCallbackQuery")
+    assert answer["text"] == "Approving proposal #1…"
+    told = [p for p in fake_telegram.sent(GROUP) if p.get("reply_parameters")]
+    assert told[-1]["reply_parameters"]["message_id"] == result["message_id"]
+    assert told[-1]["text"] == "Approved proposal #1. Saved context block 'deadline'."
+    assert fake_telegram.called("editMessageText") == []  # every edit was refused
+    # By the command: saved, and answered as always.
+    refuse_edits(fake_telegram, failure)
+    reply = await bot.ask("/pin shared approve 2", 7)
+    assert reply == "Approved proposal #2. Saved context block 'venue'."
+    assert len(await store.blocks([GROUP_KEY])) == 2
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged.count("could not update the message of proposal #1") == 1
+    assert logged.count("could not update the message of proposal #2") == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # A message that shows its outcome already is no failure: no reply besides it.
+    refuse_edits(fake_telegram, "Bad Request: message is not modified")
+    sent_before = len(fake_telegram.sent(GROUP))
+    shown = {"message_id": room_result["message_id"], "text": room["text"]}
+    fake_telegram.push(tap(group_chat(GROUP), user(7), shown, "pinbot:proposal:approve:3"))
+    await bot.settle()
+    assert len(await store.blocks([GROUP_KEY])) == 3
+    assert len(fake_telegram.sent(GROUP)) == sent_before
+    assert "could not update the message of proposal #3" not in [
+        r.getMessage() for r in caplog.records
+    ]
