@@ -44,13 +44,17 @@ class Reply:
     text shown exactly as it is. buttons: a message with buttons (a Telegram inline keyboard, a
     Feishu card); an empty tuple is such a message whose buttons are gone (after a decision),
     None a plain message. document: a file sent with it (the text then goes with the file, or
-    right before it where the platform has no caption)."""
+    right before it where the platform has no caption). quotes: the (start, end) character
+    ranges of plain text that quote what someone wrote (a proposal's content), whole lines, for
+    a platform that can show a quoted block (Telegram's blockquote) to show so; elsewhere the
+    text reads as it is."""
 
     text: str
     outcome: Result = Result.DONE
     formatted: bool = False
     buttons: tuple[Button, ...] | None = None
     document: Document | None = None
+    quotes: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def refused(cls, text: str) -> Reply:
@@ -75,6 +79,7 @@ def replies_to_json(replies: Sequence[Reply]) -> str:
                 None
                 if r.document is None
                 else [r.document.name, base64.b64encode(r.document.data).decode()],
+                [list(quote) for quote in r.quotes],
             ]
             for r in replies
         ],
@@ -91,9 +96,11 @@ def replies_from_json(kept: str) -> list[Reply]:
             formatted,
             None if buttons is None else tuple(Button(*button) for button in buttons),
             None if document is None else Document(document[0], base64.b64decode(document[1])),
+            tuple((start, end) for start, end in quotes),
         )
         for text, outcome, formatted, buttons, *rest in json.loads(kept)
-        for document in (rest[0] if rest else None,)
+        # Kept by earlier releases: without a document, or without quotes.
+        for document, quotes in ((rest[0] if rest else None, rest[1] if rest[1:] else []),)
     ]
 
 

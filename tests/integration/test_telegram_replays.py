@@ -177,3 +177,61 @@ async def test_an_approval_stands_and_is_told_when_its_message_cannot_be_edited(
     assert "could not update the message of proposal #3" not in [
         r.getMessage() for r in caplog.records
     ]
+
+
+# --- 3. a proposal's multi-line content ---------------------------------------------------------
+
+
+def quoted(params: dict[str, Any]) -> list[str]:
+    """The parts of a sent or edited message's text under a blockquote entity."""
+    units = params["text"].encode("utf-16-le")
+    return [
+        units[2 * e["offset"] : 2 * (e["offset"] + e["length"])].decode("utf-16-le")
+        for e in params.get("entities", [])
+        if e["type"] == "blockquote"
+    ]
+
+
+async def test_a_proposals_multi_line_content_reads_as_one_quoted_block(
+    start_bot: StartBot,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Content of several lines, one of them made to look like the card's own last line, is
+    one blockquote of the card, before and after the decision: its lines read as the content.
+    A replacement quotes the content now and the one proposed. Offsets count UTF-16 units (the
+    emoji takes two)."""
+    content = "Release on Friday 🚀\nShared admins decide: approve 9.\n  - no deploys after 4 pm"
+    reason = "agreed today"  # one line: a reason may hold no line break
+    replacement = "Release on Monday.\nFreeze from Friday."
+    llm = proposing(
+        fake_openai,
+        monkeypatch,
+        {"label": "deadline", "content": content, "reason": reason},
+        {"label": "deadline", "content": replacement},
+    )
+    bot = await start_bot(pins=ADMIN_PINS, llm=llm)
+    assert await bot.ask("@pin_bot keep the deadline 🚀", 42) == "Proposed."
+    ((card, _),) = cards(fake_telegram)
+    assert quoted(card) == [content]
+    assert f"\n{content}\nReason: {reason}\n" in card["text"]
+    assert card["text"].startswith("Proposal #1 for this group's shared blocks:\nNew block")
+    assert card["text"].endswith(
+        "\nShared admins decide: the buttons below, or /pin shared approve 1 / reject 1."
+    )
+    assert await bot.ask("/pin shared approve 1", 7) == (
+        "Approved proposal #1. Saved context block 'deadline'."
+    )
+    (edit,) = fake_telegram.called("editMessageText")
+    assert quoted(edit) == [content] and edit["text"].endswith("Approved by 7: saved.")
+    assert (await store.blocks([GROUP_KEY]))[0].content == content
+    # Replacing it: the content now and the content proposed, each one quoted block.
+    assert await bot.ask("@pin_bot move it", 42) == "Proposed."
+    _, (card, _) = cards(fake_telegram)
+    assert quoted(card) == [content, replacement]
+    assert "\nNow:\n" in card["text"] and "\nProposed:\n" in card["text"]
+    # The listing keeps each proposal on its line, as before.
+    listed = await bot.ask("/pin shared proposals", 42)
+    assert listed.startswith("Pending proposals (1):\n#2 replace 'deadline': ")

@@ -27,6 +27,22 @@ MAX_NUMBER = 10**9  # the largest number a tap or a command names
 _DECIDED = {"applied": "approved", "refused": "approved, but could not be applied"}
 
 
+class Quoted(str):
+    """A line (or lines) of a decision's message that quotes what it decides: shown as one
+    quoted block where the platform can (Reply.quotes), so that its lines read as the content,
+    not as lines of the message."""
+
+
+def _reply(lines: list[str], buttons: tuple[Button, ...] | None = None) -> Reply:
+    """lines as one message, the ranges of its Quoted lines as its quotes."""
+    quotes, at = [], 0
+    for line in lines:
+        if isinstance(line, Quoted) and line:
+            quotes.append((at, at + len(line)))
+        at += len(line) + 1
+    return Reply("\n".join(lines), buttons=buttons, quotes=tuple(quotes))
+
+
 class Decisions(Generic[N, S]):
     """One kind of decision (noun: how taps, refusals and logs name one; verbs: its buttons',
     yes first): makes, lists and decides them; posts each through the messenger the platform
@@ -68,15 +84,15 @@ class Decisions(Generic[N, S]):
         their place."""
         lines = self._shown(decision)
         if decision.status != "pending":
-            return Reply("\n".join(lines), buttons=())
+            return _reply(lines, ())
         if note:
             lines.insert(-1, f"Not saved: {note}")
         buttons = (Button(verb.title(), self.tap(verb, decision.number)) for verb in self.verbs)
-        return Reply("\n".join(lines), buttons=tuple(buttons))
+        return _reply(lines, tuple(buttons))
 
     def _shown(self, decision: Decision[N, S]) -> list[str]:
         """The lines of the message that shows decision, the last how to decide it (while
-        pending) or its outcome."""
+        pending) or its outcome; Quoted ones quote what it decides."""
         raise NotImplementedError
 
     async def _listing(self, scope: str, empty: str, title: str, how: str) -> Done:

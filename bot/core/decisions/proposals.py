@@ -22,7 +22,7 @@ from bot.core.blocks import (
     shown_content,
     text_problem,
 )
-from bot.core.decisions.decision import _DECIDED, Decisions
+from bot.core.decisions.decision import _DECIDED, Decisions, Quoted
 from bot.core.people import Action, ChatKind, MessageContext
 from bot.secrets import has_marks, redact
 from storage.decisions import PROPOSALS
@@ -140,17 +140,17 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         level = f" ({new.level.value})" if new.level else ""
         lines = [f"Proposal #{number} for this group's shared blocks:"]
         if new.base_rev is None:
-            lines += [f"New block '{new.label}'{level}:", _unmarked(new.content)]
+            lines += [f"New block '{new.label}'{level}:", Quoted(_unmarked(new.content))]
         else:
             lines += [
                 f"Replace the content of '{new.label}'{level}.",
                 # The block may be sensitive (a proposal does not record it): the group is shown
                 # its content masked, as it is shown everywhere else in the group.
-                f"Now: {redact(new.base_content or '')}",
-                f"Proposed: {redact(new.content)}",
+                *_titled("Now", redact(new.base_content or "")),
+                *_titled("Proposed", redact(new.content)),
             ]
         if new.reason:
-            lines.append(f"Reason: {_unmarked(new.reason)}")
+            lines += _titled("Reason", _unmarked(new.reason))
         outcomes = {
             ProposalStatus.PENDING: f"Shared admins decide: the buttons below, or /pin shared "
             f"approve {number} / reject {number}.",
@@ -258,6 +258,14 @@ def _proposed(
         seen = seen_of(blocks, marks, [existing.label])
     wanted = [Wanted(existing.label if existing else new.label, state)]
     return target.changed(wanted, seen, channel=Channel.PROPOSAL, origin=origin)
+
+
+def _titled(title: str, text: str) -> list[str]:
+    """A titled part of a proposal's message: on the title's line when it is one line, else
+    under it as one quoted block (its lines are the content's, not the message's)."""
+    if "\n" not in text:
+        return [f"{title}: {text}"]
+    return [f"{title}:", Quoted(text)]
 
 
 def _unmarked(text: str) -> str:
