@@ -607,7 +607,14 @@ class TelegramFrontend:
         author = readable.from_user if readable else None
         admin = self._admin_lookup(message, conversation)
         author_id = str(author.id) if author else None
-        pin = ChatPinned(conversation, text, str(pinned.message_id), author_id, admin)
+        pin = ChatPinned(
+            conversation,
+            text,
+            str(pinned.message_id),
+            author_id,
+            admin,
+            pinned_at=message.message_id,  # the service message: ids grow per chat
+        )
         outcome = await unless_lost(self.pinbot.handle(pin, SILENT))
         if isinstance(outcome, Lost):
             return

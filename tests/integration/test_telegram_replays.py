@@ -15,12 +15,21 @@ import pytest
 
 from bot.adapters.telegram import TelegramFrontend
 from bot.core.entry.pinbot import Pinbot
+from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
 from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
-from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, tap, user
+from tests.fakes.telegram_server import (
+    TOKEN,
+    FakeTelegram,
+    group_chat,
+    message,
+    service,
+    tap,
+    user,
+)
 
 GROUP = -1005050
 GROUP_KEY = f"telegram:group:{GROUP}"
@@ -70,7 +79,8 @@ async def start_bot(
         settings = {"base_url": fake_telegram.base_url, "poll_timeout_s": 1, **(telegram or {})}
         config = make_config(telegram=settings, **sections)
         if model is None:
-            model = OpenAIChatModel.from_config(config.llm)
+            llm = OpenAIChatModel.from_config(config.llm) if "llm" in sections else None
+            model = llm or OfflineChatModel()
         pinbot = Pinbot(config, store, model, clock=clock)
 
         async def no_sleep(seconds: float) -> None:
@@ -102,6 +112,72 @@ def proposing(
 def cards(server: FakeTelegram) -> list[tuple[dict[str, Any], Any]]:
     """(params, result) of each message sent to the group with buttons."""
     return [(p, r) for p, r in server.results("sendMessage") if "reply_markup" in p]
+
+
+# --- 1. replayed pin updates -------------------------------------------------------------------
+
+
+def pinning(by: int, text: str, message_id: int, date: int) -> dict[str, Any]:
+    """The service message of `by` pinning the group's message message_id, sent at date."""
+    chat = group_chat(GROUP)
+    pinned = {"message_id": message_id, "date": date, "chat": chat, "from": user(42), "text": text}
+    return service(chat, user(by), pinned_message=pinned)
+
+
+def replayed(update: dict[str, Any]) -> dict[str, Any]:
+    """An update delivered again with a new update_id: to the inbox a new update."""
+    return {key: value for key, value in update.items() if key != "update_id"}
+
+
+async def test_replayed_pins_change_nothing_and_the_newest_unpinned_keeps_the_block(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store, clock: FakeClock
+) -> None:
+    """Friday's message then Monday's pinned: the block is Monday's. Telegram replays both
+    pins (after a crash, with new update ids): nothing changes, no version is added. Monday's,
+    the newest of the two pinned, unpinned: getChat names Friday's, still pinned, and the block
+    stays. Friday's pinned again is newer than any pin before, though its message is older: it
+    is taken; the old run replayed once more changes nothing; all unpinned idles the block."""
+    bot = await start_bot(telegram={"sync_pinned_message": True}, pins=ADMIN_PINS)
+    friday, monday = "Release on Friday.", "Release moved to Monday."
+
+    async def chat_pin() -> tuple[str, str, int]:
+        (block,) = await store.blocks([GROUP_KEY])
+        return block.state.value, block.content, len(await store.versions(GROUP_KEY, "chat-pin"))
+
+    async def check_pinned() -> None:
+        clock.advance(seconds=600)
+        asked = len(fake_telegram.called("getChat"))
+        assert "telegram pinned messages" in await bot.frontend.pinbot.jobs.run_due()
+        assert len(fake_telegram.called("getChat")) == asked + 1
+
+    run = [
+        fake_telegram.push(fake_telegram.pin_message(pinning(7, friday, 501, 1767225600))),
+        fake_telegram.push(fake_telegram.pin_message(pinning(7, monday, 502, 1767225660))),
+    ]
+    await bot.settle()
+    assert await chat_pin() == ("active", monday, 2)
+    for update in run:
+        fake_telegram.push(replayed(update))
+    await bot.settle()
+    assert await chat_pin() == ("active", monday, 2)
+    status = await bot.ask("/pin shared status", 42)
+    assert "Note:" not in status  # what the bot keeps of the pins is not said
+    # Only the newest unpinned: Friday's stands pinned, and the block stays as it is.
+    fake_telegram.unpin_message(GROUP, 502)
+    await check_pinned()
+    assert fake_telegram.results("getChat")[-1][1]["pinned_message"]["message_id"] == 501
+    assert await chat_pin() == ("active", monday, 2)
+    # Friday's pinned again: a new pin (announced now), of an older message.
+    fake_telegram.push(fake_telegram.pin_message(pinning(7, friday, 501, 1767225600)))
+    await bot.settle()
+    assert await chat_pin() == ("active", friday, 3)
+    for update in run:
+        fake_telegram.push(replayed(update))
+    await bot.settle()
+    assert await chat_pin() == ("active", friday, 3)
+    fake_telegram.unpin_message(GROUP)  # all of them
+    await check_pinned()
+    assert await chat_pin() == ("idle", friday, 4)
 
 
 # --- 4. a failed edit of a decided proposal's message -------------------------------------------
