@@ -85,7 +85,9 @@ def plain_parts(
 ) -> list[Part]:
     """Text as it is, split on line boundaries; with no entities but a blockquote over each of
     quotes ((start, end) character ranges: what the text quotes), when it goes as one part."""
-    parts = [(part, ()) for part in split_message(text, limit, utf16_length) if part.strip()]
+    parts: list[Part] = [
+        (part, ()) for part in split_message(text, limit, utf16_length) if part.strip()
+    ]
     if not quotes or len(parts) != 1 or parts[0][0] != text:
         return parts
     entities = tuple(

@@ -1,12 +1,15 @@
-"""What the core answers a message with, and replies cut to a platform's size limit without
-losing or reordering anything."""
+"""What the core answers a message with, what it posts besides (once per update, however often
+the update is processed), and replies cut to a platform's size limit without losing or
+reordering anything."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -123,6 +126,37 @@ class Messenger(Protocol):
     async def edit(self, sent: Sent, reply: Reply) -> bool:
         """Replace a sent message's text (and buttons) with reply's; False when the platform
         refused."""
+
+
+@dataclass
+class Processed:
+    """The update being processed (see processing): its key, and how many decisions of each
+    kind and scope it has made (or found again) so far."""
+
+    key: str
+    made: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+_PROCESSING: contextvars.ContextVar[Processed | None] = contextvars.ContextVar(
+    "processing", default=None
+)
+
+
+@contextlib.contextmanager
+def processing(update: str) -> Iterator[None]:
+    """Decisions made while the update keyed update is processed belong to it: processed again
+    (its worker died before it was marked done), it makes them again in the same order, and
+    each is found again instead (bot.core.decisions), posted only if it never was."""
+    token = _PROCESSING.set(Processed(update))
+    try:
+        yield
+    finally:
+        _PROCESSING.reset(token)
+
+
+def update_processed() -> Processed | None:
+    """The update being processed from the inbox, if any (see processing)."""
+    return _PROCESSING.get()
 
 
 def utf16_length(text: str) -> int:

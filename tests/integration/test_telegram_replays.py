@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bot.adapters.telegram import TelegramFrontend
 from bot.core.entry.pinbot import Pinbot
@@ -30,6 +33,7 @@ from tests.fakes.telegram_server import (
     tap,
     user,
 )
+from tests.forked import Forks
 
 GROUP = -1005050
 GROUP_KEY = f"telegram:group:{GROUP}"
@@ -178,6 +182,74 @@ async def test_replayed_pins_change_nothing_and_the_newest_unpinned_keeps_the_bl
     fake_telegram.unpin_message(GROUP)  # all of them
     await check_pinned()
     assert await chat_pin() == ("idle", friday, 4)
+
+
+# --- 2. an update processed again -------------------------------------------------------------
+
+
+@pytest.fixture
+async def forks() -> AsyncIterator[Forks]:
+    started = await Forks.start()
+    yield started
+    await started.stop()
+
+
+async def test_an_update_processed_again_after_a_crash_posts_its_proposal_once(
+    tmp_path: Path,
+    forks: Forks,
+    fake_telegram: FakeTelegram,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pinbot telegram` is killed (SIGKILL) after the model's proposal was posted and before
+    its message was marked done; the next process takes the message up again and the model
+    proposes again: the proposal is found again (the model told its number), not posted a
+    second time, and the message gets one answer."""
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    proposal = {"label": "deadline", "content": "Release on Friday."}
+    fake_openai.script = [
+        tool_calls(("pin_propose", proposal)),
+        completion("never seen: the process dies as it asks"),
+        tool_calls(("pin_propose", proposal)),
+        completion("Proposed."),
+    ]
+    settings = {
+        "storage": {"path": str(tmp_path / "pins.sqlite3"), "takeover_check_s": 0.1},
+        "llm": agent_llm(fake_openai.base_url),
+        "pins": ADMIN_PINS,
+        "telegram": {"base_url": fake_telegram.base_url, "poll_timeout_s": 1},
+        "limits": {"pin_commands_per_minute": 0, "model_turns_per_minute": 0},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    args = ("telegram", "--config", str(config))
+    env = {"TELEGRAM_BOT_TOKEN": TOKEN, TEST_KEY_ENV: "sk-test-secret"}
+    first = await forks.fork(*args, env=env)
+
+    # Killed as the model is asked again with the tool's result: the proposal is posted then.
+    def kill_on_the_second_request() -> None:
+        if len(fake_openai.requests) == 2:
+            forks.kill(first)
+
+    fake_openai.on_request = kill_on_the_second_request
+    fake_telegram.push(message(group_chat(GROUP), "@pin_bot keep the deadline", user(42)))
+    assert await forks.ended(first) == -signal.SIGKILL, "\n".join(forks.log)
+    assert len(cards(fake_telegram)) == 1 and not fake_telegram.sent(GROUP)[1:]
+    fake_openai.on_request = None
+    await forks.fork(*args, env=env)
+
+    def texts() -> list[str]:
+        return [p["text"] for p in fake_telegram.sent(GROUP)]
+
+    await fake_telegram.wait_for(lambda: "Proposed." in texts(), 60)
+    assert len(fake_openai.requests) == 4  # the message's turn asked again, whole
+    told = fake_openai.requests[3]["messages"][-1]
+    assert told["role"] == "tool" and told["content"].startswith("Proposal #1 is posted")
+    fake_telegram.push(message(group_chat(GROUP), "/pin shared proposals", user(42)))
+    await fake_telegram.wait_for(lambda: len(texts()) == 3, 60)
+    assert texts()[1] == "Proposed."
+    assert texts()[2].startswith("Pending proposals (1):\n#1 add 'deadline'"), texts()
+    assert len(cards(fake_telegram)) == 1
 
 
 # --- 4. a failed edit of a decided proposal's message -------------------------------------------

@@ -107,9 +107,11 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         seen = change.seen[label_key(label)]
         new = replace(new, base_version=seen.mark if seen is not None else None)
         most = self._pins.max_pending_proposals
-        if (proposal := await self._add(new, most)) is None:
+        if (added := await self._add(new, most)) is None:
             return refusal(Rule.PROPOSALS_FULL, limit=most)
-        metrics.proposal_written(target.by.channel)
+        proposal, fresh = added
+        if fresh:
+            metrics.proposal_written(target.by.channel)
         # A platform's failure costs the message only: /pin shared proposals lists it still.
         await self._show(conversation.chat_id or "", proposal, f"proposal #{proposal.number}")
         return Done(
