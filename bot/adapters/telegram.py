@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import hmac
@@ -136,6 +137,13 @@ _UPDATE_KINDS = (
     ("edited_message", "edit"),
     ("edited_channel_post", "edit"),
     ("callback_query", "tap"),
+)
+
+
+# The messages whose edit failed while one tap was carried out (set by on_tap): a decision's
+# message that cannot show its outcome any more (too old, deleted) is answered instead.
+_UNEDITED: contextvars.ContextVar[set[tuple[str, str]] | None] = contextvars.ContextVar(
+    "unedited", default=None
 )
 
 
@@ -599,7 +607,14 @@ class TelegramFrontend:
         author = readable.from_user if readable else None
         admin = self._admin_lookup(message, conversation)
         author_id = str(author.id) if author else None
-        pin = ChatPinned(conversation, text, str(pinned.message_id), author_id, admin)
+        pin = ChatPinned(
+            conversation,
+            text,
+            str(pinned.message_id),
+            author_id,
+            admin,
+            pinned_at=message.message_id,  # the service message: ids grow per chat
+        )
         outcome = await unless_lost(self.pinbot.handle(pin, SILENT))
         if isinstance(outcome, Lost):
             return
@@ -648,10 +663,25 @@ class TelegramFrontend:
             platform_admin=tap.platform_admin,
             redelivered=in_inbox(),
         )
-        reply = await self._handle(incoming, SILENT)  # the outcome shows in the buttons' message
-        if reply is not None:
-            # The outcome quotes blocks and labels, which are the chat's: only at debug level.
-            log.debug("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
+        unedited: set[tuple[str, str]] = set()
+        token = _UNEDITED.set(unedited)
+        try:
+            # The outcome shows in the buttons' message.
+            reply = await self._handle(incoming, SILENT)
+        finally:
+            _UNEDITED.reset(token)
+        if reply is None:
+            return
+        # The outcome quotes blocks and labels, which are the chat's: only at debug level.
+        log.debug("tap %r in chat %s: %s", query.data, message.chat.id, reply.text)
+        if (str(message.chat.id), str(message.message_id)) in unedited:
+            # Decided and saved, but its message cannot show it (too old to edit, deleted):
+            # the tapper hears the outcome as a reply instead of nothing.
+            log.info(
+                "the message tapped in chat %s could not show the outcome; it is answered",
+                message.chat.id,
+            )
+            await after_commit(functools.partial(self.sender.reply, message))(reply)
 
     def _tap(self, message: Message, tapper: User, data: str | None) -> Tap:
         """A tap on one of message's buttons, as the core takes it."""
@@ -709,8 +739,15 @@ class TelegramFrontend:
         return await self.sender.send(chat, reply)
 
     async def edit(self, sent: Sent, reply: Reply) -> bool:
-        """Replace the text of a message the bot sent."""
-        return await self.sender.edit(sent, reply)
+        """Replace the text of a message the bot sent; False (logged by who asked) when
+        Telegram refused, which a tap being carried out answers (on_tap)."""
+        edited = False
+        try:
+            edited = await self.sender.edit(sent, reply)
+        finally:
+            if not edited and (unedited := _UNEDITED.get()) is not None:
+                unedited.add((sent.chat, sent.message_id))
+        return edited
 
     # --- triggers -------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ again as plain text (without_formatting).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from telegram import MessageEntity
 from telegram.constants import MessageLimit
@@ -76,9 +77,29 @@ def _valid_subset(rich: Rich) -> tuple[Span, ...]:
     return tuple(kept)
 
 
-def plain_parts(text: str, limit: int = MessageLimit.MAX_TEXT_LENGTH) -> list[Part]:
-    """Text as it is, split on line boundaries, with no entities."""
-    return [(part, ()) for part in split_message(text, limit, utf16_length) if part.strip()]
+def plain_parts(
+    text: str,
+    limit: int = MessageLimit.MAX_TEXT_LENGTH,
+    *,
+    quotes: Sequence[tuple[int, int]] = (),
+) -> list[Part]:
+    """Text as it is, split on line boundaries; with no entities but a blockquote over each of
+    quotes ((start, end) character ranges: what the text quotes), when it goes as one part."""
+    parts: list[Part] = [
+        (part, ()) for part in split_message(text, limit, utf16_length) if part.strip()
+    ]
+    if not quotes or len(parts) != 1 or parts[0][0] != text:
+        return parts
+    entities = tuple(
+        MessageEntity(
+            MessageEntity.BLOCKQUOTE,
+            utf16_length(text[:start]),
+            utf16_length(text[start:end]),
+        )
+        for start, end in quotes
+        if 0 <= start < end <= len(text)
+    )
+    return [(text, entities)]
 
 
 def without_formatting(part: Part) -> str:

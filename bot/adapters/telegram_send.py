@@ -94,10 +94,11 @@ class TelegramSender:
 
     def parts(self, reply: Reply) -> list[Part]:
         """The parts a reply goes out as: the model's Markdown formatted (unless
-        telegram.reply_format is plain), everything else as plain text, exactly as written."""
+        telegram.reply_format is plain), everything else as plain text, exactly as written
+        (what it quotes as blockquotes)."""
         if reply.formatted and self._config.reply_format == "markdown":
             return formatted_parts(reply.text)
-        return plain_parts(reply.text)
+        return plain_parts(reply.text, quotes=reply.quotes)
 
     async def reply(self, message: Message, reply: Reply) -> None:
         """Send a reply to message, split to Telegram's limit, in order, never cut; a reply

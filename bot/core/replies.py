@@ -1,12 +1,15 @@
-"""What the core answers a message with, and replies cut to a platform's size limit without
-losing or reordering anything."""
+"""What the core answers a message with, what it posts besides (once per update, however often
+the update is processed), and replies cut to a platform's size limit without losing or
+reordering anything."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -44,13 +47,17 @@ class Reply:
     text shown exactly as it is. buttons: a message with buttons (a Telegram inline keyboard, a
     Feishu card); an empty tuple is such a message whose buttons are gone (after a decision),
     None a plain message. document: a file sent with it (the text then goes with the file, or
-    right before it where the platform has no caption)."""
+    right before it where the platform has no caption). quotes: the (start, end) character
+    ranges of plain text that quote what someone wrote (a proposal's content), whole lines, for
+    a platform that can show a quoted block (Telegram's blockquote) to show so; elsewhere the
+    text reads as it is."""
 
     text: str
     outcome: Result = Result.DONE
     formatted: bool = False
     buttons: tuple[Button, ...] | None = None
     document: Document | None = None
+    quotes: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def refused(cls, text: str) -> Reply:
@@ -75,6 +82,7 @@ def replies_to_json(replies: Sequence[Reply]) -> str:
                 None
                 if r.document is None
                 else [r.document.name, base64.b64encode(r.document.data).decode()],
+                [list(quote) for quote in r.quotes],
             ]
             for r in replies
         ],
@@ -91,9 +99,11 @@ def replies_from_json(kept: str) -> list[Reply]:
             formatted,
             None if buttons is None else tuple(Button(*button) for button in buttons),
             None if document is None else Document(document[0], base64.b64decode(document[1])),
+            tuple((start, end) for start, end in quotes),
         )
         for text, outcome, formatted, buttons, *rest in json.loads(kept)
-        for document in (rest[0] if rest else None,)
+        # Kept by earlier releases: without a document, or without quotes.
+        for document, quotes in ((rest[0] if rest else None, rest[1] if rest[1:] else []),)
     ]
 
 
@@ -116,6 +126,37 @@ class Messenger(Protocol):
     async def edit(self, sent: Sent, reply: Reply) -> bool:
         """Replace a sent message's text (and buttons) with reply's; False when the platform
         refused."""
+
+
+@dataclass
+class Processed:
+    """The update being processed (see processing): its key, and how many decisions of each
+    kind and scope it has made (or found again) so far."""
+
+    key: str
+    made: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+_PROCESSING: contextvars.ContextVar[Processed | None] = contextvars.ContextVar(
+    "processing", default=None
+)
+
+
+@contextlib.contextmanager
+def processing(update: str) -> Iterator[None]:
+    """Decisions made while the update keyed update is processed belong to it: processed again
+    (its worker died before it was marked done), it makes them again in the same order, and
+    each is found again instead (bot.core.decisions), posted only if it never was."""
+    token = _PROCESSING.set(Processed(update))
+    try:
+        yield
+    finally:
+        _PROCESSING.reset(token)
+
+
+def update_processed() -> Processed | None:
+    """The update being processed from the inbox, if any (see processing)."""
+    return _PROCESSING.get()
 
 
 def utf16_length(text: str) -> int:

@@ -48,6 +48,7 @@ class FakeTelegram:
 
     def __init__(self) -> None:
         self.pinned: dict[int, dict[str, Any] | None] = {}  # getChat's pinned_message
+        self.pinned_all: dict[int, list[dict[str, Any]]] = {}  # pin_message's, per chat
         self.calls: list[tuple[str, dict[str, Any]]] = []  # answered successfully
         self.arrived: list[float] = []  # when each of calls arrived, by clock
         self.clock: Callable[[], float] = time.perf_counter  # a test may set its fake one
@@ -85,6 +86,30 @@ class FakeTelegram:
         self.updates.append(update)
         asyncio.get_running_loop().create_task(self._notify())
         return update
+
+    def pin_message(self, update: dict[str, Any]) -> dict[str, Any]:
+        """A pinned_message service update as Telegram posts it when someone pins a message in a
+        group (several may stand pinned at once): getChat names the most recent pinned message
+        "by sending date" from then on. Returns update, to push."""
+        pinned = update["message"]["pinned_message"]
+        chat = pinned["chat"]["id"]
+        standing = [
+            m for m in self.pinned_all.get(chat, []) if m["message_id"] != pinned["message_id"]
+        ]
+        self._pinned_now(chat, [*standing, pinned])
+        return update
+
+    def unpin_message(self, chat: int, message_id: int | None = None) -> None:
+        """Someone unpins one message (None: all of them); Telegram posts no update for it."""
+        standing = self.pinned_all.get(chat, [])
+        self._pinned_now(
+            chat, [m for m in standing if message_id is not None and m["message_id"] != message_id]
+        )
+
+    def _pinned_now(self, chat: int, standing: list[dict[str, Any]]) -> None:
+        self.pinned_all[chat] = standing
+        newest = max(standing, key=lambda m: (m["date"], m["message_id"]), default=None)
+        self.pinned[chat] = newest
 
     def fail(self, method: str, status: int, description: str, **parameters: Any) -> None:
         """Make the next call of method fail with this Bot API error."""

@@ -334,7 +334,9 @@ class PinService:
             calls = await self._store.model_calls(conversation.shared_scope)
             title = "This group's shared blocks"
             scopes.append(ScopeStatus("shared", title, shared, calls))
-            notes = list((await self._store.notes(conversation.shared_scope)).values())
+            kept = await self._store.notes(conversation.shared_scope)
+            # A note named with a leading "." is the bot's own bookkeeping, not said.
+            notes = [text for name, text in kept.items() if not name.startswith(".")]
         if conversation.personal_scope:
             title = (
                 "Your personal blocks in this group" if conversation.shared_scope else "Your blocks"

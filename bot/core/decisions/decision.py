@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from bot.clock import Clock, utc_now
 from bot.config import PinsConfig
 from bot.core.blocks import BlockOps, Done, Refused, Rule, refusal
-from bot.core.replies import Button, Messenger, Reply, Sent
+from bot.core.replies import Button, Messenger, Reply, Sent, update_processed
 from storage import Store
 from storage.decisions import Kind
 from storage.models import Decision, NewProposal, NewSuggestion
@@ -25,6 +25,27 @@ S = TypeVar("S", bound=StrEnum)
 MAX_NUMBER = 10**9  # the largest number a tap or a command names
 # How a decided status reads in "was … already", where it is not the status itself.
 _DECIDED = {"applied": "approved", "refused": "approved, but could not be applied"}
+
+
+# A scope note (a leading ".": not shown) per kind: the update that made the scope's newest
+# decisions, and their numbers in the order it made them: "<update> <number> <number>…".
+MADE_NOTE = ".{table}-made"
+
+
+class Quoted(str):
+    """A line (or lines) of a decision's message that quotes what it decides: shown as one
+    quoted block where the platform can (Reply.quotes), so that its lines read as the content,
+    not as lines of the message."""
+
+
+def _reply(lines: list[str], buttons: tuple[Button, ...] | None = None) -> Reply:
+    """lines as one message, the ranges of its Quoted lines as its quotes."""
+    quotes, at = [], 0
+    for line in lines:
+        if isinstance(line, Quoted) and line:
+            quotes.append((at, at + len(line)))
+        at += len(line) + 1
+    return Reply("\n".join(lines), buttons=buttons, quotes=tuple(quotes))
 
 
 class Decisions(Generic[N, S]):
@@ -68,15 +89,15 @@ class Decisions(Generic[N, S]):
         their place."""
         lines = self._shown(decision)
         if decision.status != "pending":
-            return Reply("\n".join(lines), buttons=())
+            return _reply(lines, ())
         if note:
             lines.insert(-1, f"Not saved: {note}")
         buttons = (Button(verb.title(), self.tap(verb, decision.number)) for verb in self.verbs)
-        return Reply("\n".join(lines), buttons=tuple(buttons))
+        return _reply(lines, tuple(buttons))
 
     def _shown(self, decision: Decision[N, S]) -> list[str]:
         """The lines of the message that shows decision, the last how to decide it (while
-        pending) or its outcome."""
+        pending) or its outcome; Quoted ones quote what it decides."""
         raise NotImplementedError
 
     async def _listing(self, scope: str, empty: str, title: str, how: str) -> Done:
@@ -92,14 +113,37 @@ class Decisions(Generic[N, S]):
         """Decision on one line of a listing."""
         raise NotImplementedError
 
-    async def _add(self, new: N, most: int) -> Decision[N, S] | None:
-        """Store a pending decision that expires after pins.proposal_ttl_hours; None when its
-        scope holds most pending ones already."""
+    async def _add(self, new: N, most: int) -> tuple[Decision[N, S], bool] | None:
+        """Store a pending decision that expires after pins.proposal_ttl_hours, and whether it
+        is new: the one the update being processed made in this place before (it is being
+        processed again) is found again instead. None when its scope holds most pending ones
+        already."""
+        update = update_processed()
+        place = (self._kind.table, new.scope)
+        ordinal: int = update.made.get(place, 0) + 1 if update else 0
+        note = MADE_NOTE.format(table=self._kind.table)
+        numbers: list[str] = []
+        if update is not None:
+            key, *numbers = (await self._store.notes(new.scope)).get(note, "").split(" ")
+            numbers = numbers if key == update.key else []
+            if len(numbers) >= ordinal and numbers[ordinal - 1].isdigit():
+                made = await self._store.decision(self._kind, new.scope, int(numbers[ordinal - 1]))
+                if made is not None:
+                    update.made[place] = ordinal
+                    log.info("%s #%d was made by this update before", self.noun, made.number)
+                    return made, False
         now = self._clock()
         expires = now + timedelta(hours=self._pins.proposal_ttl_hours)
-        return await self._store.add_decision(
+        decision = await self._store.add_decision(
             self._kind, new, now=now, expires_at=expires, max_pending=most
         )
+        if decision is None:
+            return None
+        if update is not None:
+            update.made[place] = ordinal
+            made_now = " ".join([update.key, *numbers[: ordinal - 1], str(decision.number)])
+            await self._store.set_note(new.scope, note, made_now, now=now)
+        return decision, True
 
     async def _post(self, chat: str, reply: Reply, what: str) -> Sent | None:
         """Post in chat; None when nothing could be posted. A platform's failure costs the
@@ -115,7 +159,9 @@ class Decisions(Generic[N, S]):
             return None
 
     async def _show(self, chat: str, decision: Decision[N, S], what: str) -> None:
-        """Post the message that shows decision, and remember it."""
+        """Post the message that shows decision, and remember it (unless it was posted)."""
+        if decision.message_id:
+            return
         sent = await self._post(chat, self.shown(decision), what)
         if sent is not None:
             await self._store.show_decision(

@@ -22,7 +22,7 @@ from bot.core.blocks import (
     shown_content,
     text_problem,
 )
-from bot.core.decisions.decision import _DECIDED, Decisions
+from bot.core.decisions.decision import _DECIDED, Decisions, Quoted
 from bot.core.people import Action, ChatKind, MessageContext
 from bot.secrets import has_marks, redact
 from storage.decisions import PROPOSALS
@@ -107,9 +107,11 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         seen = change.seen[label_key(label)]
         new = replace(new, base_version=seen.mark if seen is not None else None)
         most = self._pins.max_pending_proposals
-        if (proposal := await self._add(new, most)) is None:
+        if (added := await self._add(new, most)) is None:
             return refusal(Rule.PROPOSALS_FULL, limit=most)
-        metrics.proposal_written(target.by.channel)
+        proposal, fresh = added
+        if fresh:
+            metrics.proposal_written(target.by.channel)
         # A platform's failure costs the message only: /pin shared proposals lists it still.
         await self._show(conversation.chat_id or "", proposal, f"proposal #{proposal.number}")
         return Done(
@@ -140,17 +142,17 @@ class Proposals(Decisions[NewProposal, ProposalStatus]):
         level = f" ({new.level.value})" if new.level else ""
         lines = [f"Proposal #{number} for this group's shared blocks:"]
         if new.base_rev is None:
-            lines += [f"New block '{new.label}'{level}:", _unmarked(new.content)]
+            lines += [f"New block '{new.label}'{level}:", Quoted(_unmarked(new.content))]
         else:
             lines += [
                 f"Replace the content of '{new.label}'{level}.",
                 # The block may be sensitive (a proposal does not record it): the group is shown
                 # its content masked, as it is shown everywhere else in the group.
-                f"Now: {redact(new.base_content or '')}",
-                f"Proposed: {redact(new.content)}",
+                *_titled("Now", redact(new.base_content or "")),
+                *_titled("Proposed", redact(new.content)),
             ]
         if new.reason:
-            lines.append(f"Reason: {_unmarked(new.reason)}")
+            lines += _titled("Reason", _unmarked(new.reason))
         outcomes = {
             ProposalStatus.PENDING: f"Shared admins decide: the buttons below, or /pin shared "
             f"approve {number} / reject {number}.",
@@ -258,6 +260,14 @@ def _proposed(
         seen = seen_of(blocks, marks, [existing.label])
     wanted = [Wanted(existing.label if existing else new.label, state)]
     return target.changed(wanted, seen, channel=Channel.PROPOSAL, origin=origin)
+
+
+def _titled(title: str, text: str) -> list[str]:
+    """A titled part of a proposal's message: on the title's line when it is one line, else
+    under it as one quoted block (its lines are the content's, not the message's)."""
+    if "\n" not in text:
+        return [f"{title}: {text}"]
+    return [f"{title}:", Quoted(text)]
 
 
 def _unmarked(text: str) -> str:

@@ -266,9 +266,9 @@ class Suggestions(Decisions[NewSuggestion, SuggestionStatus]):
             *(place.scope, candidate.label, candidate.content, candidate.reason.strip()),
             content_key(candidate.content),
         )
-        if (suggestion := await self._add(new, MAX_PENDING)) is None:
+        if (added := await self._add(new, MAX_PENDING)) is None:
             return False
-        await self._show(place.chat, suggestion, POSTING)
+        await self._show(place.chat, added[0], POSTING)
         return True
 
     async def shows(self, scope: str, number: int | None, message: Sent) -> bool:

@@ -42,13 +42,16 @@ class Tapped:
 @dataclass(frozen=True)
 class ChatPinned:
     """A message pinned in a group chat (conversation: who pinned it, where), its text or caption
-    (None: none the bot can read). Gives back what happened, for the adapter's log."""
+    (None: none the bot can read). pinned_at: where in the chat the pin was announced (Telegram's
+    service message id, which grows per chat), so that an older pin delivered again is known.
+    Gives back what happened, for the adapter's log."""
 
     conversation: Conversation
     text: str | None
     message_id: str
     author: str | None
     platform_admin: AdminLookup | None = None
+    pinned_at: int | None = None
 
 
 @dataclass(frozen=True)

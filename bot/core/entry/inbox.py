@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from bot.clock import Clock
 from bot.config import ConfigError
 from bot.core.entry.jobs import Jobs
-from bot.core.replies import Reply, replies_from_json, replies_to_json
+from bot.core.replies import Reply, processing, replies_from_json, replies_to_json
 from storage.delivery import DeliveryStore
 from storage.errors import Unavailable, WorkerConflict
 from storage.models import PendingUpdate
@@ -199,7 +200,10 @@ class Inbox:
                 replies: Sequence[Reply] = replies_from_json(pending.replies)
             else:
                 try:
-                    replies = await self._handler(pending)
+                    # What it posts besides its answer (a proposal) is posted once, even when
+                    # it is processed again (a worker died before it was marked done).
+                    with processing(_key(pending)):
+                        replies = await self._handler(pending)
                 except Unavailable as error:  # the turn could not be recorded: nothing was sent
                     log.warning(
                         "update %d of chat %s could not be recorded (%s); it is processed "
@@ -236,3 +240,10 @@ class Inbox:
             await self._sender(pending, replies)
         except Exception:  # the sender logs and counts what it could not send; this is a bug
             log.exception("sending the answer to update %d failed", pending.seq)
+
+
+def _key(pending: PendingUpdate) -> str:
+    """An update's key for what it makes: its place in the inbox and a digest of what it says
+    (SQLite may give a place again once the inbox's rows are gone)."""
+    digest = hashlib.sha256(pending.payload.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{pending.platform}:{pending.seq}:{digest[:16]}"

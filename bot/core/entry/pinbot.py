@@ -250,7 +250,11 @@ class Pinbot:
         if refusal := context.admission.refusal:
             return f"not taken: {refusal}"
         return await self.chat_pin.pinned(
-            context, event.text, message_id=event.message_id, author=event.author
+            context,
+            event.text,
+            message_id=event.message_id,
+            author=event.author,
+            pinned_at=event.pinned_at,
         )
 
     async def _tap(self, tap: Tap) -> Tapped | None:
