@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ class Worker:
         self.process: asyncio.subprocess.Process | None = None
         self.log: list[str] = []
         self._reader: asyncio.Task[None] | None = None
+        self._logged = asyncio.Condition()  # notified at each line the worker logs
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
@@ -64,6 +66,20 @@ class Worker:
             self.log.append(line.decode(errors="replace").rstrip())
             if STARTED in self.log[-1]:
                 started.set()
+            async with self._logged:
+                self._logged.notify_all()
+
+    async def logged(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        """The first line the worker logs (or logged) that pattern finds, once it does."""
+
+        def found() -> re.Match[str] | None:
+            return next((m for line in self.log if (m := pattern.search(line))), None)
+
+        async with self._logged:
+            await asyncio.wait_for(self._logged.wait_for(lambda: found() is not None), WAIT_S)
+        match = found()
+        assert match is not None
+        return match
 
     def cpu_seconds(self) -> float:
         """CPU time the process has used so far (Linux)."""

@@ -22,8 +22,9 @@ async def _feishu(config: Config) -> int:
             health = pinbot.probe(
                 lambda store, clock: Health(store, frontend.not_ready, inbox=True, clock=clock)
             )
-            async with serving(config, health):
-                await serve(frontend, stop, database=database_in_use(config))
+            told: list[str] = []  # where metrics listen: said once it serves
+            async with serving(config, health, told=told):
+                await serve(frontend, stop, database=database_in_use(config), told=told)
     return 0
 
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from bot.adapters.kit import Frontend
 from bot.cli.store import open_store
@@ -43,10 +43,13 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def serve(frontend: Frontend, stop: asyncio.Event, *, database: str = "") -> None:
+async def serve(
+    frontend: Frontend, stop: asyncio.Event, *, database: str = "", told: Sequence[str] = ()
+) -> None:
     """Start frontend and run it until stop is set, then stop it gracefully. A start that keeps
     retrying (the platform cannot be reached yet) still ends when stop is set. Once started,
-    the database in use is logged (a start refused says only why)."""
+    the database in use is logged, and told (where metrics listen): a start refused says only
+    why."""
     starting = asyncio.ensure_future(frontend.start())
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -58,6 +61,8 @@ async def serve(frontend: Frontend, stop: asyncio.Event, *, database: str = "") 
     starting.result()  # a start that failed for good raises here
     if database:
         log.info("serving; database: %s", database)
+    for line in told:
+        log.info("%s", line)
     try:
         await stopping
     finally:

@@ -153,9 +153,13 @@ def application(meters: Meters, health: Health) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def serving(config: Config, health: Health) -> AsyncIterator[int | None]:
+async def serving(
+    config: Config, health: Health, *, told: list[str] | None = None
+) -> AsyncIterator[int | None]:
     """Listen on metrics.listen meanwhile (when counting: see counting()); the port really
-    listened on (metrics.listen may end in :0), logged, or None when off."""
+    listened on (metrics.listen may end in :0), logged, or None when off. With told, the line
+    saying where is put there instead, for the caller to log once it serves (a start that is
+    refused then says only why)."""
     address, meters = config.metrics.address, metrics.active()
     if address is None or meters is None:
         yield None
@@ -168,7 +172,11 @@ async def serving(config: Config, health: Health) -> AsyncIterator[int | None]:
     )
     bound = str(runner.addresses[0][0]) if runner.addresses else host
     shown = f"[{bound}]" if ":" in bound else bound
-    log.info("metrics listening on http://%s:%d (/metrics, /healthz, /readyz)", shown, port)
+    line = f"metrics listening on http://{shown}:{port} (/metrics, /healthz, /readyz)"
+    if told is None:
+        log.info("%s", line)
+    else:
+        told.append(line)
     try:
         yield port
     finally:

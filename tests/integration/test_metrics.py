@@ -108,7 +108,7 @@ async def start_bot(
     }
     worker = Worker(["telegram", "--config", str(config)], env, 0, "/")
     await worker.start()
-    ports = [int(m.group(1)) for line in worker.log if (m := LISTENING.search(line))]
+    ports = [int((await worker.logged(LISTENING)).group(1))]
     assert len(ports) == 1, "\n".join(worker.log)
     return Running(worker, telegram, model, ports[0])
 
@@ -335,7 +335,7 @@ async def test_the_web_page_serves_its_own_metrics_and_health(tmp_path: Path) ->
     worker = Worker(["web", "--config", str(config)], {"PINBOT_WEB_TOKEN": "t" * 32}, 0, "/")
     await worker.start()
     try:
-        ports = [int(m.group(1)) for line in worker.log if (m := LISTENING.search(line))]
+        ports = [int((await worker.logged(LISTENING)).group(1))]
         assert len(ports) == 1, "\n".join(worker.log)
         async with aiohttp.ClientSession() as session:
             base = f"http://127.0.0.1:{ports[0]}"

@@ -317,7 +317,12 @@ async def test_a_second_poller_of_one_bot_is_refused_at_start(
     backend: str, tmp_path: Path, pg_url: str, fake_telegram: FakeTelegram
 ) -> None:
     storage = {"url_env": DB_ENV} if backend == "postgres" else {"path": str(tmp_path / "db")}
-    settings = {"storage": storage, "telegram": {"base_url": fake_telegram.base_url}}
+    settings = {
+        "storage": storage,
+        "telegram": {"base_url": fake_telegram.base_url},
+        # A refused second poller says nothing of metrics first: only why it was refused.
+        "metrics": {"listen": "127.0.0.1:0"},
+    }
     config = tmp_path / "polling.yaml"
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     env = {DB_ENV: pg_url, "TELEGRAM_BOT_TOKEN": TOKEN}
