@@ -246,7 +246,7 @@ async def test_a_shared_blocks_history_shows_each_change_and_restores_a_version(
     assert "Restored 'rules' to version 2" in await page.inner_text("#flash")
     assert await shared(bot) == [("rules", "Be kind.", "context", "active", 0)]
     log = await said(bot, "/pin shared log")
-    assert "web · add context 'rules'" in log  # the restore is logged as the page's change
+    assert "web · restore add context 'rules'" in log  # the page's change, a restore
 
 
 async def test_sensitive_shared_blocks_are_masked_unless_the_operator_opens_the_raw_view(
