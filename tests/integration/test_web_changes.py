@@ -110,7 +110,8 @@ async def test_a_change_on_the_page_reaches_the_next_request_and_the_log(
     await page.select_option(f"{tone} select[name=state]", "idle")
     await submit(page, f"{tone} button")
     assert "Answer in French." not in await model_sees(bot, fake_openai)
-    await submit(page, 'form.remove[data-label="tone"] button')
+    await submit(page, 'form.remove[data-label="tone"] button')  # asks first
+    await submit(page, "#remove-form button")
     assert [row[0] for row in await shared(bot)] == ["rules"]
     actions = (await said(bot, "/pin shared log 20")).splitlines()
     assert sum("web:alice" in line for line in actions) >= 6
