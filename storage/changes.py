@@ -34,6 +34,7 @@ from storage.models import (
     BlockChange,
     BlockState,
     ChangeKind,
+    Channel,
     Limits,
     ProposalStatus,
     Seen,
@@ -189,7 +190,8 @@ def kinds(
 
 
 def _audit(change: BlockChange, at: datetime, entries: list[tuple[Any, ...]]) -> tuple[Step, ...]:
-    """The step adding entries to the scope's audit trail, where the change is audited."""
+    """The step adding entries to the scope's audit trail, where the change is audited: one
+    per label changed (audit_entry)."""
     found = rows.audit_rows(change.scope, change.by, at, entries)
     return (Step(rows.AUDIT_INSERT, found, many=True),) if change.audited and entries else ()
 
@@ -480,7 +482,30 @@ def _recorded(
     if change.kind is ChangeKind.IMPORT and before and after and before.content == after.content:
         return version, []
     audited = change.audit_contents(before, after)
-    return version, [(kind, entry.label, *audited, detail) for kind, detail in found]
+    kind, detail = audit_entry(found, restore=change.by.channel is Channel.RESTORE)
+    return version, [(kind, entry.label, *audited, detail)]
+
+
+def audit_entry(
+    found: Sequence[tuple[ChangeKind, str]], *, restore: bool
+) -> tuple[ChangeKind, str]:
+    """One label's change as one audit entry, however many aspects it changed (a web page's
+    save may change content, level and priority at once): the first aspect's kind, its detail
+    followed by the others' in words ("edit content; level strong; priority 5"); a restore's
+    kind is restore, its detail every aspect in words ("restore content; priority 0", "restore
+    add context" for a removed block brought back)."""
+    words = [_words(kind, detail) for kind, detail in found]
+    if restore:
+        return ChangeKind.RESTORE, "; ".join(words)
+    (kind, detail), others = found[0], words[1:]
+    if not others:
+        return kind, detail
+    return kind, "; ".join([detail or words[0], *others])
+
+
+def _words(kind: ChangeKind, detail: str) -> str:
+    """One aspect of a change in the audit trail's words: "content", "level strong"."""
+    return "content" if kind is ChangeKind.EDIT else f"{kind.value} {detail}".strip()
 
 
 async def _mask_audit(tx: Executor, change: BlockChange, label: str) -> list[Step]:

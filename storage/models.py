@@ -278,6 +278,9 @@ class ChangeKind(StrEnum):
     TRIGGERS = "triggers"  # the keywords a block waits for (detail: them, or "always")
     ENDS = "ends"  # when a block ends (detail: the time, or "never")
     SETTING = "setting"  # a group's (or topic's) own setting: the label names it
+    # A version brought back (`/pin shared restore`, the web page's restore): in the audit trail
+    # only, its detail what the restore changed ("content, level strong", "add context").
+    RESTORE = "restore"
 
 
 class Channel(StrEnum):

@@ -46,10 +46,10 @@ from bot.core.people import ScopeKind, group_key_of, parse_scope, platform_of, r
 from bot.core.replies import Reply, Result
 from bot.web import views
 from bot.web.auth import SignIn
-from bot.web.charts import bar_chart
+from bot.web.charts import NARROW_WIDTH, bar_chart
 from bot.web.person import KINDS, Person, person_page, read_person, scope_person_page
 from storage import Store
-from storage.models import Author, ChangeKind, Channel, Level, State, UsageTotals
+from storage.models import Author, ChangeKind, Channel, Level, State, UsageTotals, label_key
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,7 @@ class WebPage:
         app.router.add_get("/scope/{key}", self.scope)
         app.router.add_post("/scope/{key}/add", self.add_block)
         app.router.add_post("/scope/{key}/change", self.change_block)
+        app.router.add_get("/scope/{key}/remove", self.remove_form)
         app.router.add_post("/scope/{key}/remove", self.remove_block)
         app.router.add_post("/scope/{key}/restore", self.restore_block)
         app.router.add_post("/scope/{key}/settings", self.change_setting)
@@ -401,12 +402,48 @@ class WebPage:
         )
         return await self._after(request, target, outcome)
 
+    async def remove_form(self, request: web.Request) -> web.Response:
+        """The confirmation of a removal: the shared block ?label= as the group's page shows
+        it, that it can be brought back for a while, and the button that removes it. Changes
+        nothing; a label the group has not is 404."""
+        target = self._shared_target(request)
+        return await self._remove_page(request, target, request.query.get("label", ""))
+
     async def remove_block(self, request: web.Request) -> web.Response:
-        """Remove a shared block, as `/pin shared remove` would."""
+        """Remove a shared block, as `/pin shared remove` would, once confirmed (the form of
+        the confirmation page carries confirm=yes); unconfirmed, the confirmation page (400),
+        and nothing is removed."""
         target = self._shared_target(request)
         form = await request.post()
+        if _text(form, "confirm") != "yes":
+            return await self._remove_page(request, target, _text(form, "label"), status=400)
         outcome = await self.ops.remove(target, _text(form, "label"))
         return await self._after(request, target, outcome)
+
+    async def _remove_page(
+        self, request: web.Request, target: Target, label: str, *, status: int = 200
+    ) -> web.Response:
+        """The page asking to confirm the removal of the group's shared block label."""
+        view = await views.scope_view(
+            self.store,
+            target.scope,
+            show_direct=self.config.show_direct,
+            strong_title=self.ops.policy.pins.header_label,
+            raw=False,
+        )
+        key = label_key(label)
+        block = next((b for b in view.blocks if label_key(b.label) == key), None) if view else None
+        if block is None:
+            return self.render(request, "not_found.html", status=404)
+        return self.render(
+            request,
+            "remove.html",
+            status=status,
+            section="overview",
+            key=target.scope,
+            block=block,
+            kept_days=self.settings_config.retention_in_effect.versions,
+        )
 
     async def restore_block(self, request: web.Request) -> web.Response:
         """Bring back a version of a shared block (a removed one too), as `/pin shared
@@ -520,7 +557,8 @@ class WebPage:
             problems.append("User should be written platform:id, e.g. telegram:42.")
             user = ""
         view = await views.usage_view(self.store, self.clock(), days, user=user, group=group)
-        chart = bar_chart(_every_day(view.days, self.clock(), days))
+        every_day = _every_day(view.days, self.clock(), days)
+        chart, narrow_chart = bar_chart(every_day), bar_chart(every_day, width=NARROW_WIDTH)
         return self.render(
             request,
             "usage.html",
@@ -528,6 +566,7 @@ class WebPage:
             section="usage",
             view=view,
             chart=chart,
+            narrow_chart=narrow_chart,
             days=days,
             user=user,
             group=group,

@@ -110,7 +110,8 @@ async def test_a_change_on_the_page_reaches_the_next_request_and_the_log(
     await page.select_option(f"{tone} select[name=state]", "idle")
     await submit(page, f"{tone} button")
     assert "Answer in French." not in await model_sees(bot, fake_openai)
-    await submit(page, 'form.remove[data-label="tone"] button')
+    await submit(page, 'form.remove[data-label="tone"] button')  # asks first
+    await submit(page, "#remove-form button")
     assert [row[0] for row in await shared(bot)] == ["rules"]
     actions = (await said(bot, "/pin shared log 20")).splitlines()
     assert sum("web:alice" in line for line in actions) >= 6
@@ -246,7 +247,7 @@ async def test_a_shared_blocks_history_shows_each_change_and_restores_a_version(
     assert "Restored 'rules' to version 2" in await page.inner_text("#flash")
     assert await shared(bot) == [("rules", "Be kind.", "context", "active", 0)]
     log = await said(bot, "/pin shared log")
-    assert "web · add context 'rules'" in log  # the restore is logged as the page's change
+    assert "web · restore add context 'rules'" in log  # the page's change, a restore
 
 
 async def test_sensitive_shared_blocks_are_masked_unless_the_operator_opens_the_raw_view(

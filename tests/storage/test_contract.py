@@ -220,21 +220,18 @@ async def test_audit_trail_and_clear(open_store: Opener) -> None:
     cleared = await writes.clear(store, "g", now=NOW - timedelta(days=400), by=BY_7, audited=True)
     assert cleared == 2
     log = await store.audit_log("g", 10)
+    # One entry per change of a label, naming every aspect it changed.
     assert [(e.kind, e.detail, e.label, e.actor, e.old_content, e.new_content) for e in log] == [
-        (ChangeKind.PRIORITY, "2", "a", "model", "text", "new"),
-        (ChangeKind.EDIT, "", "a", "model", "text", "new"),
+        (ChangeKind.EDIT, "content; priority 2", "a", "model", "text", "new"),
         (ChangeKind.ADD, "context", "a", "7", None, "text"),
         (ChangeKind.CLEAR, "", "b", "7", "text", None),
         (ChangeKind.CLEAR, "", "a", "7", "new", None),
     ]
-    assert [e.channel for e in log] == [Channel.TOOL] * 2 + [Channel.COMMAND] * 3
-    assert log[0].origin == Origin("m1", "42") and log[2].action == "add context"
+    assert [e.channel for e in log] == [Channel.TOOL] + [Channel.COMMAND] * 3
+    assert log[0].action == "edit content; priority 2"
+    assert log[0].origin == Origin("m1", "42") and log[1].action == "add context"
     assert await store.prune_audit("g", NOW - timedelta(days=1)) == 2
-    assert [e.kind for e in await store.audit_log("g", 10)] == [
-        ChangeKind.PRIORITY,
-        ChangeKind.EDIT,
-        ChangeKind.ADD,
-    ]
+    assert [e.kind for e in await store.audit_log("g", 10)] == [ChangeKind.EDIT, ChangeKind.ADD]
 
 
 async def test_each_update_is_recorded_once_by_all_processes(open_store: Opener) -> None:
