@@ -58,8 +58,11 @@ class OpenAIChatModel:
     server's reading of the wire format (`traits`, bot/llm/server.py): a field the server
     rejects is dropped and the call made again, never failed for it."""
 
-    def __init__(self, config: LlmConfig, api_key: str, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, config: LlmConfig, api_key: str, clock: Clock = utc_now, *, settings: str = "llm"
+    ) -> None:
         self._config = config
+        self._settings = settings  # where the operator sets this server: llm, llm.models.<name>
         self._clock = clock
         self.traits = ServerTraits.configured(config.completion_limit_param)
         self._probed = not config.probe_server
@@ -215,7 +218,7 @@ class OpenAIChatModel:
 
     def _model_error(self, error: openai.OpenAIError) -> ModelError:
         """The ModelError of a failed call; a context window the server states is noted."""
-        failure = _model_error(error)
+        failure = _model_error(error, self._settings)
         if failure.overflow:
             self.traits.window(failure.context_window)
         return failure
@@ -458,7 +461,7 @@ def _server_message(error: openai.APIStatusError) -> str:
     return f"{text} (code {code})" if code else text
 
 
-def _status_error(error: openai.APIStatusError) -> ModelError:
+def _status_error(error: openai.APIStatusError, settings: str = "llm") -> ModelError:
     status, said = error.status_code, _server_message(error)
     detail = f"status {status}: {said}"
     lowered = said.casefold()
@@ -480,7 +483,8 @@ def _status_error(error: openai.APIStatusError) -> ModelError:
     if status in _MISCONFIGURED:
         return ModelError(
             f"The bot is misconfigured: the model server answered {status}. The bot's operator "
-            "must fix its model settings (llm.base_url, llm.model or the API key).",
+            f"must fix its model settings ({settings}.base_url, {settings}.model or the API "
+            "key).",
             detail,
         )
     return ModelError(
@@ -490,13 +494,13 @@ def _status_error(error: openai.APIStatusError) -> ModelError:
     )
 
 
-def _model_error(error: openai.OpenAIError) -> ModelError:
-    """The one short line a user sees for a failed model call; the detail, for the log, keeps
-    the server's own message."""
+def _model_error(error: openai.OpenAIError, settings: str = "llm") -> ModelError:
+    """The one short line a user sees for a failed model call (settings: where the operator
+    sets this server); the detail, for the log, keeps the server's own message."""
     if isinstance(error, openai.APITimeoutError):
         return ModelError("The model did not answer in time. Please try again.", "timeout")
     if isinstance(error, openai.APIStatusError):
-        return _status_error(error)
+        return _status_error(error, settings)
     if isinstance(error, openai.APIConnectionError):
         return ModelError(
             "The model could not be reached. Please try again later.", "connection failed"

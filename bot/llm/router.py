@@ -80,7 +80,7 @@ class Models:
                     "models": {},
                 }
             )
-            client = OpenAIChatModel(settings, keys[name], clock)
+            client = OpenAIChatModel(settings, keys[name], clock, settings=f"llm.models.{name}")
             entries[name] = Route(wrap(client, name), name, entry.model)
         return cls(Route(wrap(base, None), None, llm.called), entries)
 

@@ -192,3 +192,20 @@ def test_a_missing_key_of_an_entry_stops_the_start(
     config = make_config(**sections(fake_openai, fast))
     with pytest.raises(ConfigError, match=f"llm.models.fast is missing: .*{FAST_KEY}"):
         Models.from_config(config.llm)
+
+
+async def test_an_entry_that_refuses_its_key_names_its_own_settings(
+    make_bot: BotFactory,
+    fake_openai: FakeOpenAI,
+    fast: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 401 from an llm.models entry's server points the operator at that entry's settings,
+    not at llm's own."""
+    monkeypatch.setenv(FAST_KEY, "sk-stale")
+    bot = bot_for(make_bot, **sections(fake_openai, fast))
+    await say(bot, "/group model fast", topic="5", by=OWNER)
+    refused = await say(bot, "hello from the topic", topic="5")
+    assert "llm.models.fast.base_url, llm.models.fast.model or the API key" in refused
+    assert "llm.base_url" not in refused
+    assert await say(bot, "hello from the group") == "reply 1"  # the default's key is right
