@@ -18,6 +18,7 @@ from storage.models import Author, ChangeKind
 from storage.rows import dt, prefix_range, ts
 
 _VERSION_COLUMNS = "op, place, name, before, after, actor, channel, at"
+_VERSIONS = f"SELECT id, {_VERSION_COLUMNS}, undone_by FROM group_setting_versions"
 _VERSION_INSERT = (
     f"INSERT INTO group_setting_versions ({_VERSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
@@ -100,19 +101,12 @@ class SettingsStore(Protocol):
         """Write change (the names whose value it changes, with their versions and audit
         entries) in one transaction; Conflict when a value is no longer as seen. Returns the
         names changed (none: every value already as asked)."""
-        async with self._db.transaction(f"settings:{change.place}") as tx:
-            current = await _values(tx, change.place)
-            if any(current.get(name) != seen for name, seen in change.seen.items()):
-                raise Conflict(f"the settings of {change.place} changed since they were read")
-            changed = [n for n, v in change.values.items() if current.get(n) != v]
-            await _write(tx, change, current, changed, now)
-            return changed
+        return await self._apply_settings(change, now, None)
 
     async def setting_versions(self, place: str, limit: int = 50) -> list[SettingVersion]:
         """A place's setting changes, newest first."""
         found = await self._db.fetch(
-            "SELECT id, op, place, name, before, after, actor, channel, at, undone_by "
-            "FROM group_setting_versions WHERE place = ? ORDER BY id DESC LIMIT ?",
+            f"{_VERSIONS} WHERE place = ? ORDER BY id DESC LIMIT ?",
             place,
             limit,
         )
@@ -129,8 +123,7 @@ class SettingsStore(Protocol):
         if op is None:
             return []
         found = await self._db.fetch(
-            "SELECT id, op, place, name, before, after, actor, channel, at, undone_by "
-            "FROM group_setting_versions WHERE place = ? AND op = ? ORDER BY id",
+            f"{_VERSIONS} WHERE place = ? AND op = ? ORDER BY id",
             place,
             op,
         )
@@ -141,18 +134,24 @@ class SettingsStore(Protocol):
     ) -> list[str]:
         """apply_settings for an undo of operation undone, which it marks undone in the same
         transaction (a second undo then reverts the operation before)."""
+        return await self._apply_settings(change, now, undone)
+
+    async def _apply_settings(
+        self, change: SettingChange, now: datetime, undone: str | None
+    ) -> list[str]:
         async with self._db.transaction(f"settings:{change.place}") as tx:
             current = await _values(tx, change.place)
             if any(current.get(name) != seen for name, seen in change.seen.items()):
                 raise Conflict(f"the settings of {change.place} changed since they were read")
             changed = [n for n, v in change.values.items() if current.get(n) != v]
             await _write(tx, change, current, changed, now)
-            await tx.execute(
-                "UPDATE group_setting_versions SET undone_by = ? WHERE place = ? AND op = ?",
-                change.op,
-                change.place,
-                undone,
-            )
+            if undone is not None:
+                await tx.execute(
+                    "UPDATE group_setting_versions SET undone_by = ? WHERE place = ? AND op = ?",
+                    change.op,
+                    change.place,
+                    undone,
+                )
             return changed
 
 

@@ -6,7 +6,7 @@ the clean-up and retention alike."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,6 +16,7 @@ from bot.core.blocks.review import BlockPolicy
 from bot.core.people import is_shared_scope
 from bot.secrets import redact
 from storage import Store
+from storage.changes import Applied
 from storage.errors import Conflict
 from storage.models import (
     Author,
@@ -88,28 +89,10 @@ async def _end(ops: BlockOps, ended: Sequence[Block]) -> bool:
     ended long ago is not deleted the turn after the notice); False when one changed meanwhile
     or the review refused (nothing changes then; they are looked at again at the next
     request)."""
-    by_scope: dict[str, list[Block]] = {}
-    for block in ended:
-        by_scope.setdefault(block.scope, []).append(block)
-    changes = [
-        BlockChange(
-            scope,
-            tuple(
-                Wanted(b.label, dataclasses.replace(BlockState.of(b), state=State.IDLE))
-                for b in blocks
-            ),
-            CLEANUP,
-            {label_key(b.label): Seen(b, None) for b in blocks},
-            is_shared_scope(scope),
-            mask=redact,
-        )
-        for scope, blocks in by_scope.items()
-    ]
-    try:
-        done = await ops.commit_all(changes)
-    except Conflict:
-        return False
-    return isinstance(done, list) and bool(done)
+    idle = await _cleanup(
+        ops, ended, lambda b: dataclasses.replace(BlockState.of(b), state=State.IDLE)
+    )
+    return bool(idle)
 
 
 async def remove_blocks(ops: BlockOps, gone: Sequence[Block]) -> bool:
@@ -117,22 +100,31 @@ async def remove_blocks(ops: BlockOps, gone: Sequence[Block]) -> bool:
     scope, the clean-up's, reviewed through ops with the system's rights and written like any
     other, each only if it is still as read, all in one transaction; False when one changed
     meanwhile or the review refused (nothing is removed then)."""
+    return await _cleanup(ops, gone, lambda b: None) is not None
+
+
+async def _cleanup(
+    ops: BlockOps, blocks: Sequence[Block], state: Callable[[Block], BlockState | None]
+) -> list[Applied] | None:
+    """Bring each of blocks to state(block) (None: removed) as one change per scope, the
+    clean-up's, each only if still as read, all in one transaction: what changed, or None
+    when one changed meanwhile or the review refused (nothing changed then)."""
     by_scope: dict[str, list[Block]] = {}
-    for block in gone:
+    for block in blocks:
         by_scope.setdefault(block.scope, []).append(block)
     changes = [
         BlockChange(
             scope,
-            tuple(Wanted(b.label, None) for b in blocks),
+            tuple(Wanted(b.label, state(b)) for b in found),
             CLEANUP,
-            {label_key(b.label): Seen(b, None) for b in blocks},
+            {label_key(b.label): Seen(b, None) for b in found},
             is_shared_scope(scope),
             mask=redact,
         )
-        for scope, blocks in by_scope.items()
+        for scope, found in by_scope.items()
     ]
     try:
         done = await ops.commit_all(changes)
     except Conflict:
-        return False
-    return isinstance(done, list)
+        return None
+    return done if isinstance(done, list) else None

@@ -12,13 +12,13 @@ from dataclasses import dataclass, replace
 
 from bot.clock import Clock, utc_now
 from bot.config import Config
+from bot.core.commands import setting_value, stored_value
 from bot.core.groups.settings import (
     GroupSettings,
     Name,
     Places,
     Source,
     configured_trigger,
-    decode,
     encode,
 )
 from bot.core.people import (
@@ -95,18 +95,6 @@ def parse_group(text: str) -> GroupCommand | str:
     return f"I did not understand '/group {text.strip()}'.\n{USAGE}"
 
 
-def _shown(name: Name, value: object) -> str:
-    if value is None:
-        return "not set"
-    if name is Name.PINS:
-        return "on" if value else "off"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "nobody"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,} tokens" if value else "no budget"
-    return str(value)
-
-
 class GroupCommands:
     """Runs `/group` for one message's sender."""
 
@@ -180,18 +168,24 @@ class GroupCommands:
             (Name.PINS, "on" if config.pins.enable_in_group else "off"),
             (Name.MODEL, config.llm.called),
             (Name.TRIGGER, configured_trigger(config, settings.places.group)),
-            (Name.BUDGET_DAILY, _shown(Name.BUDGET_DAILY, config.budgets.group_daily_tokens)),
-            (Name.BUDGET_MONTHLY, _shown(Name.BUDGET_MONTHLY, config.budgets.group_monthly_tokens)),
+            (
+                Name.BUDGET_DAILY,
+                setting_value(Name.BUDGET_DAILY.value, config.budgets.group_daily_tokens),
+            ),
+            (
+                Name.BUDGET_MONTHLY,
+                setting_value(Name.BUDGET_MONTHLY.value, config.budgets.group_monthly_tokens),
+            ),
         ):
             value, source = settings.value(name)
-            shown = configured if source is Source.CONFIG else _shown(name, value)
+            shown = configured if source is Source.CONFIG else setting_value(name.value, value)
             lines.append(f"- {name.value}: {shown} (from the {source.value})")
         for name, listed in (
             (Name.ADMINS, config.pins.group_shared_admin_ids),
             (Name.STRONG, config.pins.group_strong_user_ids),
         ):
             value, source = settings.value(name)
-            own = _shown(name, value) if source is not Source.CONFIG else "nobody"
+            own = setting_value(name.value, value) if source is not Source.CONFIG else "nobody"
             lines.append(
                 f"- {name.value}: {own} (from the {source.value}), and from the config: "
                 f"{', '.join(listed) or 'nobody'}"
@@ -271,7 +265,7 @@ class GroupCommands:
         name = command.name
         assert name is not None
         if command.verb in ("add", "remove"):
-            now = decode(settings.own(name))
+            now = stored_value(settings.own(name))
             people = [str(p) for p in now] if isinstance(now, list) else []
             if command.verb == "add" and person not in people:
                 people.append(person or "")
@@ -287,7 +281,7 @@ class GroupCommands:
         over the cap), or None."""
         config = self._config
         for name, stored in wanted.items():
-            value = decode(stored)
+            value = stored_value(stored)
             if value is None:
                 continue
             if name == Name.MODEL and value not in config.llm.models:
@@ -324,8 +318,8 @@ class GroupCommands:
             return f"{person} is now among the {name.value} of {where}. /group undo takes it back."
         if command.verb == "remove":
             return f"{person} is no longer among the {name.value} of {where}."
-        value = decode(wanted[name.value])
-        shown = "the config's" if value is None else _shown(name, value)
+        value = stored_value(wanted[name.value])
+        shown = setting_value(name.value, value)
         return f"{name.value} for {where}: {shown}. /group undo takes it back."
 
     async def _undo(self, context: MessageContext, places: Places) -> Reply:

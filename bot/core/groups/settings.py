@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from bot.config import BudgetsConfig, Config, PinsConfig
+from bot.core.commands import stored_value
 from bot.core.people import Conversation, member_scope
 
 
@@ -38,16 +39,6 @@ class Source(StrEnum):
 def encode(value: Any) -> str:
     """A value as stored."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def decode(stored: str | None) -> Any:
-    """A stored value (None: not set, or unreadable: the config's applies)."""
-    if stored is None:
-        return None
-    try:
-        return json.loads(stored)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -94,7 +85,7 @@ class GroupSettings:
     def value(self, name: Name) -> tuple[Any, Source]:
         """What applies here for name, and where it comes from (None, CONFIG: the config's)."""
         for stored, source in ((self.topic, Source.TOPIC), (self.group, Source.GROUP)):
-            value = decode(stored.get(name.value))
+            value = stored_value(stored.get(name.value))
             if value is not None:
                 return value, source
         return None, Source.CONFIG
