@@ -21,7 +21,7 @@ from typing import Any
 from bot.config import parse_config
 from bot.core.entry.incoming import SILENT, Incoming
 from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.llm.base import ModelReply, ModelRequest, Progress, TextSink, ToolCall, ToolsRefused
 from bot.llm.suggest import COMPACT_TOOL
 from storage import Store

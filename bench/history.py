@@ -24,7 +24,7 @@ from bench import baseline, commands, data
 from bot.config import parse_config
 from bot.core.entry.incoming import SILENT, Incoming
 from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.llm.offline import OfflineChatModel
 from storage import open_store

@@ -20,7 +20,7 @@ async def _serve(path: Path, scopes: int, turns: int) -> None:
     from bot.config import parse_config
     from bot.core.entry.incoming import SILENT, Incoming
     from bot.core.entry.pinbot import Pinbot
-    from bot.core.people.chats import ChatKind, Conversation
+    from bot.core.people import ChatKind, Conversation
     from bot.llm.offline import OfflineChatModel
     from storage import Store
 

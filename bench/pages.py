@@ -32,7 +32,7 @@ import asyncpg
 from bench import commands, data
 from bench.stats import percentile
 from bot.core.entry.incoming import SILENT, Incoming
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.web import views
 from storage import Store

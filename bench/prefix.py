@@ -18,7 +18,7 @@ from typing import Any
 from bot.config import parse_config
 from bot.core.entry.incoming import SILENT, Incoming
 from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people.keys import ChatKind, Conversation
 from bot.llm.base import Message, ModelReply, ModelRequest, Progress, TextSink
 from storage import Store
 

@@ -15,7 +15,7 @@ from playwright.async_api import Browser, async_playwright
 from bot.config import Config, parse_config
 from bot.core.entry.incoming import SILENT, Incoming, ReplySurface
 from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.core.people.permissions import AdminLookup
 from bot.core.replies import Reply, Result
 from bot.llm.base import TextSink

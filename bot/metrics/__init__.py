@@ -16,7 +16,8 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.process_collector import ProcessCollector
 
-from storage import watch as store_watch
+from storage.dialect.base import unwatch as unwatch_store
+from storage.dialect.base import watch as watch_store
 from storage.models import Channel
 
 OTHER = "other"
@@ -169,7 +170,7 @@ class Meters:
         )
 
     def store_transaction(self, seconds: float, failed: bool) -> None:
-        """One store transaction (a storage.watch watcher)."""
+        """One store transaction (a watcher of storage.dialect.base)."""
         self._store_seconds.observe(seconds)
         if failed:
             self._store_failures.inc()
@@ -215,7 +216,7 @@ def enable(*, version: str, model: str, currency: str, models: Sequence[str] = (
     # A counter's creation time doubles the series for nothing Prometheus reads.
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     _active = Meters(version=version, model=model, currency=currency, models=models)
-    store_watch.watch(_active.store_transaction)
+    watch_store(_active.store_transaction)
     return _active
 
 
@@ -223,7 +224,7 @@ def disable() -> None:
     """Stop counting."""
     global _active
     if _active is not None:
-        store_watch.unwatch(_active.store_transaction)
+        unwatch_store(_active.store_transaction)
     _active = None
 
 

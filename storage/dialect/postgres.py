@@ -28,9 +28,9 @@ from storage.dialect.base import (
     Step,
     T,
     TextIndex,
+    watched,
 )
 from storage.errors import Unavailable, WorkerConflict
-from storage.watch import watched
 
 log = logging.getLogger(__name__)
 POOL_SIZE = 10

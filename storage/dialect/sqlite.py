@@ -26,9 +26,9 @@ from storage.dialect.base import (
     Step,
     T,
     TextIndex,
+    watched,
 )
 from storage.errors import Locked, Unavailable, WorkerConflict
-from storage.watch import watched
 
 PRIVATE_FILE_MODE = 0o600  # the database holds DM blocks and chat history: its owner only
 BUSY_TIMEOUT_MS = 5000  # how long a SQLite write waits for another connection's transaction

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bot.core.entry import SILENT, GroupMoved
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.core.replies import Result
 from storage import Store
 from tests.conftest import BotFactory, ask, dm, group, outcome_of, text_of

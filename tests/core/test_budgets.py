@@ -16,7 +16,7 @@ import pytest
 
 from bot.core.conversation.usage import estimated_usage
 from bot.core.entry.pinbot import Pinbot
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.core.replies import Result
 from bot.llm.base import ModelReply, ModelRequest
 from bot.llm.openai_backend import OpenAIChatModel

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.people import permissions
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation, permissions
 from bot.core.people.context import is_addressed
 from bot.core.people.permissions import Action, Role, Speaker, resolve_access
 from bot.llm.base import ModelReply, ModelRequest, ToolCall

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bot.config import PinsConfig
-from bot.core.people.chats import ChatKind, Conversation
+from bot.core.people import ChatKind, Conversation
 from bot.core.people.permissions import AllowEntry, Role, group_whitelisted, resolve_access
 from bot.core.replies import Result
 from storage import Store

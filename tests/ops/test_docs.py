@@ -349,7 +349,7 @@ def test_a_wrong_key_is_found(code: str, info: str | None, refused: str) -> None
 
 def test_file_names_and_other_dotted_names_are_not_keys() -> None:
     for text in (
-        "bot/core/people/limits.py",
+        "bot/core/people/permissions.py",
         "context.is_addressed",
         "usage.prompt_tokens_details",
     ):

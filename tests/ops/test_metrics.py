@@ -30,9 +30,9 @@ from bot.llm.offline import OfflineChatModel
 from bot.metrics.listener import Health
 from bot.metrics.model import MeteredModel, metered
 from storage import Store
+from storage.dialect.base import watched
 from storage.errors import Unavailable
 from storage.schema import LATEST
-from storage.watch import watched
 from tests.conftest import BotFactory, ask, dm, group, make_config
 from tests.fakes.clock import FakeClock
 from tests.pg import PgCluster

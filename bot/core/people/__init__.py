@@ -1,11 +1,11 @@
 """People and where they speak: scope keys, the conversation a message comes from, access,
 roles and permissions, rate limits, and the context a message is decided in."""
 
-from bot.core.people.access import ANYONE, admission
-from bot.core.people.chats import ChatKind, Conversation
 from bot.core.people.context import GroupTrigger, MessageContext, Quoted, QuotedLookup, is_addressed
 from bot.core.people.keys import (
     READ_PLATFORMS,
+    ChatKind,
+    Conversation,
     ScopeKind,
     after_platform,
     console_id_ok,
@@ -27,14 +27,16 @@ from bot.core.people.keys import (
     strip_agent_prefix,
     topic_of,
 )
-from bot.core.people.limits import RateLimiter
 from bot.core.people.permissions import (
+    ANYONE,
     Access,
     Action,
     AdminLookup,
     AllowEntry,
+    RateLimiter,
     Role,
     Speaker,
+    admission,
     refusal_for,
 )
 from bot.core.people.whoami import whoami

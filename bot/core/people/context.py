@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.config import AccessConfig, BudgetsConfig, PinsConfig
-from bot.core.people.access import Admission, admission
-from bot.core.people.chats import ChatKind, Conversation
-from bot.core.people.permissions import AdminLookup, Speaker, resolve_access
+from bot.core.people.keys import ChatKind, Conversation
+from bot.core.people.permissions import AdminLookup, Admission, Speaker, admission, resolve_access
 
 GroupTrigger = Literal["mention", "all"]
 

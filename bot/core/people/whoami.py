@@ -3,9 +3,8 @@ more rights here. It never shows anyone else's ids."""
 
 from __future__ import annotations
 
-from bot.core.people.chats import ChatKind
 from bot.core.people.context import MessageContext
-from bot.core.people.keys import member_scope
+from bot.core.people.keys import ChatKind, member_scope
 from bot.core.people.permissions import Role
 
 _VIEW_SHARED = "view this group's shared blocks (/pin shared list, status and log)"
