@@ -32,7 +32,7 @@ import yaml
 from bench.baseline import ROOT, tree_of
 from bench.cores import BOT_CORE, OTHERS_CORE, on_core, pinned
 from bench.stats import percentile
-from bot.adapters.telegram_format import formatted_parts
+from bot.adapters.telegram_send import formatted_parts
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, message, private_chat, user
 from tests.process import PINBOT

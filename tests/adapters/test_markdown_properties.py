@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from bot.adapters.feishu_api import MESSAGE_LIMIT
 from bot.adapters.feishu_format import formatted_posts
 from bot.adapters.rich_text import Rich, Span
-from bot.adapters.telegram_format import _part, formatted_parts
+from bot.adapters.telegram_send import _part, formatted_parts
 from tests.adapters.markdown_replies import (
     Piece,
     feishu_shown,
@@ -61,7 +61,7 @@ class Dropped(logging.Handler):
 
 
 dropped = Dropped()
-LAST_CHECK = logging.getLogger("bot.adapters.telegram_format")
+LAST_CHECK = logging.getLogger("bot.adapters.telegram_send")
 LAST_CHECK.addHandler(dropped)
 
 

@@ -17,7 +17,7 @@ from bot.adapters.rich_text import (
     span_problems,
     split_rich,
 )
-from bot.adapters.telegram_format import _part, formatted_parts
+from bot.adapters.telegram_send import _part, formatted_parts
 
 
 def shown(markdown: str) -> tuple[str, list[tuple[str, str]]]:

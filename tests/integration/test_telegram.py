@@ -23,8 +23,7 @@ import yaml
 from telegram.error import TelegramError
 
 from bot.adapters.telegram import TYPING_REFRESH_S, TelegramFrontend
-from bot.adapters.telegram_format import formatted_parts
-from bot.adapters.telegram_send import STREAM_EDIT_INTERVAL_S
+from bot.adapters.telegram_send import STREAM_EDIT_INTERVAL_S, formatted_parts
 from bot.config import LoggingConfig
 from bot.core.entry.pinbot import UNREADABLE_REPLY, Pinbot
 from bot.core.replies import Reply
