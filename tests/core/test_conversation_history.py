@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bot.core.conversation.history import SUMMARY_PREFIX
 from bot.core.conversation.render import STRONG_RULES
+from bot.core.conversation.turns import SUMMARY_PREFIX
 from bot.llm.summary import SUMMARY_INSTRUCTIONS, transcript_marker
 from tests.conftest import SYSTEM, OpenAIBots, ask, dm, group, text_of
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls

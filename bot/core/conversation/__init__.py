@@ -1,7 +1,6 @@
 """The conversation: a turn with the model, its history and compaction, the blocks rendered
 into the request, the agent tools, and usage and budgets."""
 
-from bot.core.conversation.history import history_key
 from bot.core.conversation.render import (
     STRONG_TITLE,
     BlockCost,
@@ -11,7 +10,7 @@ from bot.core.conversation.render import (
     estimate,
     injected,
 )
-from bot.core.conversation.turns import ChatService
+from bot.core.conversation.turns import ChatService, history_key
 from bot.core.conversation.usage import UsageLedger, usage_document, usage_table
 from bot.core.conversation.why import why_text
 

@@ -1,5 +1,5 @@
-"""One chat turn: the speaker's scopes, lifecycle, rendering, history (compacted when it grows
-too big), the model and its tool calls, the reply."""
+"""One chat turn: the speaker's scopes, lifecycle, rendering, history (which entries go to the
+model, and which are compacted when it grows too big), the model and its tool calls, the reply."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from bot import metrics
@@ -15,17 +16,11 @@ from bot.clock import Clock, utc_now
 from bot.config import Config
 from bot.core.blocks import BlockOps, BlockPolicy, Done, Lifecycle, count_refusal, shown_end
 from bot.core.conversation.compaction import Compaction
-from bot.core.conversation.history import (
-    SUMMARY_ROLE,
-    history_key,
-    history_messages,
-    plan_history,
-)
 from bot.core.conversation.render import SECTION_SEPARATOR, Rendered, Selection, render, select
 from bot.core.conversation.tools import TOOL_SETS, PinTools, tool_message
 from bot.core.conversation.usage import BudgetUsedUp, UsageLedger
 from bot.core.decisions import Proposals, Suggestions
-from bot.core.people import Conversation, MessageContext, is_shared_scope
+from bot.core.people import ChatKind, Conversation, MessageContext, is_shared_scope, sender_session
 from bot.core.replies import Reply
 from bot.llm.base import (
     ChatModel,
@@ -42,6 +37,8 @@ from storage import Store
 from storage.models import Block, HistoryEntry
 
 log = logging.getLogger(__name__)
+SUMMARY_ROLE = "summary"
+SUMMARY_PREFIX = "Summary of our earlier conversation (older messages were compacted):\n"
 # Every tool name pinbot offers (of every tool set).
 OUR_TOOLS = frozenset(
     tool.name for tools in TOOL_SETS.values() for tool in (*tools.tools, tools.propose)
@@ -67,6 +64,72 @@ def _overflow_reply(window: int | None) -> str:
     """The reply to a request that overflowed the model's context window with history
     compacted (or none): what is left is the message and the blocks."""
     return OVERFLOW.format(window=f" ({window:,} tokens)" if window else "")
+
+
+def history_key(conversation: Conversation, *, per_sender: bool) -> str:
+    """Where a conversation's history is kept: per chat (and topic), or per sender in groups
+    when per_sender (`chat.history_per_sender`) is on."""
+    key = conversation.session_key
+    if per_sender and conversation.kind is ChatKind.GROUP and conversation.sender_id:
+        key = sender_session(key, conversation.sender_id)
+    return key
+
+
+@dataclass(frozen=True)
+class HistoryPlan:
+    """History split into what is sent as it is and what must be compacted first."""
+
+    kept: list[HistoryEntry]
+    older: list[HistoryEntry]  # the summary (if any) and the oldest turns, to compact
+
+    @property
+    def needs_compaction(self) -> bool:
+        """Whether anything has to be summarised or dropped before the request."""
+        return bool(self.older)
+
+
+def _turns(entries: Sequence[HistoryEntry]) -> list[list[HistoryEntry]]:
+    turns: list[list[HistoryEntry]] = []
+    for entry in entries:
+        if entry.role == "user" or not turns:
+            turns.append([entry])
+        else:
+            turns[-1].append(entry)
+    return turns
+
+
+def _size(entries: Sequence[HistoryEntry]) -> int:
+    return sum(len(entry.content) for entry in entries)
+
+
+def plan_history(
+    entries: Sequence[HistoryEntry], max_chars: int, max_turns: int, keep_turns: int
+) -> HistoryPlan:
+    """Keep everything while history is within max_chars and max_turns; past either, keep the
+    newest keep_turns turns that fit in max_chars and mark the rest (with any summary) as older."""
+    summary = [e for e in entries if e.role == SUMMARY_ROLE]
+    turns = _turns([e for e in entries if e.role != SUMMARY_ROLE])
+    if _size(entries) <= max_chars and len(turns) <= max_turns:
+        return HistoryPlan(list(entries), [])
+    kept: list[HistoryEntry] = []
+    count = 0
+    for turn in reversed(turns):
+        if count >= min(keep_turns, max_turns) or _size(kept) + _size(turn) > max_chars:
+            break
+        kept[:0] = turn
+        count += 1
+    older = summary + [e for turn in turns[: len(turns) - count] for e in turn]
+    return HistoryPlan(kept, older)
+
+
+def history_messages(entries: Sequence[HistoryEntry]) -> list[Message]:
+    """History as chat messages; a summary becomes a user message that says what it is."""
+    return [
+        {"role": "user", "content": SUMMARY_PREFIX + entry.content}
+        if entry.role == SUMMARY_ROLE
+        else {"role": entry.role, "content": entry.content}
+        for entry in entries
+    ]
 
 
 class _AfterTools(ModelError):
