@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 import os
 import re
@@ -322,7 +323,7 @@ class BudgetsConfig(_Section):
     group_daily_cost: Money = 0.0
     group_monthly_cost: Money = 0.0
 
-    @property
+    @functools.cached_property  # read on every turn; the section never changes
     def any(self) -> bool:
         """Whether any budget is set."""
         return any(value for value in self.model_dump().values())

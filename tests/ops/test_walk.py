@@ -31,7 +31,7 @@ from tests.ops.test_layers import ROOT, layer_of
 # records each update in before Telegram is told it arrived (inbox, delivery, the dialect's
 # base). The one call up a layer it may make: the entry calling what the adapter handed it (the
 # surface's indicator, streamed text and send; the inbox's handler and sender).
-MOST_MODULES = 33
+MOST_MODULES = 32
 SURFACE_CALL = ("bot.core.entry.", "bot.adapters.")
 # Periodic jobs run on the same loop while a message is handled; they are not its walk.
 NOT_THE_WALK = "bot/core/entry/jobs.py"
@@ -97,8 +97,8 @@ def walking() -> Iterator[Walk]:
 
 async def walk_of_one_text() -> Walk:
     """A DM text answered by the model through the real Telegram frontend (polling) and the
-    real openai client, against the fake servers; the walk of the second text (the first warms
-    what is done once)."""
+    real openai client, against the fake servers; the walk of the third message (a first text and
+    a command warm what is done once)."""
     telegram, model_server = await FakeTelegram().start(), await FakeOpenAI().start()
     try:
         with tempfile.TemporaryDirectory() as folder:
@@ -113,9 +113,10 @@ async def walk_of_one_text() -> Walk:
                 )
                 await frontend.start()
                 try:
-                    await _answered(telegram, "/pin add tone Be brief.", 1)
+                    await _answered(telegram, "Hello.", 1)
+                    await _answered(telegram, "/pin add tone Be brief.", 2)
                     with walking() as walk:
-                        await _answered(telegram, "What is new?", 2)
+                        await _answered(telegram, "What is new?", 3)
                 finally:
                     await frontend.stop()
                     await model.close()
