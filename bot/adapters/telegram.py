@@ -238,7 +238,12 @@ class TelegramFrontend:
         self.inbox = pinbot.inbox(self._process_recorded, self._send_recorded, resends=False)
         self._requests = (  # sending, and getUpdates
             AiohttpRequest(SEND_CONNECTIONS, monotonic=monotonic),
-            AiohttpRequest(1, read_timeout=config.poll_timeout_s + 10, monotonic=monotonic),
+            AiohttpRequest(
+                1,
+                read_timeout=config.poll_timeout_s + 10,
+                monotonic=monotonic,
+                keeps_updates=True,
+            ),
         )
         self._requests[1].reach.recovered = _polling_recovered
         self._asking: asyncio.Task[None] | None = None  # a getMe asked by not_ready
@@ -428,7 +433,7 @@ class TelegramFrontend:
 
     async def _record_polled(self, update: Update) -> None:
         """Record an update polled from Telegram (see RecordingQueue)."""
-        data = update.to_dict()
+        data = self._requests[1].take_polled(update.update_id) or update.to_dict()
         raw = json.dumps(data, ensure_ascii=False, default=_epoch_seconds)
         self._remember(raw, update)
         await self._record(update.update_id, raw, data, update)

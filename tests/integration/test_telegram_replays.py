@@ -7,6 +7,7 @@ the approval nor the approver's answer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -383,3 +384,29 @@ async def test_a_proposals_multi_line_content_reads_as_one_quoted_block(
     # The listing keeps each proposal on its line, as before.
     listed = await bot.ask("/pin shared proposals", 42)
     assert listed.startswith("Pending proposals (1):\n#2 replace 'deadline': ")
+
+
+# --- the update recorded as Telegram sent it ----------------------------------------------------
+
+
+async def test_a_polled_update_is_recorded_as_telegram_sent_it(
+    start_bot: StartBot, fake_telegram: FakeTelegram, store: Store
+) -> None:
+    """The inbox keeps a polled update's JSON as the Bot API gave it (fields python-telegram-bot
+    does not know included), not rebuilt from python-telegram-bot's objects; processed again
+    from that record, it is the same update."""
+    bot = await start_bot(pins=ADMIN_PINS)
+    sent = message(group_chat(GROUP), "/pin shared add tone Be brief.", user(7))
+    sent["message"]["a_field_of_a_later_bot_api"] = {"nested": [1, "ü"]}
+    update = fake_telegram.push(sent)
+    await bot.settle()
+    (payload,) = [
+        row[0]
+        for row in await store._db.fetch("SELECT payload FROM inbox")
+        if json.loads(row[0])["update_id"] == update["update_id"]
+    ]
+    assert json.loads(payload) == update
+    again = bot.frontend._update_of(payload)  # what a restart rebuilds
+    assert again.update_id == update["update_id"] and again.effective_message is not None
+    assert again.effective_message.text == "/pin shared add tone Be brief."
+    assert [b.label for b in await store.blocks([GROUP_KEY])] == ["tone"]
