@@ -2,12 +2,14 @@
 
 One line per service: `ok`, `not configured` (its credentials are not set), or `failed: <status>
 <the server's own message>`; after the model server's `ok`, one line for each thing it supports
-or not (bot/llm/server.py). Secrets never appear in a line.
+or not (bot/llm/server.py); the same for each `llm.models` entry's server, named
+`llm.models.<name>`. Secrets never appear in a line.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -52,50 +54,87 @@ async def _telegram(client: httpx.AsyncClient, config: Config) -> str:
     return _failed(response)
 
 
-async def _llm(client: httpx.AsyncClient, config: Config) -> list[tuple[str, str]]:
-    """The model server's line, and when it answers, what it supports (bot/llm/server.py)."""
+@dataclass(frozen=True)
+class _ModelServer:
+    """One model server the config calls: llm's own, or an `llm.models` entry's."""
+
+    name: str  # how its lines and messages name its settings: llm, llm.models.<name>
+    base_url: str
+    model: str
+    api_key_env: str
+
+
+def _model_servers(config: Config) -> list[_ModelServer]:
+    """llm's server (when it is not the offline model), then each llm.models entry's."""
     llm = config.llm
-    if llm.backend != "openai":
-        return [("llm", "not configured (the offline model needs no server)")]
-    key = os.environ.get(llm.api_key_env, "")
+    servers = [_ModelServer("llm", llm.base_url, llm.model, llm.api_key_env)]
+    servers = servers if llm.backend == "openai" else []
+    return servers + [
+        _ModelServer(f"llm.models.{name}", entry.base_url, entry.model, entry.api_key_env)
+        for name, entry in llm.models.items()
+    ]
+
+
+async def _llm(client: httpx.AsyncClient, config: Config) -> list[tuple[str, str]]:
+    """Each model server's line, and when it answers, what it supports (bot/llm/server.py)."""
+    found = []
+    if config.llm.backend != "openai":
+        found.append(("llm", "not configured (the offline model needs no server)"))
+    for server in _model_servers(config):
+        try:
+            found += await _model_server(client, config, server)
+        except httpx.HTTPError as error:
+            found.append((server.name, _unreachable(error)))
+    return found
+
+
+async def _model_server(
+    client: httpx.AsyncClient, config: Config, server: _ModelServer
+) -> list[tuple[str, str]]:
+    """One model server's line and what it supports: its model listed, its key taken."""
+    key = os.environ.get(server.api_key_env, "")
     if not key:
-        return [("llm", "not configured")]
+        return [(server.name, "not configured")]
     headers = {"Authorization": f"Bearer {key}"}
-    base = llm.base_url.rstrip("/")
-    response = await client.get(f"{base}/models", headers=headers)
+    response = await client.get(f"{server.base_url.rstrip('/')}/models", headers=headers)
     window = None
     if response.status_code == httpx.codes.OK:
         entries = [m for m in response.json().get("data", []) if isinstance(m, dict)]
         listed = [m.get("id") for m in entries]
-        if llm.model not in listed:
+        if server.model not in listed:
             shown = ", ".join(str(m) for m in listed[:LISTED_MODELS_SHOWN]) or "none"
             return [
                 (
-                    "llm",
-                    f"failed: the server does not list llm.model '{llm.model}' (it lists: {shown})",
+                    server.name,
+                    f"failed: the server does not list {server.name}.model '{server.model}' "
+                    f"(it lists: {shown})",
                 )
             ]
-        window = listed_window(entries[listed.index(llm.model)])
+        window = listed_window(entries[listed.index(server.model)])
     elif response.status_code not in (httpx.codes.NOT_FOUND, httpx.codes.METHOD_NOT_ALLOWED):
-        return [("llm", _failed(response))]
-    return [("llm", "ok"), *await _supports(config, key, window)]
+        return [(server.name, _failed(response))]
+    return [(server.name, "ok"), *await _supports(config, server, key, window)]
 
 
-async def _supports(config: Config, key: str, window: int | None) -> list[tuple[str, str]]:
+async def _supports(
+    config: Config, server: _ModelServer, key: str, window: int | None
+) -> list[tuple[str, str]]:
     """What the server makes of pinbot's requests, asked through the client pinbot uses."""
-    llm = config.llm
+    traits = ServerTraits.configured(config.llm.completion_limit_param)
     async with openai.AsyncOpenAI(
-        api_key=key, base_url=llm.base_url, timeout=TIMEOUT_S, max_retries=0
+        api_key=key, base_url=server.base_url, timeout=TIMEOUT_S, max_retries=0
     ) as model_client:
         try:
-            report = await probe(
-                model_client, llm.model, ServerTraits.configured(llm.completion_limit_param), window
-            )
+            report = await probe(model_client, server.model, traits, window)
         except openai.APIStatusError as error:
-            return [("llm", f"failed: {error.status_code} {error.message}")]
+            return [(server.name, f"failed: {error.status_code} {error.message}")]
         except openai.OpenAIError as error:
-            return [("llm", f"failed: {type(error).__name__}: {error}")]
-    return [(f"llm {what}", finding) for what, finding in report.lines()]
+            return [(server.name, f"failed: {type(error).__name__}: {error}")]
+    return [(f"{server.name} {what}", finding) for what, finding in report.lines()]
+
+
+def _unreachable(error: httpx.HTTPError) -> str:
+    return f"failed: cannot reach the server ({type(error).__name__}: {error})"
 
 
 async def _feishu(client: httpx.AsyncClient, config: Config) -> str:
@@ -145,7 +184,7 @@ async def online_checks(config: Config) -> list[tuple[str, str]]:
             try:
                 found = await check(client, config)
             except httpx.HTTPError as error:
-                found = f"failed: cannot reach the server ({type(error).__name__}: {error})"
+                found = _unreachable(error)
             lines = [(name, found)] if isinstance(found, str) else found
             results += [(what, REDACTOR.redact(result)) for what, result in lines]
     return results

@@ -232,6 +232,36 @@ async def test_check_config_online(
     assert fake_openai.requests[-1]["max_tokens"] == 256
 
 
+async def test_check_config_online_asks_each_llm_models_entrys_server(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Each `llm.models` entry's server is asked as llm's is, under the entry's name: its key,
+    its model listed, what it supports; llm on the offline model still names no server."""
+    fake_openai.api_key = LLM_KEY
+    entry = {"base_url": fake_openai.base_url, "model": "fake-model", "api_key_env": "FAST_KEY"}
+    models = {"fast": entry, "missing": {**entry, "model": "gpt-9"}, "keyless": {**entry}}
+    models["keyless"]["api_key_env"] = "NO_SUCH_KEY"
+    config = config_file(tmp_path, llm={"models": models})
+    code, out, err = await run_pinbot_here(
+        "check-config", "--online", "--config", str(config), env={"FAST_KEY": LLM_KEY}
+    )
+    assert LLM_KEY not in out + err
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert code == 1, out
+    assert lines["llm"] == "not configured (the offline model needs no server)"
+    assert lines["llm.models.fast"] == "ok"
+    assert lines["llm.models.fast tools"] == "yes"
+    assert lines["llm.models.missing"] == (
+        "failed: the server does not list llm.models.missing.model 'gpt-9' (it lists: fake-model)"
+    )
+    assert lines["llm.models.keyless"] == "not configured"
+    code, out, _ = await run_pinbot_here(
+        "check-config", "--online", "--config", str(config), env={"FAST_KEY": "sk-wrong-0000"}
+    )
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert code == 1 and lines["llm.models.fast"] == "failed: 401 Incorrect API key provided"
+
+
 async def test_a_first_run_that_guides(tmp_path: Path) -> None:
     code, out, _ = await run_pinbot_here()
     assert code == 0 and "usage: pinbot" in out and "init" in out
