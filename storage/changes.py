@@ -319,21 +319,19 @@ class ChangeStore(Protocol):
                 "WHERE session = ? OR substr(session, 1, length(?)) = ?",
                 *(new, old, old, sessions_prefix, sessions_prefix),
             )
-            # The group's own settings and its topics' go with it (not where the new chat
-            # already has its own).
-            for table in ("group_settings", "group_setting_versions"):
-                unset = (
-                    " AND NOT EXISTS (SELECT 1 FROM group_settings d WHERE d.place = "
-                    "CAST(? AS TEXT) || substr(group_settings.place, length(?) + 1) "
-                    "AND d.name = group_settings.name)"
-                    if table == "group_settings"
-                    else ""
-                )
+            # The group's own settings and its topics' go with it, each name with its versions;
+            # where the new chat already set a name of its own, the old chat's value stays at
+            # the old key with its versions (as a block whose label the new chat has does), so
+            # no undo under the new key reaches it. The versions move first: the check must
+            # see only the new chat's own settings.
+            place = "(place = ? OR substr(place, 1, length(?)) = ?)"
+            for table in ("group_setting_versions", "group_settings"):
                 await tx.execute(
                     f"UPDATE {table} SET place = CAST(? AS TEXT) || substr(place, length(?) + 1) "
-                    f"WHERE (place = ? OR substr(place, 1, length(?)) = ?){unset}",
-                    *(new, old, old, sessions_prefix, sessions_prefix),
-                    *((new, old) if unset else ()),
+                    f"WHERE {place} AND NOT EXISTS (SELECT 1 FROM group_settings d WHERE "
+                    f"d.place = CAST(? AS TEXT) || substr({table}.place, length(?) + 1) "
+                    f"AND d.name = {table}.name)",
+                    *(new, old, old, sessions_prefix, sessions_prefix, new, old),
                 )
         return moved
 

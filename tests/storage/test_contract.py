@@ -820,6 +820,13 @@ async def test_a_moved_group_takes_its_settings_and_a_forgotten_one_loses_them(
     # above): it is never written over.
     assert await store.settings_under(SET_GROUP, f"{SET_GROUP}:") == {SET_GROUP: {"model": '"a"'}}
     assert {v.op for v in await store.setting_versions(f"{moved_to}:topic:3")} == {"op2"}
+    # Each name's versions go where its value went: the old chat's model stays with its value,
+    # so an undo under the new key reverts the new chat's own model, never the old chat's.
+    assert {(v.op, v.name) for v in await store.setting_versions(SET_GROUP)} == {("op1", "model")}
+    assert {(v.op, v.name) for v in await store.setting_versions(moved_to)} == {
+        ("op1", "pins"),
+        ("op3", "model"),
+    }
     # Removed from the group, and past its grace: its settings and their versions go with it.
     await store.group_removed(moved_to, chat="p:2", now=NOW)
     forgotten = await store.forget_group(
