@@ -654,8 +654,19 @@ class FeishuFrontend:
         # chat is the tapper's DM when the tapped card is one of their suggestions (never what
         # the button's data says: anyone can copy a card).
         message = Sent(tap.chat_id or "", tap.message_id)
+        conversation = tap.conversation()
+        # Feishu does not say the chat's kind; the owner and managers are asked only if the
+        # core takes the tap for a group's (a proposal) and the answer could decide it.
+        as_group = dataclasses.replace(conversation, kind=ChatKind.GROUP)
         tapped = await self.pinbot.handle(
-            Tap(tap.conversation(), tap.content, message, chat_kind_known=False), SILENT
+            Tap(
+                conversation,
+                tap.content,
+                message,
+                platform_admin=self._admin_lookup(as_group),
+                chat_kind_known=False,
+            ),
+            SILENT,
         )
         # A tap carried out is counted when recorded (a repeated delivery is not), the others
         # as they come.
@@ -778,8 +789,13 @@ class FeishuFrontend:
         tap carried out (its outcome shows in the card: no reply)."""
         surface: Surface
         if event.message_type == CARD_ACTION:
+            conversation = event.conversation()
             incoming = Incoming(
-                event.conversation(), event.content, mentioned=True, redelivered=in_inbox()
+                conversation,
+                event.content,
+                mentioned=True,
+                platform_admin=self._admin_lookup(conversation),
+                redelivered=in_inbox(),
             )
             surface = SILENT
         else:

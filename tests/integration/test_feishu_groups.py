@@ -5,12 +5,16 @@ receives and what the store holds."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import pytest
 
-from tests.fakes.feishu_server import FakeFeishu, mention, receive_event
+from bot.llm.openai_backend import OpenAIChatModel
+from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
+from tests.fakes.feishu_server import FakeFeishu, card_action, card_text, mention, receive_event
+from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_feishu import BOT, Harness, start_feishu
 
 __all__ = ["start_feishu"]  # the Feishu tests' fixture, used here too
@@ -149,3 +153,39 @@ async def test_with_inherit_platform_admins_a_groups_owner_manages_its_shared_bl
     whoami = await said(bot, MANAGER, "/whoami")
     assert "You are a shared admin because feishu says you administer this group" in whoami
     assert [b.label for b in await bot.store.blocks([GROUP_SCOPE])] == ["rules"]
+
+
+async def test_with_inherit_platform_admins_the_owners_tap_on_a_proposal_card_decides_it(
+    start_feishu: Any, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A card's button is decided as the typed command is: the group's owner, asked of
+    Feishu, approves a proposal with a tap; a member's tap is refused."""
+    server = await FakeOpenAI().start()
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+    llm = agent_llm(server.base_url)
+    propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
+    server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
+    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    fake_feishu.add_chat(CHAT, OWNER, [MANAGER])
+    pins = {"enable_in_group": True, "inherit_platform_admins": True}
+    try:
+        bot = await start_feishu(model=model, llm=llm, pins=pins)
+        assert await said(bot, MEMBER, "keep the standup time") == "Proposed."
+        (card,) = [p for p in fake_feishu.posted if p["msg_type"] == "interactive"]
+        approve = json.loads(card["content"])["elements"][1]["actions"][0]["value"]
+        status, answer = await bot.post(
+            card_action(approve, open_id=MEMBER, chat_id=CHAT, message_id="om_sent_1")
+        )
+        assert status == 200 and "Only this group's shared admins" in answer["toast"]["content"]
+        status, answer = await bot.post(
+            card_action(approve, open_id=OWNER, chat_id=CHAT, message_id="om_sent_1")
+        )
+        assert status == 200 and answer["toast"]["content"] == "Approving proposal #1…"
+        await bot.frontend.idle()
+        blocks = await bot.store.blocks([GROUP_SCOPE])
+        assert [(b.label, b.content) for b in blocks] == [("standup", "Standup at 9:30.")]
+        (update,) = fake_feishu.card_updates
+        assert card_text(update["content"]).endswith(f"Approved by {OWNER}: saved.")
+        assert fake_feishu.chat_reads == [CHAT]  # asked once: trusted for the tap and after
+    finally:
+        await server.stop()
