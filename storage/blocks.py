@@ -283,12 +283,16 @@ class BrowseStore(Protocol):
         limit: int = 50,
     ) -> list[AuditEntry]:
         """Changes to shared blocks, newest first, filtered by group, actor, kind of change and
-        time [since, until); a page of them."""
+        time [since, until); a page of them. A change of several aspects at once is one entry
+        of its first aspect's kind naming the others in its detail: it is found by each."""
         conditions, args = [], []
+        if kind is not None:
+            conditions.append("(kind = ? OR (kind != ? AND detail LIKE ?))")
+            aspect = "content" if kind is ChangeKind.EDIT else kind.value
+            args += [kind.value, ChangeKind.RESTORE.value, f"%; {aspect}%"]
         for sql, value in (
             ("group_scope = ?", group),
             ("actor = ?", actor),
-            ("kind = ?", kind.value if kind else None),
             ("at >= ?", ts(since) if since else None),
             ("at < ?", ts(until) if until else None),
         ):

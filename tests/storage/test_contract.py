@@ -482,6 +482,18 @@ async def test_audit_entries_filter_and_usage_per_day(open_store: Opener) -> Non
     window = await store.audit_entries(since=NOW + one_day, until=NOW + 2 * one_day)
     assert [e.action for e in window] == ["edit"]
     assert [e.action for e in await store.audit_entries(offset=1, limit=1)] == ["edit"]
+    # One change of several aspects is one entry, found by the kind of each.
+    (x,) = await store.blocks(["g1"])
+    await writes.update(
+        store, x, now=NOW + 3 * one_day, limits=Limits(5), by=by_8, audited=True,
+        content="w", level=Level.STRONG, priority=5,
+    )  # fmt: skip
+    (both,) = await store.audit_entries(since=NOW + 3 * one_day)
+    assert (both.kind, both.detail) == (ChangeKind.EDIT, "content; level strong; priority 5")
+    for kind in (ChangeKind.EDIT, ChangeKind.LEVEL, ChangeKind.PRIORITY):
+        assert (await store.audit_entries(kind=kind))[0] == both
+    assert [e.action for e in await store.audit_entries(kind=ChangeKind.LEVEL)] == [both.action]
+    assert await store.audit_entries(kind=ChangeKind.STATE) == []
     for day, sender, group, tokens in (
         ("2026-01-01", "7", "", 10),
         ("2026-01-01", "8", "p:group:1", 5),
