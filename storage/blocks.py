@@ -285,7 +285,8 @@ class BrowseStore(Protocol):
         """Changes to shared blocks, newest first, filtered by group, actor, kind of change and
         time [since, until); a page of them. A change of several aspects at once is one entry
         of its first aspect's kind naming the others in its detail: it is found by each."""
-        conditions, args = [], []
+        conditions: list[str] = []
+        args: list[str | float] = []
         if kind is not None:
             conditions.append("(kind = ? OR (kind != ? AND detail LIKE ?))")
             aspect = "content" if kind is ChangeKind.EDIT else kind.value
