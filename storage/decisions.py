@@ -97,10 +97,20 @@ class DecisionStore(Protocol):
     _db: Database
 
     async def add_decision(
-        self, kind: Kind[N, S], new: N, *, now: datetime, expires_at: datetime, max_pending: int
+        self,
+        kind: Kind[N, S],
+        new: N,
+        *,
+        now: datetime,
+        expires_at: datetime,
+        max_pending: int,
+        note: tuple[str, str] | None = None,
     ) -> Decision[N, S] | None:
         """Store a pending decision under its scope's next number; None when the scope already
-        holds max_pending of this kind that are pending and not expired."""
+        holds max_pending of this kind that are pending and not expired. With note (a name and
+        a text), keep on the scope, in the same transaction, the note of that name whose text is
+        that text followed by the decision's number: the two are written together or not at
+        all."""
         async with self._db.transaction(new.scope) as tx:
             row = await tx.fetchrow(
                 "SELECT COALESCE(MAX(number), 0), COALESCE(SUM(CASE WHEN status = 'pending' "
@@ -121,6 +131,13 @@ class DecisionStore(Protocol):
                 f"INSERT INTO {kind.table} ({columns}) VALUES ({', '.join('?' * len(values))})",
                 *values,
             )
+            if note is not None:
+                name, text = note
+                await tx.execute(
+                    "INSERT INTO scope_notes (scope, name, text, at) VALUES (?, ?, ?, ?) ON "
+                    "CONFLICT (scope, name) DO UPDATE SET text = excluded.text, at = excluded.at",
+                    *(new.scope, name, f"{text} {number}", ts(now)),
+                )
         return Decision(number, new, kind.status("pending"), now, expires_at)
 
     async def decision(self, kind: Kind[N, S], scope: str, number: int) -> Decision[N, S] | None:

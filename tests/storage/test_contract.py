@@ -555,6 +555,22 @@ async def test_decisions_are_numbered_per_scope_limited_decided_once_and_shown(
     assert await store.shown_at(kind, "p:group:2", "-2", "77")
     assert not await store.shown_at(kind, "p:group:1", "-2", "77")
     assert len((await store.dump())[kind.table]) == 4
+    # A note kept with a decision is written in its transaction, its number last; a decision
+    # refused (the scope holds its most) writes no note either.
+    made = (
+        NewProposal("p:group:3", "n", "content", None, None, "why", "42")
+        if kind is PROPOSALS
+        else NewSuggestion("p:group:3", "n", "About n.", "why", "aboutn")
+    )
+    for _ in range(2):
+        await store.add_decision(
+            kind, made, now=NOW, expires_at=later, max_pending=2, note=("made", "update-1 4")
+        )
+    assert (await store.notes("p:group:3"))["made"] == "update-1 4 2"
+    refused = await store.add_decision(
+        kind, made, now=NOW, expires_at=later, max_pending=2, note=("made", "update-2")
+    )
+    assert refused is None and (await store.notes("p:group:3"))["made"] == "update-1 4 2"
 
 
 async def test_an_approval_decides_its_proposal_once_and_a_moved_group_keeps_them(

@@ -134,15 +134,16 @@ class Decisions(Generic[N, S]):
                     return made, False
         now = self._clock()
         expires = now + timedelta(hours=self._pins.proposal_ttl_hours)
+        # What this update made so far, noted with the new decision in its transaction: a
+        # worker that dies between the two cannot leave a decision its update does not find.
+        noted = (note, " ".join([update.key, *numbers[: ordinal - 1]])) if update else None
         decision = await self._store.add_decision(
-            self._kind, new, now=now, expires_at=expires, max_pending=most
+            self._kind, new, now=now, expires_at=expires, max_pending=most, note=noted
         )
         if decision is None:
             return None
         if update is not None:
             update.made[place] = ordinal
-            made_now = " ".join([update.key, *numbers[: ordinal - 1], str(decision.number)])
-            await self._store.set_note(new.scope, note, made_now, now=now)
         return decision, True
 
     async def _post(self, chat: str, reply: Reply, what: str) -> Sent | None:
