@@ -49,10 +49,6 @@ class AlreadyDecided(StoreError):
         self.number = number
 
 
-class NotFound(StoreError):
-    """The row the write names is not there (any more)."""
-
-
 class LabelTaken(StoreError):
     """The scope already has a block of this label; label is its stored spelling."""
 

@@ -13,7 +13,6 @@ import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import ahocorasick
 
@@ -93,14 +92,6 @@ def _split(text: str) -> list[str]:
 
 def _words(text: str) -> tuple[str, ...]:
     return tuple(_word().findall(text))
-
-
-@dataclass(frozen=True)
-class Fired:
-    """A block whose keyword a message holds: its id and the keyword (as written)."""
-
-    block_id: int
-    keyword: str
 
 
 class Matcher:
