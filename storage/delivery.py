@@ -32,7 +32,9 @@ def chat_updates_forgotten(chat: str) -> list[tuple[str | None, Step]]:
 def _pending(rows: list[list[Row]], step: int) -> PendingUpdate | None:
     """The update a chain's step read, if that step ran and found one."""
     found = rows[step] if len(rows) > step else []
-    return PendingUpdate(int(found[0][0]), *found[0][1:4]) if found else None
+    if not found or found[0][0] is None:  # none (or, read as one row always, its NULLs)
+        return None
+    return PendingUpdate(int(found[0][0]), *found[0][1:4])
 
 
 class DeliveryStore(Protocol):
@@ -111,10 +113,38 @@ class DeliveryStore(Protocol):
         """The chat's first unprocessed update in order, if any."""
         return _pending([await self._db.fetch(_FIRST, chat)], 0)
 
+    @property
+    def one_process(self) -> bool:
+        """Whether no other process serves this store (a SQLite file): a chat's lease may then
+        be given up before the answer to its last update goes out."""
+        return self._db.one_process
+
     async def finish_update(self, seq: int, *, now: datetime) -> PendingUpdate | None:
         """Mark an update processed; then, in the same transaction, read its chat's next
         unprocessed update in order, if any."""
-        found = await self._db.chain(
+        return _pending(await self._db.chain(*self._finish(seq, now)), 1)
+
+    async def finish_and_release(
+        self, seq: int, chat: str, *, now: datetime
+    ) -> tuple[PendingUpdate | None, bool]:
+        """finish_update, and in the same transaction release_chat when none waits: the chat's
+        next unprocessed update, and whether this worker no longer holds the chat (one round
+        trip for what is otherwise two, when nothing is sent after the update is done)."""
+        done, waiting = self._finish(seq, now)
+        # A chain ends at a step that finds nothing: the next update is read as one row always
+        # (its columns NULL when none waits), so that the release after it runs either way.
+        always = Step(
+            f"SELECT w.* FROM (SELECT 1 AS one) AS always LEFT JOIN ({waiting.sql}) AS w ON 1 = 1",
+            waiting.args,
+        )
+        found = await self._db.chain(done, self._lease_lock(chat), always, self._release(chat))
+        found += [[]] * (4 - len(found))  # the steps after one that found nothing did not run
+        return _pending(found, 2), self._released(found[1], found[3])
+
+    @staticmethod
+    def _finish(seq: int, now: datetime) -> tuple[Step, Step]:
+        """The statements marking an update processed and reading its chat's next one."""
+        return (
             Step("UPDATE inbox SET done_at = ? WHERE seq = ? RETURNING chat", (ts(now), seq)),
             Step(
                 _WAITING.format(chat="(SELECT chat FROM inbox WHERE seq = ?)")
@@ -122,7 +152,25 @@ class DeliveryStore(Protocol):
                 (seq,),
             ),
         )
-        return _pending(found, 1)
+
+    def _lease_lock(self, chat: str) -> Step:
+        """The statement locking the chat's lease row (PostgreSQL: an update recorded meanwhile
+        is either seen waiting by the statements after it, or its claim waits for them)."""
+        return Step(f"SELECT owner FROM chat_leases WHERE chat = ?{self._db.for_update}", (chat,))
+
+    def _release(self, chat: str) -> Step:
+        """The statement giving up this worker's lease on the chat unless updates of it wait."""
+        return Step(
+            f"{_DROP} AND NOT EXISTS (SELECT 1 FROM inbox WHERE chat = ? AND done_at IS NULL) "
+            "RETURNING owner",
+            (chat, self._worker, chat),
+        )
+
+    def _released(self, lease: list[Row], dropped: list[Row]) -> bool:
+        """Whether this worker no longer holds a chat, from its lease row as locked and what
+        the release dropped: released, or taken over."""
+        held = bool(lease) and lease[0][0] == self._worker
+        return not held or bool(dropped)
 
     async def hold_replies(self, seq: int, replies: str) -> None:
         """Keep an update's answer with it until the update is finished: a worker that stops
@@ -136,16 +184,8 @@ class DeliveryStore(Protocol):
         The lease row is locked first: an update recorded meanwhile is either seen waiting
         by the statement after the lock, or its worker's claim waits for this release and then
         takes the chat."""
-        found = await self._db.chain(
-            Step(f"SELECT owner FROM chat_leases WHERE chat = ?{self._db.for_update}", (chat,)),
-            Step(
-                f"{_DROP} AND NOT EXISTS (SELECT 1 FROM inbox WHERE chat = ? AND done_at IS NULL) "
-                "RETURNING owner",
-                (chat, self._worker, chat),
-            ),
-        )
-        held = bool(found[0]) and found[0][0][0] == self._worker
-        return not held or bool(found[1])
+        found = await self._db.chain(self._lease_lock(chat), self._release(chat))
+        return self._released(found[0], found[1])
 
     async def drop_lease(self, chat: str) -> None:
         """Give up the chat's lease whatever waits (another worker will take the chat up)."""
@@ -184,7 +224,7 @@ class DeliveryStore(Protocol):
         """Take one token from key's bucket (capacity tokens, refilled at per_s); None if one
         was there, else the seconds until one is. Exact across workers: the row is locked.
         A store that one process serves keeps its buckets in memory: as exact, and no write."""
-        if self._db.buckets_in_memory:
+        if self._db.one_process:
             return self._buckets.take(key, capacity=capacity, per_s=per_s, now=ts(now))
         refilled = "LEAST(?, rate_buckets.tokens + (? - rate_buckets.at) * ?)"
         left = f"({refilled} - CASE WHEN {refilled} >= 1 THEN 1 ELSE 0 END)"
@@ -203,6 +243,6 @@ class DeliveryStore(Protocol):
 
     async def forget_full_buckets(self, now: datetime) -> int:
         """Drop rate buckets that are full again (a new bucket behaves the same)."""
-        if self._db.buckets_in_memory:
+        if self._db.one_process:
             return self._buckets.forget_full(ts(now))
         return await self._db.execute("DELETE FROM rate_buckets WHERE full_at <= ?", ts(now))

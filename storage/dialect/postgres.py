@@ -203,7 +203,7 @@ class PostgresDatabase(_PgExecutor, Database):
     """A pool of asyncpg connections; a worker's liveness rides on a connection of its own."""
 
     kind = "PostgreSQL"
-    buckets_in_memory = False  # every worker takes from the same buckets
+    one_process = False  # workers share it: the same buckets, leases given up in order
     for_update = " FOR UPDATE"
     ilike = "ILIKE"
     types: ClassVar[dict[str, str]] = {name: both[1] for name, both in TYPES.items()}

@@ -114,7 +114,7 @@ class SqliteDatabase(_SqliteExecutor, Database):
         await self.fetch("PRAGMA wal_checkpoint(TRUNCATE)")
 
     kind = "SQLite"
-    buckets_in_memory = True  # one process serves the file (join holds its lock)
+    one_process = True  # one process serves the file (join holds its lock)
     for_update = ""
     ilike = "LIKE"
     types: ClassVar[dict[str, str]] = {name: both[0] for name, both in TYPES.items()}

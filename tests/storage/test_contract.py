@@ -315,6 +315,35 @@ async def test_a_chat_is_held_by_one_live_worker(open_store: Opener) -> None:
     assert await second.abandoned_chats(10) == []
 
 
+async def test_finishing_the_last_waiting_update_gives_up_its_chat_in_the_same_transaction(
+    open_store: Opener,
+) -> None:
+    store = await open_store()
+    await store.register_worker(now=NOW)
+    for event in ("1", "2"):
+        await store.record_update("p", event, chat="c", position=0, payload=event, now=NOW)
+    first = await store.next_update("c")
+    assert first is not None
+    # Another update waits: it is read, and the chat stays held.
+    following, released = await store.finish_and_release(first.seq, "c", now=NOW)
+    assert following is not None and following.payload == "2" and not released
+    assert await store.claim_chat("c", now=NOW)
+    # The last: done, and the chat given up (a worker recording the next one takes it).
+    assert await store.finish_and_release(following.seq, "c", now=NOW) == (None, True)
+    assert await store.next_update("c") is None
+    assert await store.abandoned_chats(10) == []
+    assert store.one_process is (store.kind == "SQLite")
+    if store.kind == "SQLite":
+        return
+    second = await open_store()
+    await second.register_worker(now=NOW)
+    taken = await second.record_update("p", "3", chat="c", position=0, payload="3", now=NOW)
+    assert taken.first is not None and taken.first.payload == "3"  # the chat was free
+    # A chat another worker holds now is not this one's: given up, whatever waits.
+    assert await store.finish_and_release(taken.first.seq, "c", now=NOW) == (None, True)
+    assert not await store.claim_chat("c", now=NOW)
+
+
 async def test_a_sole_role_is_held_by_one_worker(open_store: Opener) -> None:
     first, second = await open_store(), await open_store()
     await first.register_worker(now=NOW, sole="telegram poller")

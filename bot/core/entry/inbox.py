@@ -216,24 +216,34 @@ class Inbox:
                 except Exception:  # one bad update must not hold up the chat
                     log.exception("processing update %d of chat %s failed", pending.seq, chat)
                     replies = ()
-            pending = await self._answer(pending, replies)
+            pending, released = await self._answer(chat, pending, replies)
+            if released:
+                return
 
     async def _answer(
-        self, pending: PendingUpdate, replies: Sequence[Reply]
-    ) -> PendingUpdate | None:
+        self, chat: str, pending: PendingUpdate, replies: Sequence[Reply]
+    ) -> tuple[PendingUpdate | None, bool]:
         """Send an update's answer and mark the update done, in the order resends allows (see
-        the class); the chat's next waiting update. Sent while the chat is still held: replies
-        stay in order."""
+        the class); the chat's next waiting update, and whether the chat was given up with it
+        (none waited). Sent while the chat is still held, or, where one process serves the
+        store, while this worker's drain of it still runs: replies stay in order."""
         if not replies:
-            return await self._store.finish_update(pending.seq, now=self._clock())
+            return await self._finish(chat, pending)
         if self._resends:
             if pending.replies is None:
                 await self._store.hold_replies(pending.seq, replies_to_json(replies))
             await self._send(pending, replies)
-            return await self._store.finish_update(pending.seq, now=self._clock())
-        following = await self._store.finish_update(pending.seq, now=self._clock())
+            return await self._finish(chat, pending)
+        if self._store.one_process:
+            done = await self._finish(chat, pending)
+        else:
+            done = await self._store.finish_update(pending.seq, now=self._clock()), False
         await self._send(pending, replies)
-        return following
+        return done
+
+    async def _finish(self, chat: str, pending: PendingUpdate) -> tuple[PendingUpdate | None, bool]:
+        """Mark the update done and give up the chat if none waits, in one transaction."""
+        return await self._store.finish_and_release(pending.seq, chat, now=self._clock())
 
     async def _send(self, pending: PendingUpdate, replies: Sequence[Reply]) -> None:
         try:
