@@ -40,6 +40,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.pg import PgCluster, fresh_database
 from tests.process import logging_kept
+from tests.templates import migrated_sqlite
 
 # The suite starts many Python processes (parallel workers, `pinbot` commands, servers): where
 # the environment says not to keep compiled bytecode, each would compile the package again.
@@ -103,7 +104,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(tmp_path / "pins.sqlite3") as opened:
+    """An empty store in this test's folder (pins.sqlite3), at the latest schema."""
+    async with await Store.open(await migrated_sqlite(tmp_path / "pins.sqlite3")) as opened:
         yield opened
 
 
