@@ -38,6 +38,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.forked import Forks, ForkServer
 from tests.pg import PgCluster, fresh_database
 from tests.process import logging_kept
 from tests.templates import migrated_sqlite
@@ -294,6 +295,23 @@ def group(
     platform: str = "console",
 ) -> Conversation:
     return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)
+
+
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer]:
+    """The forking process of tests/forked.py, started the first time a test of this process
+    needs it."""
+    server = ForkServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def forks(fork_server: ForkServer) -> AsyncIterator[Forks]:
+    """pinbot processes forked for this test; those still running are killed at its end."""
+    lent = await Forks.attach(fork_server)
+    yield lent
+    await lent.detach()
 
 
 @pytest.fixture(scope="session")
