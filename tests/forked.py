@@ -1,14 +1,15 @@
-"""`pinbot` processes forked from one that imported pinbot once, for the tests that kill a bot
-many times over (the crash loops): each fork is a real process, killed with a real SIGKILL, but
-starts in milliseconds instead of the seconds its imports take (lark-oapi's alone are two).
+"""`pinbot` processes forked from one that imported pinbot once, for the tests that start many
+(the crash loops, the webhook workers): each fork is a real process, killed with a real signal,
+but starts in milliseconds instead of the seconds its imports take (lark-oapi's alone are two).
 
 `python -m tests.forked` is the forking process: it imports pinbot, says it is ready, then reads
 one JSON command a line from standard input, `{"args": [...], "env": {...}}`, forks a child that
 runs `bot.cli.main(args)` with env added to its environment, and answers `{"pid": N}`; when a
-child ends it says `{"exited": N, "status": S}`; told `{"mark": M}`, it writes MARK and M on
-standard error and answers `{"marked": M}`. Every child writes to the forking process's standard
-error. `ForkServer` runs it (one per test process), and `Forks` drives it from a test's event
-loop."""
+child ends it says `{"exited": N, "status": S}`. Children write to the forking process's
+standard error, or, when the command has `"stderr": PATH`, to that FIFO (their standard output
+then /dev/null). Told `{"mark": M}`, it writes MARK and M on standard error and answers
+`{"marked": M}`. `ForkServer` runs it (one per test process), and `Forks` drives it from a
+test's event loop."""
 
 from __future__ import annotations
 
@@ -80,6 +81,11 @@ def _serve() -> None:
                         sock.close()
                     devnull = os.open(os.devnull, os.O_RDONLY)
                     os.dup2(devnull, 0)
+                    if "stderr" in command:  # a FIFO of the test's: standard error of its own
+                        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+                        own = os.open(command["stderr"], os.O_WRONLY)
+                        os.dup2(own, 2)
+                        os.close(own)
                     os.environ.update(command["env"])
                     status = 1
                     try:
@@ -191,11 +197,18 @@ class Forks:
             transports.append(transport)
         return cls(server, readers[0], readers[1], transports)
 
-    async def fork(self, *args: str, env: dict[str, str] | None = None) -> int:
-        """Start `pinbot ARGS` with env added to the environment; its pid."""
+    async def fork(
+        self, *args: str, env: dict[str, str] | None = None, stderr: str | None = None
+    ) -> int:
+        """Start `pinbot ARGS` with env added to the environment; its pid. With stderr (the
+        path of a FIFO open for reading), its standard error is that FIFO and its standard
+        output /dev/null; otherwise both are the forking process's."""
+        command: dict[str, Any] = {"args": args, "env": env or {}}
+        if stderr is not None:
+            command["stderr"] = stderr
         stdin = self._server.process.stdin
         assert stdin is not None
-        stdin.write(json.dumps({"args": args, "env": env or {}}).encode() + b"\n")
+        stdin.write(json.dumps(command).encode() + b"\n")
         stdin.flush()  # a line at a time, far below a pipe's buffer: the write never waits
         return await asyncio.wait_for(self._answers.get(), FORK_TIMEOUT_S)
 
@@ -203,6 +216,10 @@ class Forks:
         """SIGKILL a forked process now."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+    def exit(self, pid: int) -> asyncio.Future[int]:
+        """A forked process's exit status (negative: the signal), once it has ended."""
+        return asyncio.shield(self._exited[pid])
 
     async def ended(self, pid: int) -> int:
         """Wait for a forked process to end; its exit status (negative: the signal)."""
