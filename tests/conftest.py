@@ -200,7 +200,8 @@ async def openai_bots(
             **sections.pop("llm", {}),
         }
         config = make_config(llm=llm, **sections)
-        store = await Store.open(tmp_path / "bot.sqlite3")
+        path = tmp_path / "bot.sqlite3"
+        store = await Store.open(path if path.exists() else await migrated_sqlite(path))
         model = OpenAIChatModel.from_config(config.llm)
         opened.append((store, model))
         return Pinbot(config, store, model, clock=clock)
