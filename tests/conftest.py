@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -181,13 +182,12 @@ OpenAIBots = Callable[..., Awaitable[Pinbot]]
 SYSTEM = "Be helpful."
 
 
-@pytest.fixture
-async def openai_bots(
-    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+@contextlib.asynccontextmanager
+async def bots_on(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock
 ) -> AsyncIterator[OpenAIBots]:
-    """Opens bots on one database that talk to the fake OpenAI server through the real SDK
-    (system prompt SYSTEM, no retries); keyword sections as for make_config."""
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    """openai_bots' opener (the key in PINBOT_TEST_KEY is the caller's to set); what it opened
+    is closed at the end."""
     opened: list[tuple[Store, OpenAIChatModel]] = []
 
     async def open_bot(**sections: Any) -> Pinbot:
@@ -210,6 +210,17 @@ async def openai_bots(
     for store, model in opened:
         await store.close()
         await model.close()
+
+
+@pytest.fixture
+async def openai_bots(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[OpenAIBots]:
+    """Opens bots on one database that talk to the fake OpenAI server through the real SDK
+    (system prompt SYSTEM, no retries); keyword sections as for make_config."""
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    async with bots_on(tmp_path, fake_openai, clock) as open_bot:
+        yield open_bot
 
 
 @pytest.fixture
