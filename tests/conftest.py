@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.nodeid import NodeId
 from playwright.async_api import Browser, async_playwright
 
 from bot.config import Config, parse_config
@@ -68,6 +69,11 @@ def _logging_as_it_was() -> Iterator[None]:
         yield
 
 
+# lark-oapi, which pinbot imports once a Feishu frontend starts, takes ~3 s of CPU in each test
+# process that imports it: the tests that start one in their own process run on one parallel
+# worker (xdist_group) instead of paying that on each.
+FEISHU_IN_PROCESS = pytest.mark.xdist_group("feishu-in-process")
+
 # Modules whose tests take longest (whole groups of worker processes, generated replies): they
 # are handed out first, so that no parallel worker is still running them when the others are
 # done. The order of everything else is as collected.
@@ -89,14 +95,29 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the longest modules' tests first (a stable order, the same in every worker)."""
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the longest modules' tests first (a stable order, the same in every worker), and
+    give each test marked xdist_group its group, as `--dist loadgroup` asks: pytest-xdist names
+    the group in the test's node id (`...::test@group`; the controller sends a group to one
+    worker) by setting `item._nodeid`, which pytest 9.2 no longer reads (a node's id is now
+    `item._id`), and without this each group's tests were spread over every worker."""
 
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture

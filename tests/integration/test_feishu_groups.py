@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import FEISHU_IN_PROCESS
 from tests.fakes.feishu_server import FakeFeishu, mention, receive_event
 from tests.integration.test_feishu import BOT, Harness, start_feishu
+
+pytestmark = FEISHU_IN_PROCESS  # they start Feishu frontends in this process
 
 __all__ = ["start_feishu"]  # the Feishu tests' fixture, used here too
 
