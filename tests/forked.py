@@ -32,8 +32,8 @@ _marks = itertools.count(1)
 
 
 def _serve() -> None:
-    # Everything a bot imports as it starts, what it imports lazily too (lark-oapi, openai).
-    import lark_oapi  # noqa: F401
+    # Everything a bot imports as it starts, what it imports lazily too (openai; lark-oapi,
+    # seconds of it, at the first Feishu command: a process that forks none spares them).
     import openai  # noqa: F401
 
     import bot.adapters.feishu
@@ -73,6 +73,8 @@ def _serve() -> None:
                     sys.stderr.flush()
                     _say({"marked": command["mark"]})
                     continue
+                if command["args"][:1] == ["feishu"]:
+                    import lark_oapi  # noqa: F401
                 pid = os.fork()
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
