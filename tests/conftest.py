@@ -76,19 +76,22 @@ FEISHU_IN_PROCESS = pytest.mark.xdist_group("feishu-in-process")
 
 # Modules whose tests take longest (whole groups of worker processes, generated replies): they
 # are handed out first, so that no parallel worker is still running them when the others are
-# done. The order of everything else is as collected.
+# done. The order of everything else is as collected. (`--dist loadgroup` hands out the groups of
+# xdist_group first, the largest first, then the rest in this order.)
 LONGEST_FIRST = (
-    # each of two groups of tests that run clusters of pinbot processes, one test after another
-    # on one worker (xdist_group), is the longest chain of the run: they start first
-    "tests/integration/test_workers.py",
-    # one worker runs the real model's group, one test after another (xdist_group)
+    # the real model's group, one test after another on one worker: the longest chain of the run
     "tests/real_model/test_console.py",
     "tests/real_model/test_server.py",
     "tests/real_model/test_streamed.py",
+    # two groups of tests that run clusters of pinbot processes
+    "tests/integration/test_workers.py",
+    # two tests that kill a bot fifty times each, the longest single tests
+    "tests/integration/test_crash_loops.py",
     "tests/integration/test_metrics.py",
     "tests/adapters/test_markdown_properties.py",
     "tests/ops/test_crash_safety.py",
     "tests/integration/test_web_changes.py",
+    "tests/integration/test_web_layout.py",
     "tests/integration/test_secret_doors.py",
     "tests/integration/test_web.py",
     "tests/integration/test_feishu.py",
