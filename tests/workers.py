@@ -138,7 +138,7 @@ class Worker:
     async def _read_to_the_end(self) -> None:
         """Once the process has ended: everything it wrote, read."""
         if self._fifo is not None:  # it wrote its last before it ended: read up to END
-            self._fifo.end()
+            await self._fifo.end()
         if self._reader is not None:
             await self._reader
         if self._fifo is not None:
@@ -172,8 +172,14 @@ class _Fifo:
         )
         return fifo
 
-    def end(self) -> None:
-        os.write(self._writer, f"{self.END}\n".encode())
+    async def end(self) -> None:
+        """Write END (once the worker has ended: after everything it wrote)."""
+        while True:
+            try:  # shorter than PIPE_BUF: written whole or not at all
+                os.write(self._writer, f"{self.END}\n".encode())
+                return
+            except BlockingIOError:  # the pipe is full: the reader empties it meanwhile
+                await asyncio.sleep(0)
 
     def close(self) -> None:
         if self._transport is not None:

@@ -323,6 +323,7 @@ class FakeTelegram:
         app.router.add_get("/_control/counts", self._control_counts)
         app.router.add_get("/_control/calls", self._control_calls)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._stopping = False
         self._runner, self.port = await serve(app, port)
         return self
 
