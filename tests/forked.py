@@ -4,7 +4,7 @@ but starts in milliseconds instead of the seconds its imports take (lark-oapi's 
 
 `python -m tests.forked` is the forking process: it imports pinbot, says it is ready, then reads
 one JSON command a line from standard input, `{"args": [...], "env": {...}}`, forks a child that
-runs `bot.cli.main(args)` with env added to its environment, and answers `{"pid": N}`; when a
+runs `bot.cli.main(args)` with env as its environment, and answers `{"pid": N}`; when a
 child ends it says `{"exited": N, "status": S}`. Children write to the forking process's
 standard error, or, when the command has `"stderr": PATH`, to that FIFO (their standard output
 then /dev/null). Told `{"mark": M}`, it writes MARK and M on standard error and answers
@@ -88,6 +88,7 @@ def _serve() -> None:
                         own = os.open(command["stderr"], os.O_WRONLY)
                         os.dup2(own, 2)
                         os.close(own)
+                    os.environ.clear()  # the test's environment, as a process it started
                     os.environ.update(command["env"])
                     status = 1
                     try:
@@ -202,10 +203,11 @@ class Forks:
     async def fork(
         self, *args: str, env: dict[str, str] | None = None, stderr: str | None = None
     ) -> int:
-        """Start `pinbot ARGS` with env added to the environment; its pid. With stderr (the
-        path of a FIFO open for reading), its standard error is that FIFO and its standard
-        output /dev/null; otherwise both are the forking process's."""
-        command: dict[str, Any] = {"args": args, "env": env or {}}
+        """Start `pinbot ARGS` with env added to this process's environment as it is now (not
+        the forking process's, which is that of the test that started it); its pid. With
+        stderr (the path of a FIFO open for reading), its standard error is that FIFO and its
+        standard output /dev/null; otherwise both are the forking process's."""
+        command: dict[str, Any] = {"args": args, "env": {**os.environ, **(env or {})}}
         if stderr is not None:
             command["stderr"] = stderr
         stdin = self._server.process.stdin
