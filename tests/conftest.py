@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.nodeid import NodeId
 from playwright.async_api import Browser, async_playwright
 
 from bot.config import Config, parse_config
@@ -38,8 +40,10 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.forked import Forks, ForkServer
 from tests.pg import PgCluster, fresh_database
 from tests.process import logging_kept
+from tests.templates import migrated_sqlite
 
 # The suite starts many Python processes (parallel workers, `pinbot` commands, servers): where
 # the environment says not to keep compiled bytecode, each would compile the package again.
@@ -65,35 +69,58 @@ def _logging_as_it_was() -> Iterator[None]:
         yield
 
 
+# lark-oapi, which pinbot imports once a Feishu frontend starts, takes ~3 s of CPU in each test
+# process that imports it: the tests that start one in their own process run on one parallel
+# worker (xdist_group) instead of paying that on each.
+FEISHU_IN_PROCESS = pytest.mark.xdist_group("feishu-in-process")
+
 # Modules whose tests take longest (whole groups of worker processes, generated replies): they
 # are handed out first, so that no parallel worker is still running them when the others are
-# done. The order of everything else is as collected.
+# done. The order of everything else is as collected. (`--dist loadgroup` hands out the groups of
+# xdist_group first, the largest first, then the rest in this order.)
 LONGEST_FIRST = (
-    # each of two groups of tests that run clusters of pinbot processes, one test after another
-    # on one worker (xdist_group), is the longest chain of the run: they start first
-    "tests/integration/test_workers.py",
-    # one worker runs the real model's group, one test after another (xdist_group)
+    # the real model's group, one test after another on one worker: the longest chain of the run
     "tests/real_model/test_console.py",
     "tests/real_model/test_server.py",
     "tests/real_model/test_streamed.py",
+    # two groups of tests that run clusters of pinbot processes
+    "tests/integration/test_workers.py",
+    # two tests that kill a bot fifty times each, the longest single tests
+    "tests/integration/test_crash_loops.py",
     "tests/integration/test_metrics.py",
     "tests/adapters/test_markdown_properties.py",
     "tests/ops/test_crash_safety.py",
     "tests/integration/test_web_changes.py",
+    "tests/integration/test_web_layout.py",
     "tests/integration/test_secret_doors.py",
     "tests/integration/test_web.py",
     "tests/integration/test_feishu.py",
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the longest modules' tests first (a stable order, the same in every worker)."""
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the longest modules' tests first (a stable order, the same in every worker), and
+    give each test marked xdist_group its group, as `--dist loadgroup` asks: pytest-xdist names
+    the group in the test's node id (`...::test@group`; the controller sends a group to one
+    worker) by setting `item._nodeid`, which pytest 9.2 no longer reads (a node's id is now
+    `item._id`), and without this each group's tests were spread over every worker."""
 
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture
@@ -103,7 +130,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(tmp_path / "pins.sqlite3") as opened:
+    """An empty store in this test's folder (pins.sqlite3), at the latest schema."""
+    async with await Store.open(await migrated_sqlite(tmp_path / "pins.sqlite3")) as opened:
         yield opened
 
 
@@ -178,13 +206,12 @@ OpenAIBots = Callable[..., Awaitable[Pinbot]]
 SYSTEM = "Be helpful."
 
 
-@pytest.fixture
-async def openai_bots(
-    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+@contextlib.asynccontextmanager
+async def bots_on(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock
 ) -> AsyncIterator[OpenAIBots]:
-    """Opens bots on one database that talk to the fake OpenAI server through the real SDK
-    (system prompt SYSTEM, no retries); keyword sections as for make_config."""
-    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    """openai_bots' opener (the key in PINBOT_TEST_KEY is the caller's to set); what it opened
+    is closed at the end."""
     opened: list[tuple[Store, OpenAIChatModel]] = []
 
     async def open_bot(**sections: Any) -> Pinbot:
@@ -197,7 +224,8 @@ async def openai_bots(
             **sections.pop("llm", {}),
         }
         config = make_config(llm=llm, **sections)
-        store = await Store.open(tmp_path / "bot.sqlite3")
+        path = tmp_path / "bot.sqlite3"
+        store = await Store.open(path if path.exists() else await migrated_sqlite(path))
         model = OpenAIChatModel.from_config(config.llm)
         opened.append((store, model))
         return Pinbot(config, store, model, clock=clock)
@@ -206,6 +234,17 @@ async def openai_bots(
     for store, model in opened:
         await store.close()
         await model.close()
+
+
+@pytest.fixture
+async def openai_bots(
+    tmp_path: Path, fake_openai: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[OpenAIBots]:
+    """Opens bots on one database that talk to the fake OpenAI server through the real SDK
+    (system prompt SYSTEM, no retries); keyword sections as for make_config."""
+    monkeypatch.setenv("PINBOT_TEST_KEY", "sk-test")
+    async with bots_on(tmp_path, fake_openai, clock) as open_bot:
+        yield open_bot
 
 
 @pytest.fixture
@@ -292,6 +331,23 @@ def group(
     platform: str = "console",
 ) -> Conversation:
     return Conversation(platform, ChatKind.GROUP, chat_id=chat, sender_id=user, topic_id=topic)
+
+
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer]:
+    """The forking process of tests/forked.py, started the first time a test of this process
+    needs it."""
+    server = ForkServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def forks(fork_server: ForkServer) -> AsyncIterator[Forks]:
+    """pinbot processes forked for this test; those still running are killed at its end."""
+    lent = await Forks.attach(fork_server)
+    yield lent
+    await lent.detach()
 
 
 @pytest.fixture(scope="session")

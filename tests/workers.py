@@ -4,16 +4,20 @@ a load balancer in front of them (for the multi-worker tests and the benchmark).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import re
+import shutil
 import signal
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from tests.forked import Forks
 from tests.process import PINBOT
 
 STARTED = " started ("  # what a worker logs once it serves
@@ -25,7 +29,8 @@ START_S = 180
 
 class Worker:
     """One `pinbot` process serving webhooks on its own port (program: how `pinbot` is run,
-    e.g. pinned to a core or from another tree)."""
+    e.g. pinned to a core or from another tree; forks: forked from tests/forked.py's forking
+    process instead, a real process all the same that starts without importing pinbot again)."""
 
     def __init__(
         self,
@@ -34,36 +39,55 @@ class Worker:
         port: int,
         path: str,
         program: Sequence[str] = (PINBOT,),
+        forks: Forks | None = None,
     ) -> None:
         self.args, self.env, self.port, self.program = args, env, port, program
+        self.forks = forks
         self.url = f"http://127.0.0.1:{port}{path}"
         self.process: asyncio.subprocess.Process | None = None
+        self.pid: int | None = None
         self.log: list[str] = []
         self._reader: asyncio.Task[None] | None = None
         self._logged = asyncio.Condition()  # notified at each line the worker logs
+        self._exit: asyncio.Future[int] | None = None  # a forked worker's exit status
+        self._fifo: _Fifo | None = None  # a forked worker's standard error
 
     async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            *self.program,
-            *self.args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **self.env},
-        )
         started = asyncio.Event()
-        self._reader = asyncio.create_task(self._read(started))
+        if self.forks is None:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.program,
+                *self.args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **self.env},
+            )
+            assert self.process.stderr is not None
+            self.pid = self.process.pid
+            self._reader = asyncio.create_task(self._read(self.process.stderr, started))
+            exited: asyncio.Future[int] = asyncio.ensure_future(self.process.wait())
+        else:
+            self._fifo = await _Fifo.open()
+            self.pid = await self.forks.fork(*self.args, env=self.env, stderr=str(self._fifo.path))
+            self._exit = exited = self.forks.exit(self.pid)
+            self._reader = asyncio.create_task(self._read(self._fifo.reader, started))
         waiting = asyncio.create_task(started.wait())
-        exited = asyncio.create_task(self.process.wait())
-        await asyncio.wait({waiting, exited}, timeout=START_S, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {waiting, exited}
+        await asyncio.wait(either, timeout=START_S, return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
-        exited.cancel()
+        if self.forks is None:
+            exited.cancel()
+        elif not started.is_set() and exited.done():  # what it said is all there is
+            await self._read_to_the_end()
         assert started.is_set(), "worker did not start:\n" + "\n".join(self.log)
 
-    async def _read(self, started: asyncio.Event) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        async for line in self.process.stderr:
-            self.log.append(line.decode(errors="replace").rstrip())
+    async def _read(self, stderr: asyncio.StreamReader, started: asyncio.Event) -> None:
+        async for line in stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text == _Fifo.END:
+                break
+            self.log.append(text)
             if STARTED in self.log[-1]:
                 started.set()
             async with self._logged:
@@ -83,24 +107,85 @@ class Worker:
 
     def cpu_seconds(self) -> float:
         """CPU time the process has used so far (Linux)."""
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert self.pid is not None
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     @property
     def running(self) -> bool:
+        if self._exit is not None:
+            return not self._exit.done()
         return self.process is not None and self.process.returncode is None
 
     async def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
-        assert self.process is not None
-        self.process.send_signal(how)
+        assert self.pid is not None
+        if self.forks is None:
+            assert self.process is not None
+            self.process.send_signal(how)
+            ended: Awaitable[int] = self.process.wait()
+        else:
+            assert self._exit is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, how)
+            ended = self._exit
         try:
-            code = await asyncio.wait_for(self.process.wait(), WAIT_S)
+            code = await asyncio.wait_for(ended, WAIT_S)
         except TimeoutError:
             raise AssertionError("worker did not stop:\n" + "\n".join(self.log)) from None
+        await self._read_to_the_end()
+        return code
+
+    async def _read_to_the_end(self) -> None:
+        """Once the process has ended: everything it wrote, read."""
+        if self._fifo is not None:  # it wrote its last before it ended: read up to END
+            await self._fifo.end()
         if self._reader is not None:
             await self._reader
-        return code
+        if self._fifo is not None:
+            self._fifo.close()
+            self._fifo = None
+
+
+class _Fifo:
+    """A named pipe a forked worker writes its standard error to, read from the test's event
+    loop. The test keeps a writing end of its own: reading sees no end of file before the
+    worker opens it, and after the worker ended, END written there comes after all it wrote."""
+
+    END = "tests.workers: the worker's standard error ends here"
+
+    def __init__(self, folder: str, reader: asyncio.StreamReader) -> None:
+        self.folder = folder
+        self.path = Path(folder) / "stderr"
+        self.reader = reader
+        self._transport: asyncio.BaseTransport | None = None
+        self._writer = -1
+
+    @classmethod
+    async def open(cls) -> _Fifo:
+        fifo = cls(tempfile.mkdtemp(prefix="pinbot-worker-"), asyncio.StreamReader())
+        os.mkfifo(fifo.path)
+        reading = os.open(fifo.path, os.O_RDONLY | os.O_NONBLOCK)
+        fifo._writer = os.open(fifo.path, os.O_WRONLY | os.O_NONBLOCK)
+        protocol = asyncio.StreamReaderProtocol(fifo.reader)
+        fifo._transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: protocol, os.fdopen(reading, "rb", buffering=0)
+        )
+        return fifo
+
+    async def end(self) -> None:
+        """Write END (once the worker has ended: after everything it wrote)."""
+        while True:
+            try:  # shorter than PIPE_BUF: written whole or not at all
+                os.write(self._writer, f"{self.END}\n".encode())
+                return
+            except BlockingIOError:  # the pipe is full: the reader empties it meanwhile
+                await asyncio.sleep(0)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        os.close(self._writer)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Cluster:

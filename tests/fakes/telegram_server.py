@@ -69,6 +69,7 @@ class FakeTelegram:
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._changed = asyncio.Condition()
+        self._stopping = False  # set by stop: a long poll still waiting is answered at once
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -267,10 +268,14 @@ class FakeTelegram:
             return [u for u in self.updates if u["update_id"] >= offset][:limit]
 
         if not pending() and float(params.get("timeout") or 0) > 0:
-            # Answer early when nothing comes: Telegram may, and it keeps shutdowns quick.
+            # Answer early when nothing comes: Telegram may, and it keeps shutdowns quick. A
+            # poll still waiting when the server stops (its client gone) is answered then, or
+            # stopping would wait for it.
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait_for(lambda: bool(pending())), 0.2)
+                    await asyncio.wait_for(
+                        self._changed.wait_for(lambda: bool(pending()) or self._stopping), 0.2
+                    )
         return pending()
 
     async def _control_push(self, request: web.Request) -> web.Response:
@@ -318,10 +323,13 @@ class FakeTelegram:
         app.router.add_get("/_control/counts", self._control_counts)
         app.router.add_get("/_control/calls", self._control_calls)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._stopping = False
         self._runner, self.port = await serve(app, port)
         return self
 
     async def stop(self) -> None:
+        self._stopping = True
+        await self._notify()
         if self._runner is not None:
             await self._runner.cleanup()
 

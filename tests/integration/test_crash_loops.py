@@ -20,12 +20,10 @@ import json
 import random
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, VERIFICATION_TOKEN, FakeFeishu
@@ -39,13 +37,6 @@ KILLS = 50
 WAIT_S = 60  # a safety net for a hung bot, never a pause
 SEED = 46  # the kill points are random, and the same on every run: a failure can be replayed
 PATH = "/feishu/events"
-
-
-@pytest.fixture
-async def forks() -> AsyncIterator[Forks]:
-    started = await Forks.start()
-    yield started
-    await started.stop()
 
 
 def echo_model(fake_openai: FakeOpenAI) -> None:

@@ -24,7 +24,7 @@ from bot.core.replies import Reply
 from bot.llm.offline import OfflineChatModel
 from bot.llm.openai_backend import OpenAIChatModel
 from storage import Store
-from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
+from tests.conftest import FEISHU_IN_PROCESS, TEST_KEY_ENV, agent_llm, make_config
 from tests.fakes.clock import FakeClock
 from tests.fakes.feishu_server import (
     APP_ID,
@@ -43,6 +43,8 @@ from tests.fakes.feishu_server import (
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.process import run_pinbot_here
+
+pytestmark = FEISHU_IN_PROCESS  # they start Feishu frontends in this process
 
 ENCRYPT_KEY = "encrypt-key-value"
 BOT = mention("@_user_1", BOT_OPEN_ID, "pinbot")

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from bot.llm.openai_backend import OpenAIChatModel
-from tests.conftest import TEST_KEY_ENV, agent_llm, make_config
+from tests.conftest import FEISHU_IN_PROCESS, TEST_KEY_ENV, agent_llm, make_config
 from tests.fakes.feishu_server import FakeFeishu, card_action, card_text, mention, receive_event
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
 from tests.integration.test_feishu import BOT, Harness, start_feishu
+
+pytestmark = FEISHU_IN_PROCESS  # they start Feishu frontends in this process
 
 __all__ = ["start_feishu"]  # the Feishu tests' fixture, used here too
 

@@ -19,6 +19,7 @@ from storage import Store
 from tests.conftest import ask, dm, group, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.integration.test_your_data import every_row, mentions_me
+from tests.templates import migrated_database, migrated_sqlite
 
 ME = "987654321"  # the person who asks to be forgotten (test_your_data's: mentions_me finds it)
 OWNER, OTHER = "555000111", "444000222"
@@ -33,9 +34,9 @@ async def bot(
 ) -> AsyncIterator[Pinbot]:
     url = None
     if request.param == "postgres":
-        from tests.pg import fresh_database
-
-        url = await fresh_database(request.getfixturevalue("pg_cluster"))
+        url = await migrated_database(request.getfixturevalue("pg_cluster"))
+    else:
+        await migrated_sqlite(tmp_path / "pins.sqlite3")
     async with await Store.open(tmp_path / "pins.sqlite3", url=url) as store:
         model = OfflineChatModel()
         config = make_config(pins={"enable_in_group": True}, limits={"pin_commands_per_minute": 0})

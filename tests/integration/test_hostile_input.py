@@ -167,6 +167,7 @@ def kept_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "pins.sqlite3"
 
 
+@pytest.mark.xdist_group("hostile-imports")  # on one parallel worker: kept_database made once
 @pytest.mark.parametrize(("text", "problem"), hostile_documents())
 async def test_hostile_imports_list_problems_and_write_nothing(
     tmp_path: Path, kept_database: Path, text: str, problem: str

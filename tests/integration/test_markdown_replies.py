@@ -19,7 +19,8 @@ import yaml
 from tests.fakes.openai_server import FakeOpenAI, completion
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, message, private_chat, user
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# One bot process serves the module's tests: on one parallel worker, it is started once.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.xdist_group("markdown-replies")]
 
 ANSWERS = {  # the model's answer to each question
     "compare": "if a<b and c>d then swap",

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import TOKEN, FakeTelegram, group_chat, message, private_chat, user
+from tests.forked import Forks
 from tests.pg import PgCluster
 from tests.prometheus import Prometheus, promtool
 from tests.workers import Worker
@@ -77,13 +78,15 @@ async def start_bot(
     folder: Path,
     telegram: FakeTelegram,
     model: FakeOpenAI,
+    forks: Forks,
     *,
     url: str | None = None,
     env: dict[str, str] | None = None,
     telegram_settings: dict[str, Any] | None = None,
     **sections: Any,
 ) -> Running:
-    """`pinbot telegram` (polling) with metrics.listen on a free port, as an operator runs it."""
+    """`pinbot telegram` (polling) with metrics.listen on a free port, as an operator runs it
+    (forked: tests/forked.py)."""
     settings: dict[str, Any] = {
         "storage": {"url_env": DB_ENV} if url else {"path": str(folder / "bot.sqlite3")},
         "telegram": telegram_settings or {"base_url": telegram.base_url, "poll_timeout_s": 1},
@@ -106,7 +109,7 @@ async def start_bot(
         DB_ENV: url or "",
         **(env or {}),
     }
-    worker = Worker(["telegram", "--config", str(config)], env, 0, "/")
+    worker = Worker(["telegram", "--config", str(config)], env, 0, "/", forks=forks)
     await worker.start()
     ports = [int((await worker.logged(LISTENING)).group(1))]
     assert len(ports) == 1, "\n".join(worker.log)
@@ -119,10 +122,10 @@ async def stopped(running: Running) -> None:
 
 
 async def test_prometheus_reads_the_counts_of_what_the_bot_did(
-    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI]
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI], forks: Forks
 ) -> None:
     telegram, model = fakes
-    bot = await start_bot(tmp_path, telegram, model)
+    bot = await start_bot(tmp_path, telegram, model, forks)
     prometheus = await Prometheus([f"127.0.0.1:{bot.port}"]).start()
     try:
         adds, turns = 7, 4
@@ -239,12 +242,12 @@ async def poll(running: Running, path: str, wanted: int) -> tuple[int, str]:
 
 @pytest.mark.xdist_group("postgres-outage")
 async def test_readyz_follows_the_database_and_healthz_stays_up(
-    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI]
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI], forks: Forks
 ) -> None:
     telegram, model = fakes
     cluster = PgCluster().start()  # its own server: this test stops it
     try:
-        bot = await start_bot(tmp_path, telegram, model, url=cluster.url())
+        bot = await start_bot(tmp_path, telegram, model, forks, url=cluster.url())
         try:
             assert await poll(bot, "/readyz", 200) == (200, "ready\n")
             cluster.stop_server()
@@ -273,13 +276,14 @@ def series(scrape: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 
 async def test_hundreds_of_users_leave_no_trace_in_the_labels(
-    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI]
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI], forks: Forks
 ) -> None:
     telegram, model = fakes
     bot = await start_bot(
         tmp_path,
         telegram,
         model,
+        forks,
         pins={"enable_in_group": True},
     )
     # 50 users, then six times as many: a label that grew with users would show at once
@@ -324,7 +328,7 @@ async def test_hundreds_of_users_leave_no_trace_in_the_labels(
     assert counted  # the traffic was counted, under fixed labels only
 
 
-async def test_the_web_page_serves_its_own_metrics_and_health(tmp_path: Path) -> None:
+async def test_the_web_page_serves_its_own_metrics_and_health(tmp_path: Path, forks: Forks) -> None:
     config = tmp_path / "web.yaml"
     settings = {
         "storage": {"path": str(tmp_path / "web.sqlite3")},
@@ -332,7 +336,8 @@ async def test_the_web_page_serves_its_own_metrics_and_health(tmp_path: Path) ->
         "metrics": {"listen": "127.0.0.1:0"},
     }
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    worker = Worker(["web", "--config", str(config)], {"PINBOT_WEB_TOKEN": "t" * 32}, 0, "/")
+    token = {"PINBOT_WEB_TOKEN": "t" * 32}
+    worker = Worker(["web", "--config", str(config)], token, 0, "/", forks=forks)
     await worker.start()
     try:
         ports = [int((await worker.logged(LISTENING)).group(1))]
@@ -359,7 +364,7 @@ async def scraped(running: Running, name: str) -> float:
 
 
 async def test_a_webhook_worker_shows_the_updates_waiting_for_it(
-    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI]
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeOpenAI], forks: Forks
 ) -> None:
     telegram, model = fakes
     model.release = asyncio.Event()  # the model answers only when the test says so
@@ -372,7 +377,7 @@ async def test_a_webhook_worker_shows_the_updates_waiting_for_it(
         "webhook_url": "https://bot.example.test/hook",
     }
     secret = {"TELEGRAM_WEBHOOK_SECRET": "metrics-webhook-secret"}
-    bot = await start_bot(tmp_path, telegram, model, env=secret, telegram_settings=webhook)
+    bot = await start_bot(tmp_path, telegram, model, forks, env=secret, telegram_settings=webhook)
     try:
         assert await poll(bot, "/readyz", 200) == (200, "ready\n")
         headers = {"X-Telegram-Bot-Api-Secret-Token": secret["TELEGRAM_WEBHOOK_SECRET"]}

@@ -33,7 +33,7 @@ from tests.fakes.telegram_server import (
     user,
 )
 from tests.integration.test_telegram import Harness, bot_member
-from tests.pg import fresh_database
+from tests.templates import migrated_database, migrated_sqlite
 
 # What each kind of data is, as rows of the tables a transfer copies.
 TABLES = {
@@ -59,7 +59,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     """Every test here runs on both backends: SQLite, and a real PostgreSQL server."""
     url = None
     if request.param == "postgres":
-        url = await fresh_database(request.getfixturevalue("pg_cluster"))
+        url = await migrated_database(request.getfixturevalue("pg_cluster"))
+    else:
+        await migrated_sqlite(tmp_path / "pins.sqlite3")
     async with await Store.open(tmp_path / "pins.sqlite3", url=url) as opened:
         yield opened
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import FEISHU_IN_PROCESS
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.http import free_port
 from tests.fakes.openai_server import FakeOpenAI, completion
@@ -147,6 +148,7 @@ async def test_an_unreachable_server_is_retried_with_one_line_each(tmp_path: Pat
     assert "Traceback" not in err and TOKEN not in err
 
 
+@FEISHU_IN_PROCESS  # it starts a Feishu frontend in this process
 async def test_feishu_credentials_rejected(tmp_path: Path, fake_feishu: FakeFeishu) -> None:
     config = config_file(
         tmp_path,

@@ -30,7 +30,7 @@ from tests.fakes.telegram_server import (
     private_chat,
     user,
 )
-from tests.pg import fresh_database
+from tests.templates import migrated_database, migrated_sqlite
 
 ME = 42
 TODAY = "2026-01-01"  # the fake clock's day
@@ -91,9 +91,10 @@ class PacedModel(OpenAIChatModel):
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     if request.param == "postgres":
-        opened = await Store.open(url=await fresh_database(request.getfixturevalue("pg_cluster")))
+        url = await migrated_database(request.getfixturevalue("pg_cluster"))
+        opened = await Store.open(url=url)
     else:
-        opened = await Store.open(tmp_path / "budget.sqlite3")
+        opened = await Store.open(await migrated_sqlite(tmp_path / "budget.sqlite3"))
     async with opened:
         yield opened
 

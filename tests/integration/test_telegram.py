@@ -46,8 +46,8 @@ from tests.fakes.telegram_server import (
     tap,
     user,
 )
-from tests.pg import fresh_database
 from tests.process import run_pinbot_here
+from tests.templates import migrated_database, migrated_sqlite
 
 GROUP = -1001234
 GROUP_KEY = f"telegram:group:{GROUP}"
@@ -92,10 +92,10 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     """Every test here runs on both backends: SQLite, and a real PostgreSQL server."""
     if request.param == "postgres":
         opened: Any = await Store.open(
-            url=await fresh_database(request.getfixturevalue("pg_cluster"))
+            url=await migrated_database(request.getfixturevalue("pg_cluster"))
         )
     else:
-        opened = await Store.open(tmp_path / "pins.sqlite3")
+        opened = await Store.open(await migrated_sqlite(tmp_path / "pins.sqlite3"))
     async with opened:
         yield opened
 

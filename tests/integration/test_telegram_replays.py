@@ -188,13 +188,6 @@ async def test_replayed_pins_change_nothing_and_the_newest_unpinned_keeps_the_bl
 # --- 2. an update processed again -------------------------------------------------------------
 
 
-@pytest.fixture
-async def forks() -> AsyncIterator[Forks]:
-    started = await Forks.start()
-    yield started
-    await started.stop()
-
-
 async def test_an_update_processed_again_after_a_crash_posts_its_proposal_once(
     tmp_path: Path,
     forks: Forks,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
+import pytest_asyncio
 import yaml
 from playwright.async_api import Browser, Page
 
@@ -25,7 +25,17 @@ from tests.browser import WAIT_MS, shot, sign_in
 from tests.conftest import make_config, put_block
 from tests.fakes.clock import FakeClock
 from tests.fakes.http import free_port
+
+# The module's tests share its event loop and Playwright driver (tests/module_loop.py).
+from tests.module_loop import (  # noqa: F401
+    IN_MODULE_LOOP,
+    in_module_browser,
+    in_module_playwright,
+    in_module_store,
+)
 from tests.process import PINBOT, run_pinbot_here
+
+pytestmark = IN_MODULE_LOOP
 
 TOKEN = "web-token-for-tests-0123456789"
 GROUP = "telegram:group:-1001"
@@ -40,7 +50,7 @@ async def add(store: Store, scope: str, label: str, content: str, actor: str = "
     await put_block(store, block, NOW, actor=actor, audited=bool(actor))
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def filled(store: Store) -> Store:
     await add(store, GROUP, "rules", "Be kind.\nNo spam.", actor="7")
     await add(store, GROUP, "hostile", HOSTILE, actor="8")
@@ -58,7 +68,7 @@ async def filled(store: Store) -> Store:
     return store
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def open_page(browser: Browser, filled: Store) -> AsyncIterator[OpenPage]:
     runners = []
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 from playwright.async_api import Browser, Page
 
 from bot.core.entry.pinbot import Pinbot
@@ -21,6 +22,17 @@ from tests.conftest import OpenAIBots, ask, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.integration.test_web import TOKEN
+
+# The module's tests share its event loop and Playwright driver (tests/module_loop.py).
+from tests.module_loop import (  # noqa: F401
+    IN_MODULE_LOOP,
+    in_module_browser,
+    in_module_fake_openai,
+    in_module_openai_bots,
+    in_module_playwright,
+)
+
+pytestmark = IN_MODULE_LOOP
 
 ADMIN = "7"
 GROUP = "telegram:group:-100123"
@@ -38,7 +50,7 @@ async def said(bot: Pinbot, text: str) -> str:
     return text_of(await ask(bot, admin(), text))
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def start(
     browser: Browser, openai_bots: OpenAIBots, clock: FakeClock
 ) -> AsyncIterator[Start]:

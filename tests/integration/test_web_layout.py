@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import Browser, Page
 
 from bot.core.entry.pinbot import Pinbot
@@ -23,6 +24,17 @@ from tests.browser import WAIT_MS, shot, sign_in
 from tests.conftest import OpenAIBots, ask, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
 from tests.integration.test_web import TOKEN
+
+# The module's tests share its event loop and Playwright driver (tests/module_loop.py).
+from tests.module_loop import (  # noqa: F401
+    IN_MODULE_LOOP,
+    in_module_browser,
+    in_module_fake_openai,
+    in_module_openai_bots,
+    in_module_playwright,
+)
+
+pytestmark = IN_MODULE_LOOP
 
 ADMIN = "7"
 GROUP = "telegram:group:-100123"
@@ -41,7 +53,7 @@ async def said(bot: Pinbot, text: str, user: str = ADMIN) -> str:
     return text_of(reply)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def served(
     browser: Browser, openai_bots: OpenAIBots, clock: FakeClock
 ) -> AsyncIterator[tuple[Pinbot, str, Open]]:

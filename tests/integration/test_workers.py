@@ -1,7 +1,8 @@
 """Several webhook workers on one PostgreSQL, as an operator runs them behind a load balancer:
-real `pinbot telegram` / `pinbot feishu` processes, updates posted round-robin, workers killed
-and restarted while traffic flows. Judged by the replies each chat gets, the requests the model
-receives and the blocks in the database."""
+real `pinbot telegram` / `pinbot feishu` processes (forked from one that imported pinbot once,
+tests/forked.py), updates posted round-robin, workers killed and restarted while traffic flows.
+Judged by the replies each chat gets, the requests the model receives and the blocks in the
+database."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from tests.fakes.telegram_server import (
     tap,
     user,
 )
+from tests.forked import Forks
 from tests.pg import PgCluster, fresh_database
 from tests.process import run_pinbot_here
 from tests.workers import WAIT_S, Cluster, Worker
@@ -64,7 +66,7 @@ def asked_by(fake_openai: FakeOpenAI, request: int) -> int:
 
 @pytest.fixture
 async def start_cluster(
-    tmp_path: Path, pg_url: str, fake_openai: FakeOpenAI
+    tmp_path: Path, pg_url: str, fake_openai: FakeOpenAI, forks: Forks
 ) -> AsyncIterator[StartCluster]:
     clusters: list[Cluster] = []
     # The model echoes the newest user message, so each reply says which turn it answers.
@@ -94,7 +96,8 @@ async def start_cluster(
                 "FEISHU_VERIFICATION_TOKEN": VERIFICATION_TOKEN,
             }
             path = settings[platform].get("webhook_path", "")
-            workers.append(Worker([platform, "--config", str(config)], env, port, path))
+            args = [platform, "--config", str(config)]
+            workers.append(Worker(args, env, port, path, forks=forks))
         await asyncio.gather(*(worker.start() for worker in workers))
         cluster = Cluster(workers)
         cluster.session = aiohttp.ClientSession()
@@ -314,7 +317,7 @@ async def test_a_rolling_restart_during_traffic_loses_and_reorders_nothing(
 @FIRST
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_a_second_poller_of_one_bot_is_refused_at_start(
-    backend: str, tmp_path: Path, pg_url: str, fake_telegram: FakeTelegram
+    backend: str, tmp_path: Path, pg_url: str, fake_telegram: FakeTelegram, forks: Forks
 ) -> None:
     storage = {"url_env": DB_ENV} if backend == "postgres" else {"path": str(tmp_path / "db")}
     settings = {
@@ -326,7 +329,7 @@ async def test_a_second_poller_of_one_bot_is_refused_at_start(
     config = tmp_path / "polling.yaml"
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     env = {DB_ENV: pg_url, "TELEGRAM_BOT_TOKEN": TOKEN}
-    first = Worker(["telegram", "--config", str(config)], env, 0, "")
+    first = Worker(["telegram", "--config", str(config)], env, 0, "", forks=forks)
     await first.start()
     # The second poller's main in this process: refused at start, it needs no process of its own.
     code, out, err = await run_pinbot_here("telegram", "--config", str(config), env=env)

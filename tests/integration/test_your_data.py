@@ -21,8 +21,8 @@ from storage import Store
 from tests.conftest import TEST_KEY_ENV, agent_llm, ask, make_config, text_of
 from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
-from tests.pg import fresh_database
 from tests.process import run_pinbot_here
+from tests.templates import migrated_database, migrated_sqlite
 
 ME = "987654321"  # the person who asks to be forgotten
 ADMIN, MEMBER = "555000111", "444000222"
@@ -48,12 +48,12 @@ async def backend(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[tuple[Store, Path | None]]:
     if request.param == "postgres":
-        url = await fresh_database(request.getfixturevalue("pg_cluster"))
+        url = await migrated_database(request.getfixturevalue("pg_cluster"))
         async with await Store.open(url=url) as opened:
             yield opened, None
     else:
         path = tmp_path / "pins.sqlite3"
-        async with await Store.open(path) as opened:
+        async with await Store.open(await migrated_sqlite(path)) as opened:
             yield opened, path
 
 

@@ -30,6 +30,7 @@ from storage.models import (
 from storage.rows import BLOCK_COLUMNS, block_from_row
 from tests.pg import PgCluster, fresh_database
 from tests.storage import writes
+from tests.templates import migrated_database, migrated_sqlite
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 BY_7 = Author("7", Channel.COMMAND)
@@ -92,10 +93,12 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     opened: list[Store] = []
 
     async def open_one() -> Store:
-        url = None
+        url, path = None, tmp_path / f"s{len(opened)}.sqlite3"
         if request.param == "postgres":
-            url = await fresh_database(request.getfixturevalue("pg_cluster"))
-        opened.append(await Store.open(tmp_path / f"s{len(opened)}.sqlite3", url=url))
+            url = await migrated_database(request.getfixturevalue("pg_cluster"))
+        else:
+            await migrated_sqlite(path)
+        opened.append(await Store.open(path, url=url))
         return opened[-1]
 
     yield open_one

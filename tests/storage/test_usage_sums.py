@@ -15,7 +15,7 @@ import pytest
 from storage import Store
 from storage.models import UsageRow, UsageTotals
 from storage.usage_sums import WINDOWS
-from tests.pg import fresh_database
+from tests.templates import migrated_database, migrated_sqlite
 
 START = date(2026, 3, 1)
 PLATFORMS = ("telegram", "feishu")
@@ -25,7 +25,9 @@ PLATFORMS = ("telegram", "feishu")
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     url = None
     if request.param == "postgres":
-        url = await fresh_database(request.getfixturevalue("pg_cluster"))
+        url = await migrated_database(request.getfixturevalue("pg_cluster"))
+    else:
+        await migrated_sqlite(tmp_path / "u.sqlite3")
     opened = await Store.open(tmp_path / "u.sqlite3", url=url)
     yield opened
     await opened.close()
