@@ -113,12 +113,6 @@ class DeliveryStore(Protocol):
         """The chat's first unprocessed update in order, if any."""
         return _pending([await self._db.fetch(_FIRST, chat)], 0)
 
-    @property
-    def one_process(self) -> bool:
-        """Whether no other process serves this store (a SQLite file): a chat's lease may then
-        be given up before the answer to its last update goes out."""
-        return self._db.one_process
-
     async def finish_update(self, seq: int, *, now: datetime) -> PendingUpdate | None:
         """Mark an update processed; then, in the same transaction, read its chat's next
         unprocessed update in order, if any."""
@@ -140,6 +134,16 @@ class DeliveryStore(Protocol):
         found = await self._db.chain(done, self._lease_lock(chat), always, self._release(chat))
         found += [[]] * (4 - len(found))  # the steps after one that found nothing did not run
         return _pending(found, 2), self._released(found[1], found[3])
+
+    async def finish_before_reply(
+        self, seq: int, chat: str, *, now: datetime
+    ) -> tuple[PendingUpdate | None, bool]:
+        """Mark an update processed whose answer goes out next: finish_and_release where the
+        chat may be given up before that answer is sent (no other worker could take it and
+        answer first), else finish_update (the chat stays held: False)."""
+        if self._db.release_before_reply:
+            return await self.finish_and_release(seq, chat, now=now)
+        return await self.finish_update(seq, now=now), False
 
     @staticmethod
     def _finish(seq: int, now: datetime) -> tuple[Step, Step]:
@@ -224,7 +228,7 @@ class DeliveryStore(Protocol):
         """Take one token from key's bucket (capacity tokens, refilled at per_s); None if one
         was there, else the seconds until one is. Exact across workers: the row is locked.
         A store that one process serves keeps its buckets in memory: as exact, and no write."""
-        if self._db.one_process:
+        if self._db.buckets_in_memory:
             return self._buckets.take(key, capacity=capacity, per_s=per_s, now=ts(now))
         refilled = "LEAST(?, rate_buckets.tokens + (? - rate_buckets.at) * ?)"
         left = f"({refilled} - CASE WHEN {refilled} >= 1 THEN 1 ELSE 0 END)"
@@ -243,6 +247,6 @@ class DeliveryStore(Protocol):
 
     async def forget_full_buckets(self, now: datetime) -> int:
         """Drop rate buckets that are full again (a new bucket behaves the same)."""
-        if self._db.one_process:
+        if self._db.buckets_in_memory:
             return self._buckets.forget_full(ts(now))
         return await self._db.execute("DELETE FROM rate_buckets WHERE full_at <= ?", ts(now))

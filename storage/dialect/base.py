@@ -84,10 +84,12 @@ class Database(Executor):
     What is not abstract here suits a database that one process serves."""
 
     kind: str  # "SQLite" or "PostgreSQL", as messages name it
-    # Whether no other process serves the database: then rate buckets may live in this
-    # process's memory (exact, and no write per token), and a chat's lease may be given up
-    # before its answer goes out (no other worker can take the chat meanwhile).
-    one_process: bool
+    # Whether rate buckets may live in this process's memory (exact, and no write per token):
+    # no other process serves the database.
+    buckets_in_memory: bool
+    # Whether a chat's lease may be given up before the answer to its last update goes out:
+    # no other worker can take the chat and answer its next update first.
+    release_before_reply: bool
     text_index: TextIndex  # its index of blocks' text, which storage.search reads
     for_update: str  # the clause that locks the rows a transaction's SELECT reads
     ilike: str  # LIKE ignoring case (SQLite's LIKE ignores the case of ASCII letters)

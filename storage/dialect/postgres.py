@@ -203,7 +203,8 @@ class PostgresDatabase(_PgExecutor, Database):
     """A pool of asyncpg connections; a worker's liveness rides on a connection of its own."""
 
     kind = "PostgreSQL"
-    one_process = False  # workers share it: the same buckets, leases given up in order
+    buckets_in_memory = False  # every worker takes from the same buckets
+    release_before_reply = False  # another worker could take the chat and answer first
     for_update = " FOR UPDATE"
     ilike = "ILIKE"
     types: ClassVar[dict[str, str]] = {name: both[1] for name, both in TYPES.items()}

@@ -114,7 +114,8 @@ class SqliteDatabase(_SqliteExecutor, Database):
         await self.fetch("PRAGMA wal_checkpoint(TRUNCATE)")
 
     kind = "SQLite"
-    one_process = True  # one process serves the file (join holds its lock)
+    buckets_in_memory = True  # one process serves the file (join holds its lock)
+    release_before_reply = True  # and no other worker can take a chat from it
     for_update = ""
     ilike = "LIKE"
     types: ClassVar[dict[str, str]] = {name: both[0] for name, both in TYPES.items()}

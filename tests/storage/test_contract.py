@@ -332,7 +332,15 @@ async def test_finishing_the_last_waiting_update_gives_up_its_chat_in_the_same_t
     assert await store.finish_and_release(following.seq, "c", now=NOW) == (None, True)
     assert await store.next_update("c") is None
     assert await store.abandoned_chats(10) == []
-    assert store.one_process is (store.kind == "SQLite")
+    # Done before its answer is sent: given up at once only where no other worker could take
+    # the chat and answer first (one process serves a SQLite file).
+    await store.record_update("p", "4", chat="c", position=0, payload="4", now=NOW)
+    assert await store.claim_chat("c", now=NOW)
+    waiting = await store.next_update("c")
+    assert waiting is not None
+    alone = store.kind == "SQLite"
+    assert await store.finish_before_reply(waiting.seq, "c", now=NOW) == (None, alone)
+    assert alone or await store.release_chat("c")  # else after the answer went out
     if store.kind == "SQLite":
         return
     second = await open_store()

@@ -225,8 +225,8 @@ class Inbox:
     ) -> tuple[PendingUpdate | None, bool]:
         """Send an update's answer and mark the update done, in the order resends allows (see
         the class); the chat's next waiting update, and whether the chat was given up with it
-        (none waited). Sent while the chat is still held, or, where one process serves the
-        store, while this worker's drain of it still runs: replies stay in order."""
+        (none waited). Sent while this worker's drain of the chat runs, and while the chat is
+        held where another worker could take it: replies stay in order."""
         if not replies:
             return await self._finish(chat, pending)
         if self._resends:
@@ -234,10 +234,7 @@ class Inbox:
                 await self._store.hold_replies(pending.seq, replies_to_json(replies))
             await self._send(pending, replies)
             return await self._finish(chat, pending)
-        if self._store.one_process:
-            done = await self._finish(chat, pending)
-        else:
-            done = await self._store.finish_update(pending.seq, now=self._clock()), False
+        done = await self._store.finish_before_reply(pending.seq, chat, now=self._clock())
         await self._send(pending, replies)
         return done
 
