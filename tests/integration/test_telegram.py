@@ -1038,6 +1038,28 @@ async def test_plain_reply_format_sends_the_markdown_as_it_is(
     assert reply == "**as is**" and "entities" not in fake_telegram.sent(15)[0]
 
 
+class _RetriesAtOnce:
+    """asyncio as python-telegram-bot's polling loop sees it, except that the pause before
+    polling again after a failure (1 s, then 1.5 times longer each time) takes no real time."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def ptb_retries_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """python-telegram-bot's polling retries a failed getUpdates at once: its backoff is its
+    own (a real asyncio.sleep no clock of ours reaches), and no test should wait it out."""
+    from telegram.ext._utils import networkloop
+
+    monkeypatch.setattr(networkloop, "asyncio", _RetriesAtOnce())
+
+
+@pytest.mark.usefixtures("ptb_retries_at_once")
 async def test_telegrams_conflict_says_another_process_polls(
     start_bot: StartBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1605,6 +1627,7 @@ async def test_export_me_is_a_document_to_that_chat_and_forget_me_has_a_button(
     assert await store.history("telegram:direct:42") == []
 
 
+@pytest.mark.usefixtures("ptb_retries_at_once")
 async def test_polling_that_recovers_logs_that_it_did(
     start_bot: StartBot, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
