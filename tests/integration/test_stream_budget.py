@@ -99,6 +99,20 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield opened
 
 
+class PacingClock:
+    """A monotonic clock that moves only when the front end sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+        await asyncio.sleep(0)
+
+
 @pytest.fixture
 async def start(
     fake_telegram: FakeTelegram,
@@ -132,7 +146,12 @@ async def start(
         assert isinstance(model, PacedModel)
         model.arrivals = arrivals = Arrivals(clock)
         pinbot = Pinbot(config, store, model, clock=clock)
-        frontend = TelegramFrontend(pinbot, config.telegram, TOKEN)
+        # The preview edits' pacing (a second apart) on a clock of its own that sleeping
+        # moves: what is measured here is the budget, on the test's clock, not the pacing.
+        paced = PacingClock()
+        frontend = TelegramFrontend(
+            pinbot, config.telegram, TOKEN, sleep=paced.sleep, monotonic=paced.monotonic
+        )
         await frontend.start()
         running.append((frontend, model))
         return pinbot, arrivals
