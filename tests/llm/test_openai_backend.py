@@ -301,6 +301,7 @@ async def test_concurrent_requests_refused_for_the_same_field_are_both_answered(
     await fake_openai.wait_for_requests(2)  # both asked before either is refused
     fake_openai.release.set()
     replies = await both
+    await model.close()
     assert sorted(reply.text for reply in replies) == ["reply 3", "reply 4"]
     assert ["max_tokens" in r for r in fake_openai.requests] == [False, False, True, True]
 
@@ -324,5 +325,6 @@ async def test_three_adaptations_then_an_empty_stream_still_answer(
         pass
 
     reply = await model.complete(request, on_text=sink)
+    await model.close()
     assert reply.text == "the answer"
     assert [bool(r.get("stream")) for r in fake_openai.requests] == [True] * 4 + [False]
