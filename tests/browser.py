@@ -33,7 +33,10 @@ SERVED_ARGS = [
     "--no-default-browser-check",
 ]
 LISTENING = "DevTools listening on "
-ARTIFACTS = Path(os.environ.get("PINBOT_TEST_ARTIFACTS", "test-artifacts")) / "web"
+# Screenshots are kept only when asked for (PINBOT_TEST_ARTIFACTS names the folder, e.g.
+# test-artifacts): a full page's PNG is about a sixth of a browser test's time.
+KEPT = os.environ.get("PINBOT_TEST_ARTIFACTS")
+ARTIFACTS = Path(KEPT or "test-artifacts") / "web"
 WAIT_MS = 10_000  # a safety net for a page that never comes, not a pause
 
 
@@ -49,9 +52,12 @@ async def sign_in(page: Page, base: str, token: str) -> int:
 
 
 async def shot(page: Page, name: str) -> None:
-    """Keep a screenshot of the whole page as a test artifact. Written whole under a name of
-    its own and then renamed, so tests running in parallel that keep the same name (one test's
-    parameters) never leave a mixed file."""
+    """Keep a screenshot of the whole page as a test artifact, when PINBOT_TEST_ARTIFACTS names
+    a folder for them (else nothing). Written whole under a name of its own and then renamed,
+    so tests running in parallel that keep the same name (one test's parameters) never leave a
+    mixed file."""
+    if not KEPT:
+        return
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     png = await page.screenshot(full_page=True)
     with tempfile.NamedTemporaryFile(dir=ARTIFACTS, suffix=".part", delete=False) as part:

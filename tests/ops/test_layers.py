@@ -7,6 +7,7 @@ event to its one entry (`Pinbot.handle(event, surface)`)."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import re
@@ -23,10 +24,22 @@ DEFINITION = re.compile(r"\bCREATE\s+(UNIQUE\s+)?(TABLE|INDEX|VIRTUAL\s+TABLE|TR
 PLATFORMS = {"telegram", "lark_oapi", "openai", "aiohttp", "httpx", "bot.adapters", "bot.web"}
 
 
+@functools.cache
+def source(path: Path) -> str:
+    """A file's text, read once for all the tests here."""
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for all the tests here (they only read it)."""
+    return ast.parse(source(path))
+
+
 def imports(path: Path) -> set[str]:
     """The modules a file imports (top-level names and dotted ones)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree_of(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -54,7 +67,7 @@ def lines(*folders: str) -> list[tuple[str, int, str]]:
         (str(path.relative_to(ROOT)), number, line)
         for folder in folders
         for path in files(folder)
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for number, line in enumerate(source(path).splitlines(), start=1)
     ]
 
 
@@ -116,7 +129,7 @@ def test_only_keys_py_writes_the_scope_key_grammar() -> None:
         for folder in ("bot", "storage")
         for path in files(folder)
         if path.name != "keys.py"
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for number, line in enumerate(source(path).splitlines(), start=1)
         if grammar.search(line) or '"%:direct:%"' in line
     ]
     assert offenders == []
@@ -124,7 +137,7 @@ def test_only_keys_py_writes_the_scope_key_grammar() -> None:
 
 def calls_of(path: Path, method: str) -> list[int]:
     """The lines of path that call `<something>.method(...)`."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     return [
         node.lineno
         for node in ast.walk(tree)
@@ -139,7 +152,7 @@ Function = ast.AsyncFunctionDef | ast.FunctionDef
 
 def definitions_of(path: Path, cls: str, name: str) -> list[Function]:
     """The definitions of cls.name in path, in order (its overloads, then its body)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     return [
         item
         for node in ast.walk(tree)
@@ -211,7 +224,7 @@ def test_adapters_and_commands_touch_only_pinbots_public_methods() -> None:
     of the core's is read or assigned there."""
     offenders = []
     for path in files("bot/adapters") + files("bot/cli"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = tree_of(path)
         names = pinbot_names(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute) or node.attr in PINBOT_METHODS:
@@ -315,7 +328,7 @@ def test_a_core_package_is_reached_from_outside_only_through_its_surface() -> No
     for folder in ("bot", "storage"):
         for path in files(folder):
             here = module_name(path)
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = tree_of(path)
             for node in ast.walk(tree):
                 if not isinstance(node, ast.ImportFrom) or not node.module:
                     continue
@@ -356,7 +369,7 @@ VALUES = {
 def statements(path: Path) -> list[tuple[str, str]]:
     """Each string literal and f-string of path, with the function (`Class.name`) it is in; in
     an f-string, a module's string constant stands as its text, any other value as `{...}`."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     constants = {
         node.targets[0].id: node.value.value
         for node in tree.body
@@ -426,7 +439,7 @@ def test_only_the_rules_build_a_refusal() -> None:
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path in files("bot")
         if path != ROOT / "bot/core/blocks/review.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree_of(path))
         if isinstance(node, ast.Call)
         and "Refused" in (getattr(node.func, "id", None), getattr(node.func, "attr", None))
     ]
