@@ -5,6 +5,7 @@ the blocks stored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -702,17 +703,29 @@ async def test_a_reply_without_content_pins_the_parent_fetched_by_id(
     assert len(await bot.store.blocks([mine])) == 2
 
 
+@contextlib.asynccontextmanager
+async def proposing_standup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[tuple[dict[str, Any], OpenAIChatModel]]:
+    """The llm settings and the real OpenAI client of a fake model server that proposes one
+    shared block (standup, "Standup at 9:30.") at the first turn and then says "Proposed."
+    (start_feishu closes the client it is given)."""
+    server = await FakeOpenAI().start()
+    try:
+        monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
+        llm = agent_llm(server.base_url)
+        propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
+        server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
+        yield llm, OpenAIChatModel.from_config(make_config(llm=llm).llm)
+    finally:
+        await server.stop()
+
+
 async def test_a_proposal_card_and_an_admins_card_action(
     start_feishu: Any, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = await FakeOpenAI().start()
-    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
-    llm = agent_llm(server.base_url)
-    propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
-    server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
-    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
     pins = {"enable_in_group": True, "group_shared_admin_ids": ["ou_admin"]}
-    try:
+    async with proposing_standup(monkeypatch) as (llm, model):
         bot = await start_feishu(model=model, llm=llm, pins=pins)
         group: dict[str, Any] = {"chat_type": "group", "chat_id": "oc_group"}
         await bot.send(receive_event("@_user_1 keep the standup time", mentions=[BOT], **group))
@@ -746,8 +759,6 @@ async def test_a_proposal_card_and_an_admins_card_action(
         shown = json.loads(update["content"])
         assert len(shown["elements"]) == 1  # the buttons are gone
         assert card_text(update["content"]).endswith("Approved by ou_admin: saved.")
-    finally:
-        await server.stop()
 
 
 async def test_events_are_counted_and_readiness_follows_the_webhook_listener(

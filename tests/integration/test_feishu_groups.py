@@ -11,11 +11,9 @@ from typing import Any
 
 import pytest
 
-from bot.llm.openai_backend import OpenAIChatModel
-from tests.conftest import FEISHU_IN_PROCESS, TEST_KEY_ENV, agent_llm, make_config
+from tests.conftest import FEISHU_IN_PROCESS
 from tests.fakes.feishu_server import FakeFeishu, card_action, card_text, mention, receive_event
-from tests.fakes.openai_server import FakeOpenAI, completion, tool_calls
-from tests.integration.test_feishu import BOT, Harness, start_feishu
+from tests.integration.test_feishu import BOT, Harness, proposing_standup, start_feishu
 
 pytestmark = FEISHU_IN_PROCESS  # they start Feishu frontends in this process
 
@@ -162,15 +160,9 @@ async def test_with_inherit_platform_admins_the_owners_tap_on_a_proposal_card_de
 ) -> None:
     """A card's button is decided as the typed command is: the group's owner, asked of
     Feishu, approves a proposal with a tap; a member's tap is refused."""
-    server = await FakeOpenAI().start()
-    monkeypatch.setenv(TEST_KEY_ENV, "sk-test-secret")
-    llm = agent_llm(server.base_url)
-    propose = {"label": "standup", "content": "Standup at 9:30.", "reason": "agreed"}
-    server.script = [tool_calls(("pin_propose", propose)), completion("Proposed.")]
-    model = OpenAIChatModel.from_config(make_config(llm=llm).llm)
     fake_feishu.add_chat(CHAT, OWNER, [MANAGER])
     pins = {"enable_in_group": True, "inherit_platform_admins": True}
-    try:
+    async with proposing_standup(monkeypatch) as (llm, model):
         bot = await start_feishu(model=model, llm=llm, pins=pins)
         assert await said(bot, MEMBER, "keep the standup time") == "Proposed."
         (card,) = [p for p in fake_feishu.posted if p["msg_type"] == "interactive"]
@@ -189,5 +181,3 @@ async def test_with_inherit_platform_admins_the_owners_tap_on_a_proposal_card_de
         (update,) = fake_feishu.card_updates
         assert card_text(update["content"]).endswith(f"Approved by {OWNER}: saved.")
         assert fake_feishu.chat_reads == [CHAT]  # asked once: trusted for the tap and after
-    finally:
-        await server.stop()
