@@ -17,11 +17,11 @@ import pytest
 from bot.core.blocks.ops import Target
 from bot.core.entry.pinbot import Pinbot
 from bot.core.replies import Result
-from bot.serving import serve_app
 from bot.web.app import WebPage
 from storage.models import Block
 from tests.conftest import BotFactory, ask, group, outcome_of, text_of
 from tests.fakes.clock import FakeClock
+from tests.web.signed_in import shown, signed_in
 
 TOKEN = "web-token-for-timing-tests-0123456789"
 ADMIN = "7"
@@ -43,20 +43,8 @@ async def page(make_bot: BotFactory, clock: FakeClock) -> AsyncIterator[Page]:
     bot = make_bot(pins=PINS)
     await said(bot, "/pin shared add rules Be kind.")
     app = WebPage(bot.store, bot.config, TOKEN, clock=clock)
-    runner, port = await serve_app(app.app(), host="127.0.0.1", port=0, port_setting="p")
-    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-    base = f"http://127.0.0.1:{port}/scope/{quote(GROUP, safe='')}"
-    async with session.post(f"http://127.0.0.1:{port}/signin", data={"token": TOKEN}) as signed:
-        assert signed.status == 200
-    yield bot, session, base
-    await session.close()
-    await runner.cleanup()
-
-
-async def shown(session: aiohttp.ClientSession, url: str) -> str:
-    async with session.get(url) as got:
-        assert got.status == 200
-        return await got.text()
+    async with signed_in(app, TOKEN) as (session, root):
+        yield bot, session, f"{root}/scope/{quote(GROUP, safe='')}"
 
 
 def form_of(text: str, label: str) -> dict[str, str]:

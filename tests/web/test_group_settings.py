@@ -16,10 +16,10 @@ import pytest
 
 from bot.core.entry.pinbot import Pinbot
 from bot.core.people import AdminLookup
-from bot.serving import serve_app
 from bot.web.app import WebPage
 from tests.conftest import BotFactory, ask, group, text_of
 from tests.fakes.clock import FakeClock
+from tests.web.signed_in import shown, signed_in
 
 TOKEN = "web-token-for-settings-tests-0123456789"
 CHAT = "-100123"
@@ -54,19 +54,8 @@ async def page(make_bot: BotFactory, clock: FakeClock) -> AsyncIterator[Page]:
         web={"operator_name": "alice"},
     )
     app = WebPage(bot.store, bot.config, TOKEN, clock=clock)
-    runner, port = await serve_app(app.app(), host="127.0.0.1", port=0, port_setting="p")
-    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-    async with session.post(f"http://127.0.0.1:{port}/signin", data={"token": TOKEN}) as signed:
-        assert signed.status == 200
-    yield bot, session, f"http://127.0.0.1:{port}"
-    await session.close()
-    await runner.cleanup()
-
-
-async def shown(session: aiohttp.ClientSession, url: str) -> str:
-    async with session.get(url) as got:
-        assert got.status == 200
-        return await got.text()
+    async with signed_in(app, TOKEN) as (session, root):
+        yield bot, session, root
 
 
 def group_page(base: str, topic: str | None = None) -> str:
